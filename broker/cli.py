@@ -1,0 +1,310 @@
+"""The ``broker`` command line: parse, call the core, print. Nothing else lives here.
+
+Errors of the ``BrokerError`` family are caught once, in ``main``, and shown
+as one line ``broker: error: ...`` with the exit code of SPEC.md; anything
+else is a bug (exit 1, traceback only with ``--debug``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import sys
+import traceback
+from collections.abc import Iterator
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from types import FrameType
+from typing import Annotated, Any
+
+import typer
+
+from broker import __version__
+from broker.config import Config, config_path, load_config
+from broker.errors import REPORT_URL, BrokerError, Interrupted, RevokeIncomplete
+from broker.timeutil import iso, utcnow
+
+app = typer.Typer(
+    name="broker",
+    help="Scoped-credential broker: short-lived, narrow credentials for sandboxed agents.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+policy_app = typer.Typer(help="Check manifests against the policy; lint policy files.", no_args_is_help=True)
+app.add_typer(policy_app, name="policy")
+
+
+@dataclass(frozen=True)
+class Options:
+    config: str | None
+    debug: bool
+
+
+class OutputFormat(StrEnum):
+    json = "json"
+    env = "env"
+    docker = "docker"
+    podman = "podman"
+    bwrap = "bwrap"
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"broker {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def main_options(
+    ctx: typer.Context,
+    config: Annotated[
+        str | None,
+        typer.Option("--config", envvar="BROKER_CONFIG", help="Config file [default: /etc/broker/broker.toml]."),
+    ] = None,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks for internal errors.")] = False,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    ctx.obj = Options(config=config, debug=debug)
+
+
+def _options(ctx: typer.Context) -> Options:
+    options = ctx.find_object(Options)
+    return options if options is not None else Options(config=None, debug=False)
+
+
+def _config(ctx: typer.Context) -> Config:
+    return load_config(config_path(_options(ctx).config))
+
+
+@contextlib.contextmanager
+def _broker(config: Config) -> Iterator[Any]:
+    from broker.core import Broker
+
+    broker = Broker.open(config)
+    try:
+        yield broker
+    finally:
+        broker.close()
+
+
+def _print_json(data: Any) -> None:
+    typer.echo(json.dumps(data, indent=2))
+
+
+# -- issue / revoke / status -------------------------------------------------------------
+
+
+@app.command()
+def issue(
+    ctx: typer.Context,
+    task: Annotated[str, typer.Option("--task", help="Task manifest (YAML or JSON; - for stdin).")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the session document as JSON.")] = False,
+    fmt: Annotated[
+        OutputFormat | None, typer.Option("--format", help="What to print for the launcher.")
+    ] = None,
+    session_file: Annotated[
+        Path | None, typer.Option("--session-file", help="Also write the session id to this file.")
+    ] = None,
+) -> None:
+    """Decide, mint, inject and log the credentials a task manifest asks for.
+
+    Example: broker issue --task task.yaml --format docker --session-file /tmp/session
+    """
+    from broker.issuing import issue as issue_session
+    from broker.launch_formats import render
+    from broker.manifest import load_manifest
+
+    config = _config(ctx)
+    manifest = load_manifest(task, config)
+    with _broker(config) as broker:
+        document = issue_session(broker, manifest)
+    if session_file is not None:
+        session_file.write_text(document["session"] + "\n", encoding="utf-8")
+    if as_json or fmt is not None:
+        typer.echo(render(document, (fmt or OutputFormat.json).value))
+        return
+    typer.echo(f"session {document['session']}  task {document['task']}  expires {document['expires_at']}")
+    typer.echo(f"dir {document['dir']}  (mount it read-only at {document['mount_path']})")
+    for credential in document["credentials"]:
+        typer.echo(
+            f"  {credential['name']}: {credential['type']} via {credential['provider']},"
+            f" expires {credential['expires_at']}, files {', '.join(credential['files'])}"
+        )
+    for key, value in document["env"].items():
+        typer.echo(f"  {key}={value}")
+
+
+@app.command()
+def revoke(
+    ctx: typer.Context,
+    session: Annotated[str | None, typer.Option("--session", help="Session id to revoke.")] = None,
+    task: Annotated[str | None, typer.Option("--task", help="Revoke every live session of this task.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the outcome as JSON.")] = False,
+) -> None:
+    """Revoke every credential of a session at its provider and wipe its directory (idempotent).
+
+    Example: broker revoke --session s-4k2j9x7q3m1p
+    """
+    from broker.errors import UsageError
+    from broker.revoking import revoke_session, revoke_task
+
+    if (session is None) == (task is None):
+        raise UsageError("revoke needs exactly one of --session ID or --task NAME")
+    config = _config(ctx)
+    with _broker(config) as broker:
+        if session is not None:
+            reports = [revoke_session(broker, session)]
+        else:
+            assert task is not None
+            reports = revoke_task(broker, task)
+    if as_json:
+        _print_json(reports[0].to_json() if session is not None else [r.to_json() for r in reports])
+    else:
+        for report in reports:
+            typer.echo(f"session {report.session}: directory {'removed' if report.dir_removed else 'NOT removed'}")
+            for credential in report.credentials:
+                typer.echo(f"  {credential.name} ({credential.provider}): {credential.outcome}")
+    incomplete = [r.session for r in reports if not r.complete]
+    if incomplete:
+        raise RevokeIncomplete(
+            f"revocation incomplete for {', '.join(incomplete)}: pending credentials stay for broker sweep"
+        )
+
+
+@app.command()
+def status(
+    ctx: typer.Context,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    show_all: Annotated[bool, typer.Option("--all", help="Include ended sessions.")] = False,
+) -> None:
+    """List live sessions (with --all, ended ones too).
+
+    Example: broker status --json
+    """
+    from broker.status import session_status
+
+    config = _config(ctx)
+    with _broker(config) as broker:
+        sessions = session_status(broker.store, include_ended=show_all)
+    if as_json:
+        _print_json(sessions)
+        return
+    if not sessions:
+        typer.echo("no live sessions" if not show_all else "no sessions")
+        return
+    now = utcnow()
+    for item in sessions:
+        typer.echo(f"{item['session']}  {item['task']}  {item['state']}  expires {item['expires_at']}")
+        for credential in item["credentials"]:
+            typer.echo(f"  {credential['name']}  {credential['type']}  {credential['state']}")
+    del now
+
+
+# -- policy ------------------------------------------------------------------------------
+
+
+@policy_app.command("check")
+def policy_check(
+    ctx: typer.Context,
+    task: Annotated[str, typer.Option("--task", help="Task manifest to decide on.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the decision as JSON.")] = False,
+) -> None:
+    """The decision for a manifest, without minting anything (exit 0 allowed, 3 denied).
+
+    Example: broker policy check --task task.yaml
+    """
+    from broker.durations import format_duration
+    from broker.errors import PolicyDenied
+    from broker.manifest import load_manifest
+    from broker.policy import decide, load_policy
+    from broker.core import current_requester
+
+    config = _config(ctx)
+    manifest = load_manifest(task, config)
+    decision = decide(load_policy(config.policy_dir, config), manifest, current_requester(), config)
+    if as_json:
+        _print_json(decision.to_json())
+    else:
+        verdict = "allowed" if decision.allowed else "denied"
+        typer.echo(f"task {decision.task} for {decision.requester}: {verdict}, session ttl {format_duration(decision.session_ttl)}")
+        for credential in decision.credentials:
+            if credential.allowed:
+                assert credential.ttl is not None
+                typer.echo(f"  {credential.name}: allowed by rule {credential.rule}, ttl {format_duration(credential.ttl)}")
+            else:
+                typer.echo(f"  {credential.name}: denied")
+                for reason in credential.reasons:
+                    typer.echo(f"    - {reason}")
+    if not decision.allowed:
+        raise PolicyDenied("denied by policy: " + "; ".join(decision.reasons))
+
+
+@policy_app.command("lint")
+def policy_lint(
+    ctx: typer.Context,
+    directory: Annotated[Path | None, typer.Argument(help="Policy directory [default: the config's policy_dir].")] = None,
+) -> None:
+    """Validate policy files (syntax, fields, provider instances the config defines).
+
+    Example: broker policy lint /etc/broker/policies
+    """
+    from broker.policy import load_policy
+
+    config = _config(ctx)
+    policy = load_policy(directory or config.policy_dir, config)
+    typer.echo(f"ok: {len(policy.rules)} rules in {len(policy.files)} files")
+
+
+# -- entry point -------------------------------------------------------------------------
+
+
+def _raise_interrupted(signum: int, frame: FrameType | None) -> None:
+    raise Interrupted(signum)
+
+
+def _error(message: str) -> None:
+    sys.stderr.write(f"broker: error: {message}\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _raise_interrupted)
+    try:
+        result = app(args=args, prog_name="broker", standalone_mode=False)
+    except typer.Abort:
+        _error("aborted")
+        return 130
+    except typer.exceptions.TyperException as exc:  # usage errors from the parser
+        message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+        _error(" ".join(message.split()))
+        return 2
+    except KeyboardInterrupt:
+        _error("interrupted; what was minted has been rolled back")
+        return 130
+    except BrokerError as exc:
+        if debug and exc.exit_code == 1:
+            traceback.print_exc()
+        _error(exc.message)
+        return exc.exit_code
+    except Exception as exc:  # a bug
+        if debug:
+            traceback.print_exc()
+        _error(f"internal error ({type(exc).__name__}); please report it at {REPORT_URL} (use --debug for details)")
+        return 1
+    return result if isinstance(result, int) else 0
+
+
+def run() -> None:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    run()

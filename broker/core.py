@@ -1,0 +1,94 @@
+"""The broker's working parts for one command: config, store, log, keys and the caller.
+
+``Broker.open`` builds them from a loaded ``Config``; the operations
+(``issuing``, ``revoking``, ``status``) take a ``Broker``. Nothing here prints
+or exits.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import secrets
+import string
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import cached_property
+
+from broker.auditkeys import AuditKeys, load_or_create_keys
+from broker.config import Config
+from broker.errors import StoreError
+from broker.issuance_log import IssuanceLog
+from broker.keepsafe import KeepSafe
+from broker.policy import Policy, Requester, load_policy
+from broker.sessiondir import RuntimeDir, prepare_runtime_dir
+from broker.store import SessionStore, open_store
+from broker.timeutil import utcnow
+
+SESSION_ALPHABET = string.ascii_lowercase + string.digits
+
+
+def new_session_id() -> str:
+    return "s-" + "".join(secrets.choice(SESSION_ALPHABET) for _ in range(12))
+
+
+def current_requester() -> Requester:
+    uid = os.getuid()
+    try:
+        name = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        name = ""
+    return Requester(name=name, uid=uid)
+
+
+def ensure_state_dir(config: Config) -> None:
+    try:
+        os.makedirs(config.state_dir, mode=0o700, exist_ok=True)
+    except OSError as exc:
+        raise StoreError(f"state_dir {config.state_dir}: {exc.strerror}") from None
+    if not os.access(config.state_dir, os.W_OK | os.X_OK):
+        raise StoreError(f"state_dir {config.state_dir} is not writable by this user")
+
+
+@dataclass
+class Broker:
+    config: Config
+    store: SessionStore
+    log: IssuanceLog
+    keys: AuditKeys
+    requester: Requester
+    clock: Callable[[], datetime] = field(default=utcnow)
+
+    @classmethod
+    def open(cls, config: Config) -> Broker:
+        ensure_state_dir(config)
+        keys = load_or_create_keys(config.audit_key)
+        return cls(
+            config=config,
+            store=open_store(config.state_dir),
+            log=IssuanceLog(config.state_dir, keys),
+            keys=keys,
+            requester=current_requester(),
+        )
+
+    @cached_property
+    def policy(self) -> Policy:
+        return load_policy(self.config.policy_dir, self.config)
+
+    @cached_property
+    def runtime(self) -> RuntimeDir:
+        return prepare_runtime_dir(self.config.runtime_dir, self.config.mount_tmpfs)
+
+    @cached_property
+    def keepsafe(self) -> KeepSafe:
+        return KeepSafe(self.config.runtime_dir)
+
+    def close(self) -> None:
+        """Sign the log head if this command appended, then release everything."""
+        try:
+            self.log.checkpoint(str(self.requester))
+        finally:
+            self.store.close()
+            for provider in self.config.providers.values():
+                provider.close()

@@ -1,0 +1,237 @@
+"""``issue``: decide, mint, inject, log; and roll everything back when any step fails.
+
+The order keeps every minted credential reachable: the store records a
+credential as ``minting`` before the provider call and ``active`` with its
+reference right after, the log records the issuance, then its files are
+written. Any failure (a provider error, a full tmpfs, SIGTERM) revokes what
+was minted, removes the directory and marks the session ``failed``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import timedelta
+from pathlib import PurePosixPath
+from typing import Any
+
+from broker.core import Broker, new_session_id
+from broker.errors import BadInput, BrokerError, InternalError, PolicyDenied, ProviderError
+from broker.manifest import Manifest
+from broker.policy import Decision, decide
+from broker.revoking import revoke_credential
+from broker.sessiondir import SessionDirectory
+from broker.store import SessionRecord
+from broker.timeutil import iso
+from providers.base import CredentialRequest, MintContext, MintedCredential
+
+
+def check(broker: Broker, manifest: Manifest) -> Decision:
+    """The policy decision for ``manifest`` (no side effects)."""
+    return decide(broker.policy, manifest, broker.requester, broker.config)
+
+
+def issue(broker: Broker, manifest: Manifest) -> dict[str, Any]:
+    """Issue a session for ``manifest``; returns the session document."""
+    decision = check(broker, manifest)
+    if not decision.allowed:
+        broker.log.append(
+            "session.denied",
+            session=None,
+            task=manifest.task,
+            requester=str(broker.requester),
+            credentials=[c.to_json() for c in decision.credentials],
+            reasons=list(decision.reasons),
+        )
+        raise PolicyDenied("denied by policy: " + "; ".join(decision.reasons), decision.reasons)
+    _check_sandbox_owner(manifest)
+    runtime = broker.runtime
+    now = broker.clock().replace(microsecond=0)
+    expires_at = now + timedelta(seconds=decision.session_ttl)
+    session_id = new_session_id()
+    directory = SessionDirectory(runtime, session_id, manifest.sandbox.uid, manifest.sandbox.gid)
+    broker.store.create_session(
+        SessionRecord(
+            id=session_id,
+            task=manifest.task,
+            requester=str(broker.requester),
+            state="issuing",
+            created_at=now,
+            expires_at=expires_at,
+            dir=str(directory.path),
+            mount_path=str(manifest.sandbox.mount_path),
+            uid=manifest.sandbox.uid,
+            gid=manifest.sandbox.gid,
+            mounted=runtime.mount_per_session,
+            document=None,
+        )
+    )
+    minted: list[tuple[CredentialRequest, MintedCredential]] = []
+    try:
+        directory.create()
+        files: dict[str, list[str]] = {}
+        for request in manifest.credentials:
+            credential = _mint_one(broker, manifest, decision, request, session_id, expires_at)
+            minted.append((request, credential))
+            _record_minted(broker, manifest, decision, request, credential, session_id)
+            files[request.name] = directory.write_credential(request.name, credential.files)
+        document = session_document(broker, manifest, session_id, expires_at, directory, minted, files)
+        directory.write_file("session.json", json.dumps(document, indent=2).encode() + b"\n")
+        directory.seal()
+        broker.store.set_session_document(session_id, document)
+        broker.store.set_session_state(session_id, "active")
+        broker.log.append(
+            "session.issued",
+            session=session_id,
+            task=manifest.task,
+            requester=str(broker.requester),
+            expires_at=iso(expires_at),
+            credentials=[r.name for r, _ in minted],
+            dir=str(directory.path),
+        )
+        return document
+    except BaseException as exc:
+        _roll_back(broker, manifest, session_id, directory, exc)
+        if isinstance(exc, BrokerError | KeyboardInterrupt | SystemExit):
+            raise
+        raise InternalError(f"issue failed unexpectedly ({type(exc).__name__}); nothing was left behind") from exc
+
+
+def _check_sandbox_owner(manifest: Manifest) -> None:
+    if os.geteuid() != 0 and (manifest.sandbox.uid, manifest.sandbox.gid) != (os.getuid(), os.getgid()):
+        raise BadInput(
+            f"sandbox.uid/gid {manifest.sandbox.uid}/{manifest.sandbox.gid}: only root can issue files"
+            " owned by another user"
+        )
+
+
+def _mint_one(
+    broker: Broker,
+    manifest: Manifest,
+    decision: Decision,
+    request: CredentialRequest,
+    session_id: str,
+    expires_at: Any,
+) -> MintedCredential:
+    provider = broker.config.providers[request.provider]
+    broker.store.add_credential(session_id, request.name, provider.name, provider.type_name)
+    ttl = decision.credential(request.name).ttl
+    assert ttl is not None
+    context = MintContext(
+        session_id=session_id,
+        task=manifest.task,
+        requester=str(broker.requester),
+        ttl=ttl,
+        session_expires_at=expires_at,
+        mount_dir=manifest.sandbox.mount_path / request.name,
+    )
+    try:
+        return provider.mint(request, context)
+    except BrokerError:
+        broker.store.set_credential_state(session_id, request.name, "failed")
+        raise
+
+
+def _record_minted(
+    broker: Broker,
+    manifest: Manifest,
+    decision: Decision,
+    request: CredentialRequest,
+    credential: MintedCredential,
+    session_id: str,
+) -> None:
+    provider = broker.config.providers[request.provider]
+    fingerprint = broker.keys.fingerprint(credential.secret)
+    if credential.revoke_secret is not None:
+        broker.keepsafe.put(broker.runtime, session_id, request.name, credential.revoke_secret)
+    broker.store.credential_minted(
+        session_id,
+        request.name,
+        reference=credential.reference,
+        scope=credential.scope,
+        expires_at=credential.expires_at,
+        fingerprint=fingerprint,
+    )
+    broker.log.append(
+        "credential.issued",
+        session=session_id,
+        task=manifest.task,
+        requester=str(broker.requester),
+        credential=request.name,
+        provider=provider.name,
+        type=provider.type_name,
+        rule=decision.credential(request.name).rule,
+        scope=dict(credential.scope),
+        expires_at=iso(credential.expires_at),
+        reference=dict(credential.reference),
+        fingerprint=fingerprint,
+    )
+
+
+def _roll_back(
+    broker: Broker, manifest: Manifest, session_id: str, directory: SessionDirectory, cause: BaseException
+) -> None:
+    """Revoke whatever was minted, remove the directory, mark the session failed."""
+    requester = str(broker.requester)
+    now = broker.clock()
+    pending = []
+    for record in broker.store.credentials(session_id):
+        if record.state == "minting":
+            broker.store.set_credential_state(session_id, record.name, "failed")
+        elif record.state == "active":
+            outcome = revoke_credential(broker, session_id, manifest.task, record, now, reason="rollback")
+            if outcome == "pending":
+                pending.append(record.name)
+    try:
+        directory.remove()
+    except OSError:
+        pass  # sweep removes orphaned directories
+    broker.store.set_session_state(session_id, "failed")
+    reason = cause.message if isinstance(cause, BrokerError) else type(cause).__name__
+    broker.log.append(
+        "session.revoked",
+        session=session_id,
+        task=manifest.task,
+        requester=requester,
+        reason=f"issue failed: {reason}",
+        pending=pending,
+    )
+    if pending and isinstance(cause, ProviderError):
+        cause.message += f" (rollback left {', '.join(pending)} pending for broker sweep)"
+
+
+def session_document(
+    broker: Broker,
+    manifest: Manifest,
+    session_id: str,
+    expires_at: Any,
+    directory: SessionDirectory,
+    minted: list[tuple[CredentialRequest, MintedCredential]],
+    files: dict[str, list[str]],
+) -> dict[str, Any]:
+    env: dict[str, str] = {}
+    credentials = []
+    for request, credential in minted:
+        provider_type = broker.config.providers[request.provider].type_name
+        credentials.append(
+            {
+                "name": request.name,
+                "provider": request.provider,
+                "type": provider_type,
+                "expires_at": iso(credential.expires_at),
+                "files": files[request.name],
+                "scope": dict(credential.scope),
+            }
+        )
+        for key, value in credential.env.items():
+            env.setdefault(key, value)
+    env["BROKER_SESSION"] = session_id
+    return {
+        "session": session_id,
+        "task": manifest.task,
+        "expires_at": iso(expires_at),
+        "dir": str(directory.path),
+        "mount_path": str(PurePosixPath(manifest.sandbox.mount_path)),
+        "credentials": credentials,
+        "env": env,
+    }

@@ -1,0 +1,127 @@
+"""The task manifest: untrusted input describing one session and its credentials.
+
+Loading is strict (see ``strictdata``): the generic fields are checked here,
+each credential's provider-specific fields by its provider type. Every error
+is a ``ManifestError`` naming the offending field; nothing is minted for an
+invalid manifest.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from broker.config import Config
+from broker.errors import ManifestError
+from broker.fields import Fields, shown
+from broker.strictdata import parse_document
+from providers.base import CredentialRequest
+
+MAX_MANIFEST_BYTES = 64 * 1024
+TASK_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
+CREDENTIAL_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
+MOUNT_PATH = re.compile(r"(/[A-Za-z0-9_][A-Za-z0-9._-]{0,63}){1,8}")
+MAX_ID = 2**31 - 1
+DEFAULT_MOUNT_PATH = PurePosixPath("/run/secrets")
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    uid: int
+    gid: int
+    mount_path: PurePosixPath
+
+
+@dataclass(frozen=True)
+class Manifest:
+    task: str
+    ttl: int | None
+    sandbox: Sandbox
+    credentials: tuple[CredentialRequest, ...]
+
+
+def read_manifest_bytes(source: str) -> tuple[bytes, bool]:
+    """The manifest's bytes (``-`` reads stdin) and whether to parse it as JSON."""
+    if source == "-":
+        return sys.stdin.buffer.read(MAX_MANIFEST_BYTES + 1), False
+    path = Path(source)
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_MANIFEST_BYTES + 1)
+    except FileNotFoundError:
+        raise ManifestError(f"task file {source} not found") from None
+    except IsADirectoryError:
+        raise ManifestError(f"task file {source} is a directory") from None
+    except OSError as exc:
+        raise ManifestError(f"task file {source}: {exc.strerror}") from None
+    return data, path.suffix.lower() == ".json"
+
+
+def load_manifest(source: str, config: Config) -> Manifest:
+    data, as_json = read_manifest_bytes(source)
+    return parse_manifest(data, config, as_json=as_json)
+
+
+def parse_manifest(data: bytes, config: Config, *, as_json: bool = False) -> Manifest:
+    document = parse_document(
+        data, what="manifest", max_bytes=MAX_MANIFEST_BYTES, as_json=as_json, error=ManifestError
+    )
+    fields = Fields(document, "", ManifestError)
+    version = fields.integer("version", required=True)
+    if version != 1:
+        raise ManifestError("version: only version 1 is supported")
+    task = fields.req_string(
+        "task", pattern=TASK_NAME, max_len=63, hint="lower-case letters, digits, '.', '_', '-'"
+    )
+    ttl = fields.duration("ttl")
+    sandbox = _parse_sandbox(fields.mapping("sandbox", required=False))
+    credentials = tuple(
+        _parse_credential(item, config, ttl) for item in fields.list_of_mappings("credentials")
+    )
+    names = [c.name for c in credentials]
+    for index, name in enumerate(names):
+        if name in names[:index]:
+            raise ManifestError(f"credentials[{index}].name: {name!r} is used twice")
+    fields.done()
+    return Manifest(task=task, ttl=ttl, sandbox=sandbox, credentials=credentials)
+
+
+def _parse_sandbox(fields: Fields | None) -> Sandbox:
+    if fields is None:
+        return Sandbox(uid=os.getuid(), gid=os.getgid(), mount_path=DEFAULT_MOUNT_PATH)
+    uid = fields.integer("uid", minimum=0, maximum=MAX_ID)
+    gid = fields.integer("gid", minimum=0, maximum=MAX_ID)
+    mount = fields.string("mount_path", required=False, max_len=512)
+    mount_path = DEFAULT_MOUNT_PATH
+    if mount is not None:
+        if not MOUNT_PATH.fullmatch(mount) or any(p in ("..", ".") for p in mount.split("/")):
+            raise ManifestError(
+                f"sandbox.mount_path: {shown(mount)} is not an absolute, normalised path"
+            )
+        mount_path = PurePosixPath(mount)
+    fields.done()
+    return Sandbox(
+        uid=os.getuid() if uid is None else uid,
+        gid=os.getgid() if gid is None else gid,
+        mount_path=mount_path,
+    )
+
+
+def _parse_credential(fields: Fields, config: Config, session_ttl: int | None) -> CredentialRequest:
+    name = fields.req_string(
+        "name", pattern=CREDENTIAL_NAME, max_len=32, hint="lower-case letters, digits, '_', '-'"
+    )
+    provider_name = fields.req_string("provider", max_len=64)
+    if provider_name not in config.providers:
+        known = ", ".join(sorted(config.providers)) or "none configured"
+        raise fields.fail("provider", f"unknown provider {shown(provider_name)} (known: {known})")
+    ttl = fields.duration("ttl")
+    if ttl is not None and session_ttl is not None and ttl > session_ttl:
+        raise fields.fail("ttl", "longer than the session's ttl")
+    provider_cls = type(config.providers[provider_name])
+    request = provider_cls.parse_request(fields, name=name, provider=provider_name, ttl=ttl)
+    fields.done()
+    return request

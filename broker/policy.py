@@ -1,0 +1,253 @@
+"""Policy files: strict loading, compilation into rules, and the deny-by-default decision.
+
+A session is allowed only when every requested credential is covered by a
+grant of some rule whose ``tasks`` and ``requesters`` match. Provider-specific
+grant fields are compiled by the provider type; this module owns rule
+matching and TTL capping.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from broker.config import Config
+from broker.errors import PolicyFileError
+from broker.fields import Fields, shown
+from broker.globs import any_match
+from broker.manifest import Manifest
+from broker.strictdata import parse_document
+from providers.base import CredentialRequest, Grant
+
+MAX_POLICY_BYTES = 256 * 1024
+RULE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+TASK_GLOB = re.compile(r"[a-z0-9._*?-]{1,63}")
+REQUESTER_GLOB = re.compile(r"(uid:[0-9]{1,10}|[A-Za-z0-9._*?-]{1,64})")
+
+
+@dataclass(frozen=True)
+class Requester:
+    """The caller of the broker: OS user name and uid."""
+
+    name: str
+    uid: int
+
+    def __str__(self) -> str:
+        return self.name or f"uid:{self.uid}"
+
+    def matches(self, pattern: str) -> bool:
+        if pattern.startswith("uid:"):
+            return pattern == f"uid:{self.uid}"
+        return any_match((pattern,), self.name)
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    source: str
+    description: str
+    tasks: tuple[str, ...]
+    requesters: tuple[str, ...] | None
+    max_ttl: int | None
+    grants: tuple[Grant, ...]
+
+    def applies_to(self, task: str, requester: Requester) -> bool:
+        if not any_match(self.tasks, task):
+            return False
+        return self.requesters is None or any(requester.matches(p) for p in self.requesters)
+
+
+@dataclass(frozen=True)
+class Policy:
+    rules: tuple[Rule, ...]
+    files: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class CredentialDecision:
+    name: str
+    provider: str
+    allowed: bool
+    rule: str | None
+    ttl: int | None
+    reasons: tuple[str, ...]
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "provider": self.provider,
+            "allowed": self.allowed,
+            "rule": self.rule,
+            "ttl": self.ttl,
+            "reasons": list(self.reasons),
+        }
+
+
+@dataclass(frozen=True)
+class Decision:
+    task: str
+    requester: str
+    allowed: bool
+    session_ttl: int
+    credentials: tuple[CredentialDecision, ...]
+
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        return tuple(
+            f"{c.name}: {reason}" for c in self.credentials if not c.allowed for reason in c.reasons
+        )
+
+    def credential(self, name: str) -> CredentialDecision:
+        return next(c for c in self.credentials if c.name == name)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "task": self.task,
+            "requester": self.requester,
+            "allowed": self.allowed,
+            "session_ttl": self.session_ttl,
+            "credentials": [c.to_json() for c in self.credentials],
+        }
+
+
+# -- loading -----------------------------------------------------------------------------
+
+
+def policy_files(directory: Path) -> list[Path]:
+    if not directory.is_dir():
+        raise PolicyFileError(f"policy directory {directory} does not exist")
+    return sorted(p for p in directory.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
+
+
+def load_policy(directory: Path, config: Config) -> Policy:
+    files = policy_files(directory)
+    rules: list[Rule] = []
+    seen: dict[str, str] = {}
+    for path in files:
+        for rule in load_policy_file(path, config):
+            if rule.id in seen:
+                raise PolicyFileError(
+                    f"{path.name}: rule id {rule.id!r} is also defined in {seen[rule.id]}"
+                )
+            seen[rule.id] = path.name
+            rules.append(rule)
+    if not rules:
+        raise PolicyFileError(f"no policy rules in {directory}: every request would be denied")
+    return Policy(rules=tuple(rules), files=tuple(p.name for p in files))
+
+
+def load_policy_file(path: Path, config: Config) -> list[Rule]:
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_POLICY_BYTES + 1)
+    except OSError as exc:
+        raise PolicyFileError(f"{path}: {exc.strerror}") from None
+
+    class FileError(PolicyFileError):
+        def __init__(self, message: str) -> None:
+            super().__init__(f"{path.name}: {message}")
+
+    document = parse_document(
+        data, what="policy file", max_bytes=MAX_POLICY_BYTES, as_json=False, error=FileError
+    )
+    fields = Fields(document, "", FileError)
+    rules = [_compile_rule(item, config, path.name) for item in fields.list_of_mappings("rules", max_items=1000)]
+    fields.done()
+    return rules
+
+
+def _compile_rule(fields: Fields, config: Config, source: str) -> Rule:
+    rule_id = fields.req_string("id", pattern=RULE_ID, max_len=64)
+    description = fields.string("description", required=False, max_len=1024) or ""
+    tasks = fields.string_list("tasks", pattern=TASK_GLOB, max_items=100, hint="a glob on task names")
+    requesters = fields.string_list(
+        "requesters", required=False, pattern=REQUESTER_GLOB, max_items=100,
+        hint="a user name glob or uid:N",
+    )
+    max_ttl = fields.duration("max_ttl")
+    grants = tuple(_compile_grant(g, config) for g in fields.list_of_mappings("grants", max_items=100))
+    fields.done()
+    assert tasks is not None
+    return Rule(rule_id, source, description, tasks, requesters, max_ttl, grants)
+
+
+def _compile_grant(fields: Fields, config: Config) -> Grant:
+    provider = fields.req_string("provider", max_len=64)
+    if provider not in config.providers:
+        known = ", ".join(sorted(config.providers)) or "none configured"
+        raise fields.fail("provider", f"{shown(provider)} is not a provider in the config (known: {known})")
+    max_ttl = fields.duration("max_ttl")
+    grant = type(config.providers[provider]).compile_grant(fields, provider=provider, max_ttl=max_ttl)
+    fields.done()
+    return grant
+
+
+# -- deciding ----------------------------------------------------------------------------
+
+
+def _smallest(*values: int | None) -> int:
+    present = [v for v in values if v is not None]
+    return min(present)
+
+
+def decide(policy: Policy, manifest: Manifest, requester: Requester, config: Config) -> Decision:
+    rules = [r for r in policy.rules if r.applies_to(manifest.task, requester)]
+    requested_session_ttl = manifest.ttl or config.default_ttl
+    session_cap = _smallest(requested_session_ttl, config.max_ttl)
+    decisions: list[CredentialDecision] = []
+    used_rules: list[Rule] = []
+    for request in manifest.credentials:
+        decision, rule = _decide_credential(request, rules, session_cap, config, manifest.task, requester)
+        decisions.append(decision)
+        if rule is not None:
+            used_rules.append(rule)
+    session_ttl = _smallest(session_cap, *(r.max_ttl for r in used_rules))
+    # A credential never outlives its session; the session's cap may push it below a minimum.
+    final: list[CredentialDecision] = []
+    for d in decisions:
+        if d.ttl is None:
+            final.append(d)
+            continue
+        ttl = min(d.ttl, session_ttl)
+        minimum = config.providers[d.provider].min_ttl
+        if ttl < minimum:
+            reason = f"session ttl capped to {ttl}s, below the {minimum}s minimum of this provider"
+            final.append(CredentialDecision(d.name, d.provider, False, None, None, (reason,)))
+        else:
+            final.append(CredentialDecision(d.name, d.provider, True, d.rule, ttl, ()))
+    allowed = all(d.allowed for d in final)
+    return Decision(manifest.task, str(requester), allowed, session_ttl, tuple(final))
+
+
+def _decide_credential(
+    request: CredentialRequest,
+    rules: list[Rule],
+    session_cap: int,
+    config: Config,
+    task: str,
+    requester: Requester,
+) -> tuple[CredentialDecision, Rule | None]:
+    provider = config.providers[request.provider]
+    reasons: list[str] = []
+    if not rules:
+        reasons.append(f"no rule matches task {task!r} and requester {str(requester)!r}")
+    for rule in rules:
+        grants = [g for g in rule.grants if g.provider == request.provider]
+        if not grants:
+            reasons.append(f"rule {rule.id}: no grant for provider {request.provider!r}")
+        for grant in grants:
+            outside = grant.check(request)
+            ttl = _smallest(
+                request.ttl or session_cap, session_cap, rule.max_ttl, grant.max_ttl,
+                config.max_ttl, provider.max_ttl,
+            )
+            if ttl < provider.min_ttl:
+                outside.append(
+                    f"ttl capped to {ttl}s, below the {provider.min_ttl}s minimum of {provider.type_name}"
+                )
+            if not outside:
+                decision = CredentialDecision(request.name, request.provider, True, rule.id, ttl, ())
+                return decision, rule
+            reasons.extend(f"rule {rule.id}: {reason}" for reason in outside)
+    return CredentialDecision(request.name, request.provider, False, None, None, tuple(reasons)), None

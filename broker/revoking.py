@@ -1,0 +1,158 @@
+"""``revoke``: revoke every credential of a session at its provider and wipe its directory.
+
+The directory goes first, so the sandbox loses its files even when a
+provider is down. Each credential then gets one outcome (``revoked``,
+``pending``, ``expired``, ``valid-until-expiry``); provider failures are
+retried a few times with backoff, then left ``pending`` for ``sweep``. Every
+outcome is logged and stored; a credential is never forgotten.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from broker.core import Broker
+from broker.errors import ProviderError, UnknownSession
+from broker.sessiondir import remove_session_path
+from broker.store import UNSETTLED_CREDENTIAL_STATES, CredentialRecord, SessionRecord
+from providers.base import RevokeOutcome, RevokeTarget
+
+RETRY_DELAYS = (0.2, 0.6)
+SETTLED_OUTCOMES = ("revoked", "expired", "valid-until-expiry")
+
+
+@dataclass(frozen=True)
+class CredentialOutcome:
+    name: str
+    provider: str
+    outcome: str
+
+
+@dataclass(frozen=True)
+class RevokeReport:
+    session: str
+    task: str
+    credentials: tuple[CredentialOutcome, ...]
+    dir_removed: bool
+
+    @property
+    def complete(self) -> bool:
+        return self.dir_removed and all(c.outcome in SETTLED_OUTCOMES for c in self.credentials)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "session": self.session,
+            "credentials": [
+                {"name": c.name, "provider": c.provider, "outcome": c.outcome} for c in self.credentials
+            ],
+            "dir_removed": self.dir_removed,
+        }
+
+
+def revoke_session(broker: Broker, session_id: str, *, reason: str = "revoke") -> RevokeReport:
+    session = broker.store.get_session(session_id)
+    if session is None:
+        raise UnknownSession(f"unknown session {session_id[:64]!r}")
+    return _revoke(broker, session, reason=reason)
+
+
+def revoke_task(broker: Broker, task: str) -> list[RevokeReport]:
+    sessions = broker.store.sessions(states=("issuing", "active", "revoking"), task=task)
+    if not sessions:
+        raise UnknownSession(f"no live session for task {task[:64]!r}")
+    return [_revoke(broker, session, reason="revoke") for session in sessions]
+
+
+def _revoke(broker: Broker, session: SessionRecord, *, reason: str) -> RevokeReport:
+    requester = str(broker.requester)
+    already_ended = session.state in ("revoked", "expired", "failed")
+    if not already_ended:
+        broker.store.set_session_state(session.id, "revoking")
+    dir_removed = _remove_directory(broker, session)
+    now = broker.clock()
+    outcomes = []
+    for record in broker.store.credentials(session.id):
+        if record.state == "failed":
+            continue
+        if record.state in UNSETTLED_CREDENTIAL_STATES:
+            outcome = revoke_credential(broker, session.id, session.task, record, now, reason=reason)
+        else:
+            outcome = record.state
+        outcomes.append(CredentialOutcome(record.name, record.provider, outcome))
+    report = RevokeReport(session.id, session.task, tuple(outcomes), dir_removed)
+    if report.complete and not already_ended:
+        final = "expired" if reason == "expired" else "revoked"
+        broker.store.set_session_state(session.id, final)
+        broker.log.append(
+            f"session.{final}",
+            session=session.id,
+            task=session.task,
+            requester=requester,
+            credentials=report.to_json()["credentials"],
+            dir_removed=dir_removed,
+        )
+    return report
+
+
+def _remove_directory(broker: Broker, session: SessionRecord) -> bool:
+    try:
+        return remove_session_path(broker.config.runtime_dir, session.id)
+    except OSError:
+        return False
+
+
+def revoke_credential(
+    broker: Broker, session_id: str, task: str, record: CredentialRecord, now: datetime, *, reason: str
+) -> str:
+    """Revoke one credential with bounded retries; store and log the outcome."""
+    provider = broker.config.providers.get(record.provider)
+    requester = str(broker.requester)
+    error = ""
+    outcome: str
+    if provider is None:
+        outcome, error = "pending", f"provider {record.provider!r} is no longer in the config"
+    elif record.state == "minting" or not record.reference:
+        outcome, error = "pending", "the credential was being minted when the broker stopped"
+    else:
+        target = RevokeTarget(
+            name=record.name,
+            reference=record.reference,
+            expires_at=record.expires_at,
+            revoke_secret=broker.keepsafe.get(session_id, record.name),
+        )
+        outcome, error = _attempt(provider.revoke, target, now)
+        if outcome != "pending":
+            broker.keepsafe.drop(session_id, record.name)
+    broker.store.set_credential_state(session_id, record.name, outcome)
+    common = {
+        "session": session_id,
+        "task": task,
+        "requester": requester,
+        "credential": record.name,
+        "provider": record.provider,
+        "type": record.type,
+        "reference": dict(record.reference),
+        "reason": reason,
+    }
+    if outcome == "pending":
+        broker.log.append("credential.revoke_failed", error=error, **common)  # type: ignore[arg-type]
+    else:
+        broker.log.append("credential.revoked", outcome=outcome, **common)  # type: ignore[arg-type]
+    return outcome
+
+
+def _attempt(revoke: Any, target: RevokeTarget, now: datetime) -> tuple[str, str]:
+    error = ""
+    for attempt in range(len(RETRY_DELAYS) + 1):
+        try:
+            outcome: RevokeOutcome = revoke(target, now)
+            return outcome.value, ""
+        except ProviderError as exc:
+            error = exc.message
+            if not exc.retryable or attempt == len(RETRY_DELAYS):
+                break
+            time.sleep(RETRY_DELAYS[attempt])
+    return "pending", error

@@ -1,0 +1,67 @@
+"""``Secret``: the one type secret material travels in.
+
+Its ``repr``, ``str`` and ``format`` are redacted, it refuses to be pickled,
+and the value is only reachable through ``reveal()``, so a secret that slips
+into a log line, an exception or a traceback prints as ``Secret(***)``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from typing import NoReturn
+
+REDACTED = "Secret(***)"
+
+
+class Secret:
+    """An opaque secret value (a token, a key, a password)."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str | bytes) -> None:
+        if isinstance(value, str):
+            value = value.encode("utf-8")
+        if not isinstance(value, bytes):
+            raise TypeError("Secret takes str or bytes")
+        object.__setattr__(self, "_value", value)
+
+    def reveal(self) -> str:
+        """The secret as text, for the one call that needs it."""
+        return self._value.decode("utf-8")
+
+    def reveal_bytes(self) -> bytes:
+        return self._value
+
+    def fingerprint(self, key: Secret) -> str:
+        """``hmac-sha256:<hex>`` of the secret under ``key`` (the audit HMAC key)."""
+        digest = hmac.new(key.reveal_bytes(), self._value, hashlib.sha256).hexdigest()
+        return f"hmac-sha256:{digest}"
+
+    def __repr__(self) -> str:
+        return REDACTED
+
+    __str__ = __repr__
+
+    def __format__(self, spec: str) -> str:
+        return REDACTED
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Secret):
+            return NotImplemented
+        return hmac.compare_digest(self._value, other._value)
+
+    def __hash__(self) -> int:
+        return hash(hashlib.sha256(self._value).digest())
+
+    def __len__(self) -> int:
+        return len(self._value)
+
+    def __setattr__(self, name: str, value: object) -> NoReturn:
+        raise AttributeError("Secret is immutable")
+
+    def __reduce__(self) -> NoReturn:
+        raise TypeError("Secret cannot be pickled")
+
+    def __getstate__(self) -> NoReturn:
+        raise TypeError("Secret cannot be pickled")

@@ -1,0 +1,285 @@
+"""The session store: what the broker remembers about sessions and credentials (no secrets).
+
+``SessionStore`` is the small interface the core uses; ``SqliteSessionStore``
+is the embedded implementation in ``state_dir/sessions.db`` (WAL, one
+transaction per step, synchronous=FULL so each step is durable before the
+next begins). A credential is recorded as ``minting`` before the provider
+call and ``active`` with its non-secret reference after, so nothing minted is
+ever forgotten.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from broker.errors import StoreError
+from broker.timeutil import iso, parse_iso
+
+SESSION_STATES = ("issuing", "active", "revoking", "revoked", "expired", "failed")
+LIVE_SESSION_STATES = ("issuing", "active", "revoking")
+CREDENTIAL_STATES = ("minting", "active", "pending", "revoked", "expired", "valid-until-expiry", "failed")
+#: Credential states that may still be valid at the provider.
+UNSETTLED_CREDENTIAL_STATES = ("minting", "active", "pending")
+
+
+@dataclass(frozen=True)
+class SessionRecord:
+    id: str
+    task: str
+    requester: str
+    state: str
+    created_at: datetime
+    expires_at: datetime
+    dir: str
+    mount_path: str
+    uid: int
+    gid: int
+    mounted: bool
+    document: Mapping[str, Any] | None
+
+
+@dataclass(frozen=True)
+class CredentialRecord:
+    session_id: str
+    name: str
+    provider: str
+    type: str
+    state: str
+    reference: Mapping[str, str]
+    scope: Mapping[str, Any]
+    expires_at: datetime | None
+    fingerprint: str | None
+
+
+class SessionStore(ABC):
+    """What the core needs from a session store."""
+
+    @abstractmethod
+    def create_session(self, record: SessionRecord) -> None: ...
+
+    @abstractmethod
+    def set_session_state(self, session_id: str, state: str) -> None: ...
+
+    @abstractmethod
+    def set_session_document(self, session_id: str, document: Mapping[str, Any]) -> None: ...
+
+    @abstractmethod
+    def add_credential(self, session_id: str, name: str, provider: str, type_name: str) -> None: ...
+
+    @abstractmethod
+    def credential_minted(
+        self,
+        session_id: str,
+        name: str,
+        *,
+        reference: Mapping[str, str],
+        scope: Mapping[str, Any],
+        expires_at: datetime,
+        fingerprint: str,
+    ) -> None: ...
+
+    @abstractmethod
+    def set_credential_state(self, session_id: str, name: str, state: str) -> None: ...
+
+    @abstractmethod
+    def get_session(self, session_id: str) -> SessionRecord | None: ...
+
+    @abstractmethod
+    def credentials(self, session_id: str) -> list[CredentialRecord]: ...
+
+    @abstractmethod
+    def sessions(self, *, states: tuple[str, ...] | None = None, task: str | None = None) -> list[SessionRecord]: ...
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release the connection."""
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS sessions (
+    id TEXT PRIMARY KEY,
+    task TEXT NOT NULL,
+    requester TEXT NOT NULL,
+    state TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    expires_at TEXT NOT NULL,
+    dir TEXT NOT NULL,
+    mount_path TEXT NOT NULL,
+    uid INTEGER NOT NULL,
+    gid INTEGER NOT NULL,
+    mounted INTEGER NOT NULL,
+    document TEXT
+);
+CREATE INDEX IF NOT EXISTS sessions_state ON sessions(state);
+CREATE INDEX IF NOT EXISTS sessions_task ON sessions(task);
+CREATE TABLE IF NOT EXISTS credentials (
+    session_id TEXT NOT NULL REFERENCES sessions(id),
+    name TEXT NOT NULL,
+    provider TEXT NOT NULL,
+    type TEXT NOT NULL,
+    state TEXT NOT NULL,
+    reference TEXT NOT NULL DEFAULT '{}',
+    scope TEXT NOT NULL DEFAULT '{}',
+    expires_at TEXT,
+    fingerprint TEXT,
+    PRIMARY KEY (session_id, name)
+);
+CREATE INDEX IF NOT EXISTS credentials_state ON credentials(state);
+"""
+
+
+class SqliteSessionStore(SessionStore):
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        try:
+            existed = path.exists()
+            self._conn = sqlite3.connect(path, timeout=15, check_same_thread=False, isolation_level=None)
+            if not existed:
+                os.chmod(path, 0o600)
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=FULL")
+            self._conn.execute("PRAGMA foreign_keys=ON")
+            self._conn.executescript(_SCHEMA)
+        except sqlite3.Error as exc:
+            raise StoreError(f"session store {path} is unusable: {exc}") from None
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            try:
+                self._conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield self._conn
+                except BaseException:
+                    self._conn.execute("ROLLBACK")
+                    raise
+                self._conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                raise StoreError(f"session store {self.path}: {exc}") from None
+
+    def _query(self, sql: str, args: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
+        with self._lock:
+            try:
+                self._conn.row_factory = sqlite3.Row
+                return list(self._conn.execute(sql, args).fetchall())
+            except sqlite3.Error as exc:
+                raise StoreError(f"session store {self.path}: {exc}") from None
+
+    def create_session(self, record: SessionRecord) -> None:
+        with self._tx() as conn:
+            conn.execute(
+                "INSERT INTO sessions VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                (
+                    record.id, record.task, record.requester, record.state, iso(record.created_at),
+                    iso(record.expires_at), record.dir, record.mount_path, record.uid, record.gid,
+                    int(record.mounted), None if record.document is None else json.dumps(record.document),
+                ),
+            )
+
+    def set_session_state(self, session_id: str, state: str) -> None:
+        assert state in SESSION_STATES, state
+        with self._tx() as conn:
+            conn.execute("UPDATE sessions SET state=? WHERE id=?", (state, session_id))
+
+    def set_session_document(self, session_id: str, document: Mapping[str, Any]) -> None:
+        with self._tx() as conn:
+            conn.execute("UPDATE sessions SET document=? WHERE id=?", (json.dumps(document), session_id))
+
+    def add_credential(self, session_id: str, name: str, provider: str, type_name: str) -> None:
+        with self._tx() as conn:
+            conn.execute(
+                "INSERT INTO credentials (session_id, name, provider, type, state) VALUES (?,?,?,?,?)",
+                (session_id, name, provider, type_name, "minting"),
+            )
+
+    def credential_minted(
+        self,
+        session_id: str,
+        name: str,
+        *,
+        reference: Mapping[str, str],
+        scope: Mapping[str, Any],
+        expires_at: datetime,
+        fingerprint: str,
+    ) -> None:
+        with self._tx() as conn:
+            conn.execute(
+                "UPDATE credentials SET state='active', reference=?, scope=?, expires_at=?, fingerprint=?"
+                " WHERE session_id=? AND name=?",
+                (json.dumps(dict(reference)), json.dumps(scope), iso(expires_at), fingerprint, session_id, name),
+            )
+
+    def set_credential_state(self, session_id: str, name: str, state: str) -> None:
+        assert state in CREDENTIAL_STATES, state
+        with self._tx() as conn:
+            conn.execute(
+                "UPDATE credentials SET state=? WHERE session_id=? AND name=?", (state, session_id, name)
+            )
+
+    def get_session(self, session_id: str) -> SessionRecord | None:
+        rows = self._query("SELECT * FROM sessions WHERE id=?", (session_id,))
+        return _session(rows[0]) if rows else None
+
+    def credentials(self, session_id: str) -> list[CredentialRecord]:
+        rows = self._query("SELECT * FROM credentials WHERE session_id=? ORDER BY rowid", (session_id,))
+        return [_credential(row) for row in rows]
+
+    def sessions(self, *, states: tuple[str, ...] | None = None, task: str | None = None) -> list[SessionRecord]:
+        sql = "SELECT * FROM sessions WHERE 1=1"
+        args: list[Any] = []
+        if states is not None:
+            sql += f" AND state IN ({','.join('?' * len(states))})"
+            args.extend(states)
+        if task is not None:
+            sql += " AND task=?"
+            args.append(task)
+        return [_session(row) for row in self._query(sql + " ORDER BY created_at, id", tuple(args))]
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+
+def _session(row: sqlite3.Row) -> SessionRecord:
+    return SessionRecord(
+        id=row["id"],
+        task=row["task"],
+        requester=row["requester"],
+        state=row["state"],
+        created_at=parse_iso(row["created_at"]),
+        expires_at=parse_iso(row["expires_at"]),
+        dir=row["dir"],
+        mount_path=row["mount_path"],
+        uid=row["uid"],
+        gid=row["gid"],
+        mounted=bool(row["mounted"]),
+        document=json.loads(row["document"]) if row["document"] else None,
+    )
+
+
+def _credential(row: sqlite3.Row) -> CredentialRecord:
+    return CredentialRecord(
+        session_id=row["session_id"],
+        name=row["name"],
+        provider=row["provider"],
+        type=row["type"],
+        state=row["state"],
+        reference=json.loads(row["reference"]),
+        scope=json.loads(row["scope"]),
+        expires_at=parse_iso(row["expires_at"]) if row["expires_at"] else None,
+        fingerprint=row["fingerprint"],
+    )
+
+
+def open_store(state_dir: Path) -> SqliteSessionStore:
+    return SqliteSessionStore(state_dir / "sessions.db")

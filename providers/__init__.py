@@ -1,0 +1,1 @@
+"""Credential providers: one module per provider type behind ``providers.base.Provider``."""

@@ -1,0 +1,155 @@
+"""The provider interface: what every provider type (Vault, AWS STS, GitHub App) implements.
+
+A provider type knows four things about its credentials:
+
+* how a manifest asks for one (``parse_request``, untrusted input),
+* how a policy file grants one (``compile_grant``, operator input),
+* how to mint one (``mint``) and how to revoke it (``revoke``).
+
+Values crossing this interface are frozen dataclasses; secret material only
+travels as ``Secret``. Provider modules import their SDKs lazily, inside the
+methods that call the provider, so loading a config stays cheap.
+"""
+
+from __future__ import annotations
+
+import enum
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path, PurePosixPath
+from typing import Any, ClassVar
+
+from broker.errors import ProviderError
+from broker.fields import Fields
+from broker.secret import Secret
+
+__all__ = [
+    "CredentialRequest",
+    "Grant",
+    "MintContext",
+    "MintedCredential",
+    "Provider",
+    "ProviderError",
+    "RevokeOutcome",
+    "RevokeTarget",
+]
+
+
+@dataclass(frozen=True)
+class CredentialRequest:
+    """One credential as a manifest asks for it; provider types subclass it."""
+
+    name: str
+    provider: str
+    ttl: int | None
+
+    def scope(self) -> dict[str, Any]:
+        """The requested scope as JSON-able data (for session.json and the log)."""
+        return {}
+
+
+@dataclass(frozen=True)
+class Grant(ABC):
+    """One compiled grant of a policy rule for one provider instance."""
+
+    provider: str
+    max_ttl: int | None
+
+    @abstractmethod
+    def check(self, request: CredentialRequest) -> list[str]:
+        """Why ``request`` falls outside this grant; an empty list means it is covered."""
+
+
+@dataclass(frozen=True)
+class MintContext:
+    """What a provider needs to know about the session it mints for."""
+
+    session_id: str
+    task: str
+    requester: str
+    ttl: int  # the capped lifetime for this credential, in seconds
+    session_expires_at: datetime
+    mount_dir: PurePosixPath  # where this credential's files appear inside the sandbox
+
+
+@dataclass(frozen=True)
+class MintedCredential:
+    """A freshly minted credential.
+
+    ``reference`` is the provider's non-secret handle (stored and logged),
+    ``secret`` is what gets fingerprinted, ``files`` maps a file name inside
+    the credential's directory to its content, ``revoke_secret`` is what a
+    revocation needs beyond ``reference`` (kept on tmpfs only).
+    """
+
+    reference: Mapping[str, str]
+    secret: Secret
+    files: Mapping[str, Secret | str]
+    expires_at: datetime
+    scope: Mapping[str, Any]
+    env: Mapping[str, str] = field(default_factory=dict)
+    revoke_secret: Secret | None = None
+
+
+@dataclass(frozen=True)
+class RevokeTarget:
+    """What the store remembers about a credential, enough to revoke it."""
+
+    name: str
+    reference: Mapping[str, str]
+    expires_at: datetime | None
+    revoke_secret: Secret | None = None
+
+
+class RevokeOutcome(enum.StrEnum):
+    REVOKED = "revoked"
+    PENDING = "pending"
+    EXPIRED = "expired"
+    VALID_UNTIL_EXPIRY = "valid-until-expiry"
+
+
+class Provider(ABC):
+    """One configured provider instance (``[providers.NAME]`` in the config)."""
+
+    type_name: ClassVar[str]
+    #: The provider's own ceiling on a credential's lifetime, in seconds (None: no limit).
+    max_ttl: ClassVar[int | None] = None
+    #: The provider's own floor; a shorter capped TTL is a bad request.
+    min_ttl: ClassVar[int] = 1
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    @classmethod
+    @abstractmethod
+    def from_config(cls, name: str, fields: Fields, config_dir: Path) -> Provider:
+        """Build the instance from its config table; no network, no SDK import."""
+
+    @classmethod
+    @abstractmethod
+    def parse_request(
+        cls, fields: Fields, *, name: str, provider: str, ttl: int | None
+    ) -> CredentialRequest:
+        """Read the provider-specific fields of one manifest credential (untrusted)."""
+
+    @classmethod
+    @abstractmethod
+    def compile_grant(cls, fields: Fields, *, provider: str, max_ttl: int | None) -> Grant:
+        """Read and compile the provider-specific fields of one policy grant."""
+
+    @abstractmethod
+    def mint(self, request: CredentialRequest, context: MintContext) -> MintedCredential:
+        """Mint the credential at the provider; raise ``ProviderError`` on failure."""
+
+    @abstractmethod
+    def revoke(self, target: RevokeTarget, now: datetime) -> RevokeOutcome:
+        """Revoke at the provider; raise ``ProviderError`` when it cannot be done now."""
+
+    def describe(self) -> dict[str, str]:
+        """Non-secret facts for status and doctor output."""
+        return {"name": self.name, "type": self.type_name}
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections."""

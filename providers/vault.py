@@ -1,0 +1,299 @@
+"""Vault / OpenBao tokens: one token per credential with exactly the requested policies.
+
+The broker authenticates with a token file or AppRole, mints through an
+optional token role (``token_role``; use an ``orphan=true`` role so session
+tokens do not die with the broker's own login token), sets ``ttl`` and
+``explicit_max_ttl`` to the capped TTL, ``num_uses``, metadata naming the task
+and session, and revokes by accessor. ``hvac`` is imported on first use.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from broker.errors import ConfigError, ManifestError, ProviderError
+from broker.fields import Fields
+from broker.globs import any_match
+from broker.secretfiles import read_secret_file
+from providers.base import (
+    CredentialRequest,
+    Grant,
+    MintContext,
+    MintedCredential,
+    Provider,
+    RevokeOutcome,
+    RevokeTarget,
+)
+
+if TYPE_CHECKING:
+    import hvac
+
+POLICY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+POLICY_GLOB = re.compile(r"[A-Za-z0-9_.*?-]{1,128}")
+ADDR = re.compile(r"https?://[A-Za-z0-9.\-]+(:[0-9]{1,5})?/?")
+MAX_USES = 1_000_000
+FORBIDDEN_POLICIES = frozenset({"root"})
+
+
+@dataclass(frozen=True)
+class VaultRequest(CredentialRequest):
+    policies: tuple[str, ...] = ()
+    num_uses: int = 0
+
+    def scope(self) -> dict[str, Any]:
+        return {"policies": list(self.policies), "num_uses": self.num_uses}
+
+
+@dataclass(frozen=True)
+class VaultGrant(Grant):
+    policies: tuple[str, ...] = ()
+    max_uses: int | None = None
+
+    def check(self, request: CredentialRequest) -> list[str]:
+        assert isinstance(request, VaultRequest)
+        reasons = [
+            f"vault policy {p!r} is not granted"
+            for p in request.policies
+            if not any_match(self.policies, p)
+        ]
+        if self.max_uses is not None:
+            if request.num_uses == 0:
+                reasons.append(f"num_uses 0 (unlimited) is above the grant's max_uses {self.max_uses}")
+            elif request.num_uses > self.max_uses:
+                reasons.append(f"num_uses {request.num_uses} is above the grant's max_uses {self.max_uses}")
+        return reasons
+
+
+class VaultProvider(Provider):
+    type_name = "vault"
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        addr: str,
+        token_file: Path | None,
+        approle: tuple[Path, Path] | None,
+        approle_mount: str,
+        namespace: str | None,
+        token_role: str | None,
+        timeout: int,
+    ) -> None:
+        super().__init__(name)
+        self.addr = addr.rstrip("/")
+        self.token_file = token_file
+        self.approle = approle
+        self.approle_mount = approle_mount
+        self.namespace = namespace
+        self.token_role = token_role
+        self.timeout = timeout
+        self._client: hvac.Client | None = None
+        self._lock = threading.Lock()
+
+    # -- configuration -------------------------------------------------------------------
+
+    @classmethod
+    def from_config(cls, name: str, fields: Fields, config_dir: Path) -> VaultProvider:
+        addr = fields.req_string("addr", pattern=ADDR, hint="http(s)://host[:port]")
+        token_file = fields.string("token_file", required=False, max_len=4096)
+        role_id = fields.string("approle_role_id_file", required=False, max_len=4096)
+        secret_id = fields.string("approle_secret_id_file", required=False, max_len=4096)
+        if (token_file is None) == (role_id is None and secret_id is None):
+            raise ConfigError(
+                f"providers.{name}: set token_file, or approle_role_id_file and approle_secret_id_file"
+            )
+        if (role_id is None) != (secret_id is None):
+            raise ConfigError(
+                f"providers.{name}: approle_role_id_file and approle_secret_id_file go together"
+            )
+        approle = None
+        if role_id is not None and secret_id is not None:
+            approle = (config_dir / role_id, config_dir / secret_id)
+        return cls(
+            name,
+            addr=addr,
+            token_file=config_dir / token_file if token_file else None,
+            approle=approle,
+            approle_mount=fields.string("approle_mount", required=False, pattern=POLICY_NAME)
+            or "approle",
+            namespace=fields.string("namespace", required=False, pattern=POLICY_NAME),
+            token_role=fields.string("token_role", required=False, pattern=POLICY_NAME),
+            timeout=fields.integer("timeout", minimum=1, maximum=300) or 10,
+        )
+
+    @classmethod
+    def parse_request(
+        cls, fields: Fields, *, name: str, provider: str, ttl: int | None
+    ) -> VaultRequest:
+        policies = fields.string_list(
+            "policies", pattern=POLICY_NAME, max_items=64, max_len=128,
+            hint="letters, digits, '_', '.', '-'",
+        )
+        assert policies is not None
+        for index, policy in enumerate(policies):
+            if policy in FORBIDDEN_POLICIES:
+                raise ManifestError(f"{fields.where(f'policies[{index}]')}: the root policy is never issued")
+        num_uses = fields.integer("num_uses", minimum=0, maximum=MAX_USES) or 0
+        return VaultRequest(name=name, provider=provider, ttl=ttl, policies=policies, num_uses=num_uses)
+
+    @classmethod
+    def compile_grant(cls, fields: Fields, *, provider: str, max_ttl: int | None) -> VaultGrant:
+        policies = fields.string_list("policies", pattern=POLICY_GLOB, max_items=100, hint="a policy name glob")
+        assert policies is not None
+        max_uses = fields.integer("max_uses", minimum=1, maximum=MAX_USES)
+        return VaultGrant(provider=provider, max_ttl=max_ttl, policies=policies, max_uses=max_uses)
+
+    def describe(self) -> dict[str, str]:
+        return {"name": self.name, "type": self.type_name, "addr": self.addr}
+
+    # -- provider calls ------------------------------------------------------------------
+
+    def client(self) -> hvac.Client:
+        """The authenticated client of the broker's own identity (created once)."""
+        with self._lock:
+            if self._client is None:
+                self._client = self._login()
+            return self._client
+
+    def _login(self) -> hvac.Client:
+        import hvac
+
+        client = hvac.Client(url=self.addr, namespace=self.namespace, timeout=self.timeout)
+        if self.token_file is not None:
+            token = read_secret_file(self.token_file, f"providers.{self.name}.token_file")
+            client.token = token.reveal()
+            return client
+        assert self.approle is not None
+        role_id = read_secret_file(self.approle[0], f"providers.{self.name}.approle_role_id_file")
+        secret_id = read_secret_file(self.approle[1], f"providers.{self.name}.approle_secret_id_file")
+        with self._errors("AppRole login"):
+            client.auth.approle.login(
+                role_id=role_id.reveal(), secret_id=secret_id.reveal(), mount_point=self.approle_mount
+            )
+        return client
+
+    def mint(self, request: CredentialRequest, context: MintContext) -> MintedCredential:
+        from broker.secret import Secret
+
+        assert isinstance(request, VaultRequest)
+        client = self.client()
+        ttl = f"{context.ttl}s"
+        with self._errors("token create"):
+            response = client.auth.token.create(
+                role_name=self.token_role,
+                policies=list(request.policies),
+                meta={
+                    "broker_session": context.session_id,
+                    "broker_task": context.task,
+                    "broker_credential": request.name,
+                },
+                no_default_policy=True,
+                renewable=False,
+                ttl=ttl,
+                explicit_max_ttl=ttl,
+                display_name=f"broker-{context.task}-{request.name}"[:100],
+                num_uses=request.num_uses,
+                type="service",
+            )
+        auth = response.get("auth") or {}
+        token = Secret(str(auth.get("client_token", "")))
+        accessor = str(auth.get("accessor", ""))
+        if not accessor or not len(token):
+            raise ProviderError(f"vault {self.name}: token create returned no token or accessor")
+        granted = sorted(auth.get("token_policies") or auth.get("policies") or [])
+        if granted != sorted(request.policies):
+            self._revoke_accessor(accessor)
+            raise ProviderError(
+                f"vault {self.name}: token came back with policies {granted}, not the requested"
+                f" {sorted(request.policies)}; revoked it"
+            )
+        lease = int(auth.get("lease_duration") or context.ttl)
+        issued = datetime.now().astimezone()
+        expires_at = min(issued + timedelta(seconds=min(lease, context.ttl)), context.session_expires_at)
+        return MintedCredential(
+            reference={"accessor": accessor},
+            secret=token,
+            files={"token": token},
+            expires_at=expires_at,
+            scope=request.scope(),
+            env={"VAULT_ADDR": self.addr},
+        )
+
+    def revoke(self, target: RevokeTarget, now: datetime) -> RevokeOutcome:
+        accessor = target.reference.get("accessor", "")
+        if not accessor:
+            raise ProviderError(f"vault {self.name}: no accessor recorded for {target.name}", retryable=False)
+        self._revoke_accessor(accessor)
+        if target.expires_at is not None and target.expires_at <= now:
+            return RevokeOutcome.EXPIRED
+        return RevokeOutcome.REVOKED
+
+    def _revoke_accessor(self, accessor: str) -> None:
+        import hvac.exceptions
+
+        client = self.client()
+        try:
+            with self._errors("revoke-accessor"):
+                # 204 when revoked, 200 with a warning when it was already gone: both mean gone.
+                client.auth.token.revoke_accessor(accessor)
+        except ProviderError as exc:
+            if isinstance(exc.__cause__, hvac.exceptions.InvalidRequest) and "invalid accessor" in str(
+                exc
+            ):
+                return
+            raise
+
+    def lookup_accessor(self, accessor: str) -> dict[str, Any] | None:
+        """The token's non-secret facts, or None when it no longer exists."""
+        import hvac.exceptions
+
+        client = self.client()
+        try:
+            with self._errors("lookup-accessor"):
+                data = client.auth.token.lookup_accessor(accessor)
+        except ProviderError as exc:
+            if isinstance(exc.__cause__, hvac.exceptions.InvalidRequest | hvac.exceptions.Forbidden):
+                return None
+            raise
+        result: dict[str, Any] = data.get("data") or {}
+        return result
+
+    def _errors(self, action: str) -> _VaultErrors:
+        return _VaultErrors(self, action)
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.adapter.close()
+            self._client = None
+
+
+class _VaultErrors:
+    """Turns hvac and requests errors into ``ProviderError`` without secrets."""
+
+    def __init__(self, provider: VaultProvider, action: str) -> None:
+        self.provider = provider
+        self.action = action
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> bool:
+        if exc is None or isinstance(exc, ProviderError | ConfigError):
+            return False
+        import hvac.exceptions
+        import requests
+
+        prefix = f"vault {self.provider.name}: {self.action} failed"
+        if isinstance(exc, hvac.exceptions.VaultError):
+            errors = "; ".join(str(e) for e in (exc.errors or []))[:300] or type(exc).__name__
+            raise ProviderError(f"{prefix}: {errors}") from exc
+        if isinstance(exc, requests.exceptions.RequestException):
+            raise ProviderError(
+                f"{prefix}: cannot reach {self.provider.addr} ({type(exc).__name__})"
+            ) from exc
+        return False

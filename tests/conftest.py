@@ -1,0 +1,3 @@
+"""Shared fixtures live in ``tests/fixtures``; this file only registers them."""
+
+pytest_plugins = ["tests.fixtures.brokerenv", "tests.fixtures.openbao"]

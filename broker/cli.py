@@ -24,7 +24,7 @@ import typer
 from broker import __version__
 from broker.config import Config, config_path, load_config
 from broker.errors import REPORT_URL, BrokerError, Interrupted, RevokeIncomplete
-from broker.timeutil import iso, utcnow
+from broker.timeutil import utcnow
 
 app = typer.Typer(
     name="broker",
@@ -105,9 +105,7 @@ def issue(
     ctx: typer.Context,
     task: Annotated[str, typer.Option("--task", help="Task manifest (YAML or JSON; - for stdin).")],
     as_json: Annotated[bool, typer.Option("--json", help="Print the session document as JSON.")] = False,
-    fmt: Annotated[
-        OutputFormat | None, typer.Option("--format", help="What to print for the launcher.")
-    ] = None,
+    fmt: Annotated[OutputFormat | None, typer.Option("--format", help="What to print for the launcher.")] = None,
     session_file: Annotated[
         Path | None, typer.Option("--session-file", help="Also write the session id to this file.")
     ] = None,
@@ -219,11 +217,11 @@ def policy_check(
 
     Example: broker policy check --task task.yaml
     """
+    from broker.core import current_requester
     from broker.durations import format_duration
     from broker.errors import PolicyDenied
     from broker.manifest import load_manifest
     from broker.policy import decide, load_policy
-    from broker.core import current_requester
 
     config = _config(ctx)
     manifest = load_manifest(task, config)
@@ -232,11 +230,14 @@ def policy_check(
         _print_json(decision.to_json())
     else:
         verdict = "allowed" if decision.allowed else "denied"
-        typer.echo(f"task {decision.task} for {decision.requester}: {verdict}, session ttl {format_duration(decision.session_ttl)}")
+        ttl = format_duration(decision.session_ttl)
+        typer.echo(f"task {decision.task} for {decision.requester}: {verdict}, session ttl {ttl}")
         for credential in decision.credentials:
             if credential.allowed:
                 assert credential.ttl is not None
-                typer.echo(f"  {credential.name}: allowed by rule {credential.rule}, ttl {format_duration(credential.ttl)}")
+                typer.echo(
+                    f"  {credential.name}: allowed by rule {credential.rule}, ttl {format_duration(credential.ttl)}"
+                )
             else:
                 typer.echo(f"  {credential.name}: denied")
                 for reason in credential.reasons:
@@ -248,7 +249,9 @@ def policy_check(
 @policy_app.command("lint")
 def policy_lint(
     ctx: typer.Context,
-    directory: Annotated[Path | None, typer.Argument(help="Policy directory [default: the config's policy_dir].")] = None,
+    directory: Annotated[
+        Path | None, typer.Argument(help="Policy directory [default: the config's policy_dir].")
+    ] = None,
 ) -> None:
     """Validate policy files (syntax, fields, provider instances the config defines).
 

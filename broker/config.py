@@ -101,9 +101,7 @@ def parse_config(table: object, path: Path) -> Config:
     if table_providers is not None:
         for name, _ in table_providers.items():
             if not INSTANCE_NAME.fullmatch(name):
-                raise ConfigError(
-                    f"providers.{name[:40]}: instance names are lower-case letters, digits, _ and -"
-                )
+                raise ConfigError(f"providers.{name[:40]}: instance names are lower-case letters, digits, _ and -")
             instance = table_providers.mapping(name)
             assert instance is not None
             type_name = instance.req_string("type")

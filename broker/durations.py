@@ -21,9 +21,7 @@ def parse_duration(value: object, field: str, error: type[BadInput] = BadInput) 
     elif isinstance(value, str):
         match = _DURATION.fullmatch(value)
         if match is None:
-            raise error(
-                f"{field}: {value[:40]!r} is not a duration (a positive integer followed by s, m or h)"
-            )
+            raise error(f"{field}: {value[:40]!r} is not a duration (a positive integer followed by s, m or h)")
         seconds = int(match.group(1)) * _UNIT_SECONDS[match.group(2)]
     else:
         raise error(f"{field}: expected a duration such as 90s, 15m or 1h")

@@ -68,8 +68,13 @@ class Fields:
         return self._data[key]
 
     def string(
-        self, key: str, *, required: bool = True, pattern: re.Pattern[str] | None = None,
-        max_len: int = 256, hint: str = "",
+        self,
+        key: str,
+        *,
+        required: bool = True,
+        pattern: re.Pattern[str] | None = None,
+        max_len: int = 256,
+        hint: str = "",
     ) -> str | None:
         value = self._get(key, required)
         if value is None:
@@ -88,7 +93,11 @@ class Fields:
         return value
 
     def integer(
-        self, key: str, *, required: bool = False, minimum: int | None = None,
+        self,
+        key: str,
+        *,
+        required: bool = False,
+        minimum: int | None = None,
         maximum: int | None = None,
     ) -> int | None:
         value = self._get(key, required)
@@ -117,8 +126,15 @@ class Fields:
         return parse_duration(value, self.where(key), self._error)
 
     def string_list(
-        self, key: str, *, required: bool = True, pattern: re.Pattern[str] | None = None,
-        min_items: int = 1, max_items: int = 500, max_len: int = 256, unique: bool = True,
+        self,
+        key: str,
+        *,
+        required: bool = True,
+        pattern: re.Pattern[str] | None = None,
+        min_items: int = 1,
+        max_items: int = 500,
+        max_len: int = 256,
+        unique: bool = True,
         hint: str = "",
     ) -> tuple[str, ...] | None:
         value = self._get(key, required)

@@ -9,6 +9,7 @@ was minted, removes the directory and marks the session ``failed``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from datetime import timedelta
@@ -182,10 +183,8 @@ def _roll_back(
             outcome = revoke_credential(broker, session_id, manifest.task, record, now, reason="rollback")
             if outcome == "pending":
                 pending.append(record.name)
-    try:
+    with contextlib.suppress(OSError):  # sweep removes orphaned directories
         directory.remove()
-    except OSError:
-        pass  # sweep removes orphaned directories
     broker.store.set_session_state(session_id, "failed")
     reason = cause.message if isinstance(cause, BrokerError) else type(cause).__name__
     broker.log.append(

@@ -66,21 +66,15 @@ def load_manifest(source: str, config: Config) -> Manifest:
 
 
 def parse_manifest(data: bytes, config: Config, *, as_json: bool = False) -> Manifest:
-    document = parse_document(
-        data, what="manifest", max_bytes=MAX_MANIFEST_BYTES, as_json=as_json, error=ManifestError
-    )
+    document = parse_document(data, what="manifest", max_bytes=MAX_MANIFEST_BYTES, as_json=as_json, error=ManifestError)
     fields = Fields(document, "", ManifestError)
     version = fields.integer("version", required=True)
     if version != 1:
         raise ManifestError("version: only version 1 is supported")
-    task = fields.req_string(
-        "task", pattern=TASK_NAME, max_len=63, hint="lower-case letters, digits, '.', '_', '-'"
-    )
+    task = fields.req_string("task", pattern=TASK_NAME, max_len=63, hint="lower-case letters, digits, '.', '_', '-'")
     ttl = fields.duration("ttl")
     sandbox = _parse_sandbox(fields.mapping("sandbox", required=False))
-    credentials = tuple(
-        _parse_credential(item, config, ttl) for item in fields.list_of_mappings("credentials")
-    )
+    credentials = tuple(_parse_credential(item, config, ttl) for item in fields.list_of_mappings("credentials"))
     names = [c.name for c in credentials]
     for index, name in enumerate(names):
         if name in names[:index]:
@@ -98,9 +92,7 @@ def _parse_sandbox(fields: Fields | None) -> Sandbox:
     mount_path = DEFAULT_MOUNT_PATH
     if mount is not None:
         if not MOUNT_PATH.fullmatch(mount) or any(p in ("..", ".") for p in mount.split("/")):
-            raise ManifestError(
-                f"sandbox.mount_path: {shown(mount)} is not an absolute, normalised path"
-            )
+            raise ManifestError(f"sandbox.mount_path: {shown(mount)} is not an absolute, normalised path")
         mount_path = PurePosixPath(mount)
     fields.done()
     return Sandbox(
@@ -111,9 +103,7 @@ def _parse_sandbox(fields: Fields | None) -> Sandbox:
 
 
 def _parse_credential(fields: Fields, config: Config, session_ttl: int | None) -> CredentialRequest:
-    name = fields.req_string(
-        "name", pattern=CREDENTIAL_NAME, max_len=32, hint="lower-case letters, digits, '_', '-'"
-    )
+    name = fields.req_string("name", pattern=CREDENTIAL_NAME, max_len=32, hint="lower-case letters, digits, '_', '-'")
     provider_name = fields.req_string("provider", max_len=64)
     if provider_name not in config.providers:
         known = ", ".join(sorted(config.providers)) or "none configured"

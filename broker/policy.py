@@ -94,9 +94,7 @@ class Decision:
 
     @property
     def reasons(self) -> tuple[str, ...]:
-        return tuple(
-            f"{c.name}: {reason}" for c in self.credentials if not c.allowed for reason in c.reasons
-        )
+        return tuple(f"{c.name}: {reason}" for c in self.credentials if not c.allowed for reason in c.reasons)
 
     def credential(self, name: str) -> CredentialDecision:
         return next(c for c in self.credentials if c.name == name)
@@ -127,9 +125,7 @@ def load_policy(directory: Path, config: Config) -> Policy:
     for path in files:
         for rule in load_policy_file(path, config):
             if rule.id in seen:
-                raise PolicyFileError(
-                    f"{path.name}: rule id {rule.id!r} is also defined in {seen[rule.id]}"
-                )
+                raise PolicyFileError(f"{path.name}: rule id {rule.id!r} is also defined in {seen[rule.id]}")
             seen[rule.id] = path.name
             rules.append(rule)
     if not rules:
@@ -148,9 +144,7 @@ def load_policy_file(path: Path, config: Config) -> list[Rule]:
         def __init__(self, message: str) -> None:
             super().__init__(f"{path.name}: {message}")
 
-    document = parse_document(
-        data, what="policy file", max_bytes=MAX_POLICY_BYTES, as_json=False, error=FileError
-    )
+    document = parse_document(data, what="policy file", max_bytes=MAX_POLICY_BYTES, as_json=False, error=FileError)
     fields = Fields(document, "", FileError)
     rules = [_compile_rule(item, config, path.name) for item in fields.list_of_mappings("rules", max_items=1000)]
     fields.done()
@@ -162,7 +156,10 @@ def _compile_rule(fields: Fields, config: Config, source: str) -> Rule:
     description = fields.string("description", required=False, max_len=1024) or ""
     tasks = fields.string_list("tasks", pattern=TASK_GLOB, max_items=100, hint="a glob on task names")
     requesters = fields.string_list(
-        "requesters", required=False, pattern=REQUESTER_GLOB, max_items=100,
+        "requesters",
+        required=False,
+        pattern=REQUESTER_GLOB,
+        max_items=100,
         hint="a user name glob or uid:N",
     )
     max_ttl = fields.duration("max_ttl")
@@ -239,13 +236,15 @@ def _decide_credential(
         for grant in grants:
             outside = grant.check(request)
             ttl = _smallest(
-                request.ttl or session_cap, session_cap, rule.max_ttl, grant.max_ttl,
-                config.max_ttl, provider.max_ttl,
+                request.ttl or session_cap,
+                session_cap,
+                rule.max_ttl,
+                grant.max_ttl,
+                config.max_ttl,
+                provider.max_ttl,
             )
             if ttl < provider.min_ttl:
-                outside.append(
-                    f"ttl capped to {ttl}s, below the {provider.min_ttl}s minimum of {provider.type_name}"
-                )
+                outside.append(f"ttl capped to {ttl}s, below the {provider.min_ttl}s minimum of {provider.type_name}")
             if not outside:
                 decision = CredentialDecision(request.name, request.provider, True, rule.id, ttl, ())
                 return decision, rule

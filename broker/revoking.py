@@ -45,9 +45,7 @@ class RevokeReport:
     def to_json(self) -> dict[str, Any]:
         return {
             "session": self.session,
-            "credentials": [
-                {"name": c.name, "provider": c.provider, "outcome": c.outcome} for c in self.credentials
-            ],
+            "credentials": [{"name": c.name, "provider": c.provider, "outcome": c.outcome} for c in self.credentials],
             "dir_removed": self.dir_removed,
         }
 

@@ -18,6 +18,7 @@ class Secret:
     """An opaque secret value (a token, a key, a password)."""
 
     __slots__ = ("_value",)
+    _value: bytes
 
     def __init__(self, value: str | bytes) -> None:
         if isinstance(value, str):

@@ -30,8 +30,7 @@ def read_secret_file(path: Path, what: str, *, strip: bool = True) -> Secret:
             raise ConfigError(f"{what} {path} is not a regular file")
         if info.st_mode & 0o077:
             raise ConfigError(
-                f"{what} {path} is readable by others (mode {stat.S_IMODE(info.st_mode):04o});"
-                " chmod 600 it"
+                f"{what} {path} is readable by others (mode {stat.S_IMODE(info.st_mode):04o}); chmod 600 it"
             )
         data = os.read(fd, MAX_SECRET_FILE_BYTES + 1)
     finally:

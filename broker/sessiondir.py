@@ -55,7 +55,7 @@ def prepare_runtime_dir(path: Path, mount_mode: str) -> RuntimeDir:
     _check_parents(path)
     mount = mount_mode == "always" or (mount_mode == "auto" and mounts.can_mount())
     if mount and not mounts.can_mount():
-        raise RuntimeDirError("mount_tmpfs = \"always\" but the broker cannot mount (not root)")
+        raise RuntimeDirError('mount_tmpfs = "always" but the broker cannot mount (not root)')
     if not mount:
         try:
             on_tmpfs = mounts.is_tmpfs(path)
@@ -63,8 +63,7 @@ def prepare_runtime_dir(path: Path, mount_mode: str) -> RuntimeDir:
             raise RuntimeDirError(f"runtime_dir {path}: {exc.strerror}") from None
         if not on_tmpfs:
             raise RuntimeDirError(
-                f"runtime_dir {path} is not on tmpfs and the broker cannot mount one; "
-                "secrets would reach a disk"
+                f"runtime_dir {path} is not on tmpfs and the broker cannot mount one; secrets would reach a disk"
             )
     return RuntimeDir(path=path, mount_per_session=mount)
 

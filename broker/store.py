@@ -180,9 +180,18 @@ class SqliteSessionStore(SessionStore):
             conn.execute(
                 "INSERT INTO sessions VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
-                    record.id, record.task, record.requester, record.state, iso(record.created_at),
-                    iso(record.expires_at), record.dir, record.mount_path, record.uid, record.gid,
-                    int(record.mounted), None if record.document is None else json.dumps(record.document),
+                    record.id,
+                    record.task,
+                    record.requester,
+                    record.state,
+                    iso(record.created_at),
+                    iso(record.expires_at),
+                    record.dir,
+                    record.mount_path,
+                    record.uid,
+                    record.gid,
+                    int(record.mounted),
+                    None if record.document is None else json.dumps(record.document),
                 ),
             )
 
@@ -216,15 +225,20 @@ class SqliteSessionStore(SessionStore):
             conn.execute(
                 "UPDATE credentials SET state='active', reference=?, scope=?, expires_at=?, fingerprint=?"
                 " WHERE session_id=? AND name=?",
-                (json.dumps(dict(reference)), json.dumps(scope), iso(expires_at), fingerprint, session_id, name),
+                (
+                    json.dumps(dict(reference)),
+                    json.dumps(scope),
+                    iso(expires_at),
+                    fingerprint,
+                    session_id,
+                    name,
+                ),
             )
 
     def set_credential_state(self, session_id: str, name: str, state: str) -> None:
         assert state in CREDENTIAL_STATES, state
         with self._tx() as conn:
-            conn.execute(
-                "UPDATE credentials SET state=? WHERE session_id=? AND name=?", (state, session_id, name)
-            )
+            conn.execute("UPDATE credentials SET state=? WHERE session_id=? AND name=?", (state, session_id, name))
 
     def get_session(self, session_id: str) -> SessionRecord | None:
         rows = self._query("SELECT * FROM sessions WHERE id=?", (session_id,))

@@ -28,8 +28,8 @@ class _StrictLoader(yaml.SafeLoader):
         super().__init__(stream)
         self._depth = 0
 
-    def compose_node(self, parent: Node | None, index: object) -> Node | None:  # type: ignore[override]
-        event = self.peek_event()
+    def compose_node(self, parent: Node | None, index: int) -> Node | None:
+        event = self.peek_event()  # type: ignore[no-untyped-call]
         where = _where(event)
         if isinstance(event, AliasEvent):
             raise yaml.YAMLError(f"aliases are not allowed{where}")
@@ -42,13 +42,11 @@ class _StrictLoader(yaml.SafeLoader):
         try:
             if self._depth > MAX_DEPTH:
                 raise yaml.YAMLError(f"nesting deeper than {MAX_DEPTH} levels{where}")
-            return super().compose_node(parent, index)  # type: ignore[no-any-return]
+            return super().compose_node(parent, index)
         finally:
             self._depth -= 1
 
-    def construct_mapping(self, node: Node, deep: bool = False) -> dict[Any, Any]:
-        if not isinstance(node, MappingNode):
-            return super().construct_mapping(node, deep=deep)
+    def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[object] = set()
         for key_node, _ in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":
@@ -97,11 +95,7 @@ def parse_document(
         raise error(f"{what} is not valid UTF-8") from None
     if "\x00" in text:
         raise error(f"{what} contains a NUL character")
-    loader: Callable[[str], Any]
-    if as_json:
-        loader = _load_json
-    else:
-        loader = _load_yaml
+    loader: Callable[[str], Any] = _load_json if as_json else _load_yaml
     try:
         return loader(text)
     except (yaml.YAMLError, ValueError, RecursionError) as exc:

@@ -129,9 +129,7 @@ class Provider(ABC):
 
     @classmethod
     @abstractmethod
-    def parse_request(
-        cls, fields: Fields, *, name: str, provider: str, ttl: int | None
-    ) -> CredentialRequest:
+    def parse_request(cls, fields: Fields, *, name: str, provider: str, ttl: int | None) -> CredentialRequest:
         """Read the provider-specific fields of one manifest credential (untrusted)."""
 
     @classmethod

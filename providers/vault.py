@@ -56,11 +56,7 @@ class VaultGrant(Grant):
 
     def check(self, request: CredentialRequest) -> list[str]:
         assert isinstance(request, VaultRequest)
-        reasons = [
-            f"vault policy {p!r} is not granted"
-            for p in request.policies
-            if not any_match(self.policies, p)
-        ]
+        reasons = [f"vault policy {p!r} is not granted" for p in request.policies if not any_match(self.policies, p)]
         if self.max_uses is not None:
             if request.num_uses == 0:
                 reasons.append(f"num_uses 0 (unlimited) is above the grant's max_uses {self.max_uses}")
@@ -104,13 +100,9 @@ class VaultProvider(Provider):
         role_id = fields.string("approle_role_id_file", required=False, max_len=4096)
         secret_id = fields.string("approle_secret_id_file", required=False, max_len=4096)
         if (token_file is None) == (role_id is None and secret_id is None):
-            raise ConfigError(
-                f"providers.{name}: set token_file, or approle_role_id_file and approle_secret_id_file"
-            )
+            raise ConfigError(f"providers.{name}: set token_file, or approle_role_id_file and approle_secret_id_file")
         if (role_id is None) != (secret_id is None):
-            raise ConfigError(
-                f"providers.{name}: approle_role_id_file and approle_secret_id_file go together"
-            )
+            raise ConfigError(f"providers.{name}: approle_role_id_file and approle_secret_id_file go together")
         approle = None
         if role_id is not None and secret_id is not None:
             approle = (config_dir / role_id, config_dir / secret_id)
@@ -119,19 +111,19 @@ class VaultProvider(Provider):
             addr=addr,
             token_file=config_dir / token_file if token_file else None,
             approle=approle,
-            approle_mount=fields.string("approle_mount", required=False, pattern=POLICY_NAME)
-            or "approle",
+            approle_mount=fields.string("approle_mount", required=False, pattern=POLICY_NAME) or "approle",
             namespace=fields.string("namespace", required=False, pattern=POLICY_NAME),
             token_role=fields.string("token_role", required=False, pattern=POLICY_NAME),
             timeout=fields.integer("timeout", minimum=1, maximum=300) or 10,
         )
 
     @classmethod
-    def parse_request(
-        cls, fields: Fields, *, name: str, provider: str, ttl: int | None
-    ) -> VaultRequest:
+    def parse_request(cls, fields: Fields, *, name: str, provider: str, ttl: int | None) -> VaultRequest:
         policies = fields.string_list(
-            "policies", pattern=POLICY_NAME, max_items=64, max_len=128,
+            "policies",
+            pattern=POLICY_NAME,
+            max_items=64,
+            max_len=128,
             hint="letters, digits, '_', '.', '-'",
         )
         assert policies is not None
@@ -242,9 +234,7 @@ class VaultProvider(Provider):
                 # 204 when revoked, 200 with a warning when it was already gone: both mean gone.
                 client.auth.token.revoke_accessor(accessor)
         except ProviderError as exc:
-            if isinstance(exc.__cause__, hvac.exceptions.InvalidRequest) and "invalid accessor" in str(
-                exc
-            ):
+            if isinstance(exc.__cause__, hvac.exceptions.InvalidRequest) and "invalid accessor" in str(exc):
                 return
             raise
 
@@ -282,9 +272,9 @@ class _VaultErrors:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> bool:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
         if exc is None or isinstance(exc, ProviderError | ConfigError):
-            return False
+            return
         import hvac.exceptions
         import requests
 
@@ -293,7 +283,4 @@ class _VaultErrors:
             errors = "; ".join(str(e) for e in (exc.errors or []))[:300] or type(exc).__name__
             raise ProviderError(f"{prefix}: {errors}") from exc
         if isinstance(exc, requests.exceptions.RequestException):
-            raise ProviderError(
-                f"{prefix}: cannot reach {self.provider.addr} ({type(exc).__name__})"
-            ) from exc
-        return False
+            raise ProviderError(f"{prefix}: cannot reach {self.provider.addr} ({type(exc).__name__})") from exc

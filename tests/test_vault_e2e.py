@@ -36,7 +36,11 @@ def test_issue_mints_exactly_the_requested_token(vault_env: BrokerEnv, openbao: 
     assert facts["explicit_max_ttl"] == 600
     assert facts["renewable"] is False
     assert facts["orphan"] is True  # minted through the orphan token role
-    assert facts["meta"] == {"broker_session": session, "broker_task": "fix-build-7", "broker_credential": "kv"}
+    assert facts["meta"] == {
+        "broker_session": session,
+        "broker_task": "fix-build-7",
+        "broker_credential": "kv",
+    }
     openbao.client().secrets.kv.v2.create_or_update_secret(path="ci/build", secret={"answer": "42"})
     token = (Path(str(document["dir"])) / "kv" / "token").read_text()
     read = openbao.client(token).secrets.kv.v2.read_secret_version(path="ci/build", raise_on_deleted_version=True)
@@ -54,8 +58,12 @@ def test_session_directory_is_a_sealed_tmpfs_owned_by_the_sandbox(vault_env: Bro
         assert mounts.is_mount_point(directory)
         options = next(line for line in Path("/proc/self/mounts").read_text().splitlines() if f" {directory} " in line)
         assert {"nosuid", "nodev", "noexec"} <= set(options.split()[3].split(","))
-    for path, mode in [(directory, 0o500), (directory / "kv", 0o500), (directory / "kv" / "token", 0o400),
-                       (directory / "session.json", 0o400)]:
+    for path, mode in [
+        (directory, 0o500),
+        (directory / "kv", 0o500),
+        (directory / "kv" / "token", 0o400),
+        (directory / "session.json", 0o400),
+    ]:
         info = os.lstat(path)
         assert stat.S_IMODE(info.st_mode) == mode, path
         assert (info.st_uid, info.st_gid) == (1000, 1000), path
@@ -103,8 +111,11 @@ def test_revoke_by_task_ends_every_live_session_of_it(vault_env: BrokerEnv, open
     assert result.code == 0, result.stderr
     assert sorted(r["session"] for r in result.json()) == sorted([first["session"], second["session"]])
     assert vault_env.run("status", "--json").json() == []
-    assert not [a for a in (r["reference"]["accessor"] for r in vault_env.log_records()
-                            if r["event"] == "credential.issued") if openbao.accessor_exists(a)]
+    assert not [
+        a
+        for a in (r["reference"]["accessor"] for r in vault_env.log_records() if r["event"] == "credential.issued")
+        if openbao.accessor_exists(a)
+    ]
 
 
 def test_status_lists_live_sessions_and_with_all_the_ended_ones(vault_env: BrokerEnv) -> None:
@@ -112,7 +123,11 @@ def test_status_lists_live_sessions_and_with_all_the_ended_ones(vault_env: Broke
     live = vault_env.run("status", "--json").json()
     assert [(s["session"], s["state"], s["task"]) for s in live] == [(document["session"], "active", "fix-build-7")]
     assert live[0]["credentials"][0] | {"expires_at": None} == {
-        "name": "kv", "provider": "vault", "type": "vault", "state": "active", "expires_at": None,
+        "name": "kv",
+        "provider": "vault",
+        "type": "vault",
+        "state": "active",
+        "expires_at": None,
     }
     vault_env.run("revoke", "--session", str(document["session"]))
     assert vault_env.run("status", "--json").json() == []
@@ -134,7 +149,9 @@ def test_denied_request_mints_nothing_and_is_logged(vault_env: BrokerEnv, openba
 
 
 def test_unknown_task_is_denied_by_default(vault_env: BrokerEnv) -> None:
-    result = vault_env.run("issue", "--task", str(vault_env.write_task(VAULT_TASK.replace("fix-build-7", "deploy-prod"))))
+    result = vault_env.run(
+        "issue", "--task", str(vault_env.write_task(VAULT_TASK.replace("fix-build-7", "deploy-prod")))
+    )
     assert result.code == 3
     assert "no rule matches task 'deploy-prod'" in result.stderr
 
@@ -162,11 +179,14 @@ def test_second_credential_failing_rolls_back_the_first(vault_env: BrokerEnv, op
               - {provider: vault, policies: ["*"]}
         """
     )
-    task = VAULT_TASK + """
+    task = (
+        VAULT_TASK
+        + """
   - name: other
     provider: vault
     policies: [not-allowed-by-role]
 """
+    )
     result = vault_env.run("issue", "--task", str(vault_env.write_task(task)))
     assert result.code == 4, result.stderr
     issued = [r for r in vault_env.log_records() if r["event"] == "credential.issued"]
@@ -196,11 +216,16 @@ def test_approle_identity_mints_through_the_orphan_role(tmp_path: Path, openbao:
     secret_id = root.auth.approle.generate_secret_id("credential-broker")["data"]["secret_id"]
     env = make_env(tmp_path)
     try:
-        env.add_provider("vault", {
-            "type": "vault", "addr": openbao.addr, "token_role": "broker-session",
-            "approle_role_id_file": str(env.write_secret("role-id", role_id)),
-            "approle_secret_id_file": str(env.write_secret("secret-id", secret_id)),
-        })
+        env.add_provider(
+            "vault",
+            {
+                "type": "vault",
+                "addr": openbao.addr,
+                "token_role": "broker-session",
+                "approle_role_id_file": str(env.write_secret("role-id", role_id)),
+                "approle_secret_id_file": str(env.write_secret("secret-id", secret_id)),
+            },
+        )
         document = issue(env)
         accessor = next(r for r in env.log_records() if r["event"] == "credential.issued")["reference"]["accessor"]
         assert openbao.lookup(accessor)["orphan"] is True
@@ -213,7 +238,10 @@ def test_approle_identity_mints_through_the_orphan_role(tmp_path: Path, openbao:
 def test_the_token_never_reaches_output_log_or_state(vault_env: BrokerEnv) -> None:
     document = issue(vault_env)
     token = (Path(str(document["dir"])) / "kv" / "token").read_text()
-    outputs = [vault_env.run("status", "--all", "--json"), vault_env.run("revoke", "--session", str(document["session"]))]
+    outputs = [
+        vault_env.run("status", "--all", "--json"),
+        vault_env.run("revoke", "--session", str(document["session"])),
+    ]
     for result in outputs:
         assert token not in result.stdout + result.stderr
     for path in vault_env.state_dir.rglob("*"):

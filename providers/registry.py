@@ -1,0 +1,30 @@
+"""The closed mapping of provider type names to their classes.
+
+Classes are imported on first use so that a command touching only Vault never
+pays for importing boto3. Nothing named in a config is ever imported: only
+the entries below exist.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from providers.base import Provider
+
+PROVIDER_TYPES: dict[str, str] = {
+    "vault": "providers.vault:VaultProvider",
+}
+
+
+def known_types() -> list[str]:
+    return sorted(PROVIDER_TYPES)
+
+
+def provider_class(type_name: str) -> type[Provider]:
+    """The class for ``type_name``; KeyError for unknown types (callers word the error)."""
+    module_name, _, class_name = PROVIDER_TYPES[type_name].partition(":")
+    module = importlib.import_module(module_name)
+    cls: type[Provider] = getattr(module, class_name)
+    return cls

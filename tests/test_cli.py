@@ -1,0 +1,67 @@
+"""The command line surface: help, version, usage errors as one line, exit codes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from broker import __version__
+from tests.fixtures.brokerenv import BrokerEnv
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "broker.cli", *args], capture_output=True, text=True, check=False)
+
+
+def test_version() -> None:
+    result = run("--version")
+    assert (result.returncode, result.stdout.strip()) == (0, f"broker {__version__}")
+
+
+@pytest.mark.parametrize("command", [["issue"], ["revoke"], ["status"], ["policy", "check"], ["policy", "lint"]])
+def test_every_command_has_help_with_an_example(command: list[str]) -> None:
+    result = run(*command, "--help")
+    assert result.returncode == 0
+    assert "Example: broker" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["frobnicate"], "No such command 'frobnicate'"),
+        (["issue"], "Missing option '--task'"),
+        (["issue", "--task", "t.yaml", "--format", "xml"], "Invalid value for '--format'"),
+        (["revoke"], "revoke needs exactly one of --session ID or --task NAME"),
+        (["status", "--bogus"], "No such option: --bogus"),
+    ],
+)
+def test_usage_errors_are_one_line_with_exit_2(args: list[str], fragment: str, tmp_path: Path) -> None:
+    config = tmp_path / "broker.toml"
+    config.write_text(f'state_dir = "{tmp_path}/s"\n')
+    result = run("--config", str(config), *args)
+    assert result.returncode == 2
+    assert result.stderr.startswith("broker: error: ") and fragment in result.stderr
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+
+
+def test_unknown_session_is_bad_input(broker_env: BrokerEnv) -> None:
+    result = broker_env.run("revoke", "--session", "s-doesnotexist")
+    assert result.code == 2 and result.stderr == "broker: error: unknown session 's-doesnotexist'\n"
+
+
+def test_an_unreadable_state_dir_is_a_one_line_error(broker_env: BrokerEnv) -> None:
+    broker_env.settings["state_dir"] = "/proc/version/state"
+    broker_env.write_config()
+    result = broker_env.run("status")
+    assert result.code == 2 and result.stderr.startswith("broker: error: state_dir /proc/version/state")
+    assert result.stderr.count("\n") == 1
+
+
+def test_a_corrupt_session_store_is_a_one_line_error(broker_env: BrokerEnv) -> None:
+    broker_env.state_dir.mkdir(mode=0o700)
+    (broker_env.state_dir / "sessions.db").write_bytes(b"this is not sqlite" * 100)
+    result = broker_env.run("status")
+    assert result.code == 2 and "session store" in result.stderr and result.stderr.count("\n") == 1

@@ -1,0 +1,109 @@
+"""The issuance log: hash chain, signed checkpoints, concurrent appends, fingerprints not secrets."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import multiprocessing
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from broker.auditkeys import load_or_create_keys
+from broker.errors import ConfigError, LogVerificationError
+from broker.issuance_log import GENESIS, IssuanceLog, checkpoint_message
+from broker.secret import Secret
+
+
+def independent_hash(record: dict[str, object]) -> str:
+    body = {k: v for k, v in record.items() if k != "hash"}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def records(path: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def assert_chain(path: Path) -> list[dict[str, object]]:
+    items = records(path)
+    prev = GENESIS
+    for index, record in enumerate(items, start=1):
+        assert record["seq"] == index
+        assert record["prev"] == prev
+        assert record["hash"] == independent_hash(record)
+        prev = str(record["hash"])
+    return items
+
+
+def test_records_chain_and_checkpoints_verify_with_the_public_key(tmp_path: Path) -> None:
+    keys = load_or_create_keys(tmp_path / "audit.key")
+    log = IssuanceLog(tmp_path, keys)
+    log.append("session.denied", session=None, task="t", requester="ci", reasons=["x"])
+    log.append("session.issued", session="s-1", task="t", requester="ci")
+    checkpoint = log.checkpoint("ci")
+    assert checkpoint is not None and log.checkpoint("ci") is None  # nothing new to sign
+    items = assert_chain(tmp_path / "issuance.jsonl")
+    assert [r["event"] for r in items] == ["session.denied", "session.issued", "checkpoint"]
+    for field in ("seq", "time", "event", "session", "task", "requester", "prev", "hash"):
+        assert field in items[0]
+    assert str(items[0]["time"]).endswith("Z")
+    public_raw = base64.b64decode(keys.public_key_text().removeprefix("ed25519:"))
+    public = Ed25519PublicKey.from_public_bytes(public_raw)
+    public.verify(base64.b64decode(str(checkpoint["signature"])), checkpoint_message(2, str(items[1]["hash"])))
+    assert checkpoint["key_id"] == keys.key_id
+
+
+def test_audit_key_file_is_created_once_with_mode_0400(tmp_path: Path) -> None:
+    path = tmp_path / "keys" / "audit.key"
+    first = load_or_create_keys(path)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o400
+    assert load_or_create_keys(path).key_id == first.key_id
+    path.chmod(0o644)
+    with pytest.raises(ConfigError, match="readable only by its owner"):
+        load_or_create_keys(path)
+
+
+def test_a_torn_last_record_stops_appends(tmp_path: Path) -> None:
+    log = IssuanceLog(tmp_path, load_or_create_keys(tmp_path / "audit.key"))
+    log.append("session.issued", session="s-1", task="t", requester="ci")
+    with open(tmp_path / "issuance.jsonl", "ab") as handle:
+        handle.write(b'{"seq": 2, "ev')
+    with pytest.raises(LogVerificationError, match="torn record"):
+        log.append("session.issued", session="s-2", task="t", requester="ci")
+
+
+def _append_many(state_dir: str, worker: int, count: int) -> None:
+    log = IssuanceLog(Path(state_dir), load_or_create_keys(Path(state_dir) / "audit.key"))
+    for index in range(count):
+        log.append("credential.issued", session=f"s-{worker}", task="t", requester="ci", n=index)
+    log.checkpoint("ci")
+
+
+def test_32_concurrent_processes_keep_one_chain(tmp_path: Path) -> None:
+    load_or_create_keys(tmp_path / "audit.key")
+    context = multiprocessing.get_context("spawn")
+    workers = [context.Process(target=_append_many, args=(str(tmp_path), n, 10)) for n in range(32)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(60)
+        assert worker.exitcode == 0
+    items = assert_chain(tmp_path / "issuance.jsonl")
+    issued = [(r["session"], r["n"]) for r in items if r["event"] == "credential.issued"]
+    assert len(issued) == len(set(issued)) == 320
+    assert sum(1 for r in items if r["event"] == "checkpoint") == 32
+
+
+def test_fingerprint_is_keyed_and_never_the_secret(tmp_path: Path) -> None:
+    keys = load_or_create_keys(tmp_path / "audit.key")
+    secret = Secret("s.canary-token-value")
+    fingerprint = keys.fingerprint(secret)
+    assert fingerprint.startswith("hmac-sha256:") and "canary" not in fingerprint
+    assert fingerprint != "hmac-sha256:" + hashlib.sha256(b"s.canary-token-value").hexdigest()
+    other = load_or_create_keys(tmp_path / "other.key")
+    assert other.fingerprint(secret) != fingerprint

@@ -87,7 +87,9 @@ class Broker:
     def close(self) -> None:
         """Sign the log head if this command appended, then release everything."""
         try:
-            self.log.checkpoint(str(self.requester))
+            checkpoint = self.log.checkpoint(str(self.requester))
+            if checkpoint is not None:
+                self.store.set_log_head(int(checkpoint["seq"]), str(checkpoint["hash"]))
         finally:
             self.store.close()
             for provider in self.config.providers.values():

@@ -100,6 +100,13 @@ class SessionStore(ABC):
     @abstractmethod
     def sessions(self, *, states: tuple[str, ...] | None = None, task: str | None = None) -> list[SessionRecord]: ...
 
+    @abstractmethod
+    def set_log_head(self, seq: int, record_hash: str) -> None:
+        """Remember the last signed head of the issuance log (detects truncation)."""
+
+    @abstractmethod
+    def log_head(self) -> tuple[int, str] | None: ...
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release the connection."""
 
@@ -134,6 +141,11 @@ CREATE TABLE IF NOT EXISTS credentials (
     PRIMARY KEY (session_id, name)
 );
 CREATE INDEX IF NOT EXISTS credentials_state ON credentials(state);
+CREATE TABLE IF NOT EXISTS log_head (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    seq INTEGER NOT NULL,
+    hash TEXT NOT NULL
+);
 """
 
 
@@ -258,6 +270,18 @@ class SqliteSessionStore(SessionStore):
             sql += " AND task=?"
             args.append(task)
         return [_session(row) for row in self._query(sql + " ORDER BY created_at, id", tuple(args))]
+
+    def set_log_head(self, seq: int, record_hash: str) -> None:
+        with self._tx() as conn:
+            conn.execute(
+                "INSERT INTO log_head (id, seq, hash) VALUES (1, ?, ?)"
+                " ON CONFLICT(id) DO UPDATE SET seq=excluded.seq, hash=excluded.hash WHERE excluded.seq > seq",
+                (seq, record_hash),
+            )
+
+    def log_head(self) -> tuple[int, str] | None:
+        rows = self._query("SELECT seq, hash FROM log_head WHERE id=1")
+        return (int(rows[0]["seq"]), str(rows[0]["hash"])) if rows else None
 
     def close(self) -> None:
         with self._lock:

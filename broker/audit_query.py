@@ -1,0 +1,146 @@
+"""Reading the issuance log as an auditor: filtered listings, leaked-secret lookup, live credentials.
+
+Everything here works on any copy of the log; nothing needs the broker's
+state. Lookup takes the HMAC keys (current and retired) and the leaked
+secret, computes its fingerprint and drops the secret.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from broker.errors import BadInput
+from broker.secret import Secret
+from broker.timeutil import parse_iso
+
+MAX_LEAKED_SECRET_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True)
+class RecordFilter:
+    session: str | None = None
+    task: str | None = None
+    provider: str | None = None
+    event: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+
+    def matches(self, record: dict[str, Any]) -> bool:
+        if self.session is not None and record.get("session") != self.session:
+            return False
+        if self.task is not None and record.get("task") != self.task:
+            return False
+        if self.provider is not None and record.get("provider") != self.provider:
+            return False
+        if self.event is not None and record.get("event") != self.event:
+            return False
+        if self.since is not None or self.until is not None:
+            moment = parse_iso(str(record.get("time")))
+            if self.since is not None and moment < self.since:
+                return False
+            if self.until is not None and moment > self.until:
+                return False
+        return True
+
+
+def read_records(path: Path) -> Iterator[dict[str, Any]]:
+    try:
+        handle = open(path, "rb")  # noqa: SIM115 - closed below
+    except FileNotFoundError:
+        raise BadInput(f"issuance log {path} not found") from None
+    except IsADirectoryError:
+        raise BadInput(f"issuance log {path} is a directory") from None
+    with handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.endswith(b"\n"):
+                return  # a torn tail; audit verify reports it
+            try:
+                record = json.loads(line)
+            except ValueError:
+                raise BadInput(f"issuance log line {number} is not JSON (run broker audit verify)") from None
+            if not isinstance(record, dict):
+                raise BadInput(f"issuance log line {number} is not a record (run broker audit verify)")
+            yield record
+
+
+def list_records(path: Path, record_filter: RecordFilter) -> Iterator[dict[str, Any]]:
+    return (r for r in read_records(path) if record_filter.matches(r))
+
+
+def read_leaked_secret(source: Path | None, stdin: bytes | None) -> list[Secret]:
+    """The candidate secrets in a leaked file (as is, and without surrounding whitespace)."""
+    if source is not None:
+        if source.is_dir():
+            raise BadInput(f"secret file {source} is a directory")
+        try:
+            with open(source, "rb") as handle:
+                data = handle.read(MAX_LEAKED_SECRET_BYTES + 1)
+        except OSError as exc:
+            raise BadInput(f"secret file {source}: {exc.strerror}") from None
+    else:
+        data = stdin or b""
+    if len(data) > MAX_LEAKED_SECRET_BYTES:
+        raise BadInput("the secret is larger than 64 KiB; give the token alone")
+    candidates = {data, data.strip()}
+    candidates.discard(b"")
+    if not candidates:
+        raise BadInput("the secret is empty")
+    return [Secret(c) for c in candidates]
+
+
+def lookup(path: Path, fingerprints: Iterable[str]) -> list[dict[str, Any]]:
+    """Issued credentials whose fingerprint is one of ``fingerprints``, with what happened to them."""
+    wanted = set(fingerprints)
+    matches: dict[tuple[str, str], dict[str, Any]] = {}
+    for record in read_records(path):
+        event = record.get("event")
+        key = (str(record.get("session")), str(record.get("credential")))
+        if event == "credential.issued" and record.get("fingerprint") in wanted:
+            matches[key] = {
+                "session": record.get("session"),
+                "task": record.get("task"),
+                "credential": record.get("credential"),
+                "provider": record.get("provider"),
+                "type": record.get("type"),
+                "requester": record.get("requester"),
+                "scope": record.get("scope"),
+                "reference": record.get("reference"),
+                "issued_at": record.get("time"),
+                "expires_at": record.get("expires_at"),
+                "revoked": None,
+            }
+        elif event == "credential.revoked" and key in matches:
+            matches[key]["revoked"] = {"time": record.get("time"), "outcome": record.get("outcome")}
+    return list(matches.values())
+
+
+def active_credentials(path: Path, now: datetime) -> list[dict[str, Any]]:
+    """Credentials issued, not revoked and not expired at ``now``."""
+    live: dict[tuple[str, str], dict[str, Any]] = {}
+    for record in read_records(path):
+        key = (str(record.get("session")), str(record.get("credential")))
+        event = record.get("event")
+        if event == "credential.issued":
+            live[key] = record
+        elif event == "credential.revoked" and record.get("outcome") in ("revoked", "expired"):
+            live.pop(key, None)
+    result = []
+    for record in live.values():
+        if parse_iso(str(record["expires_at"])) > now:
+            result.append(
+                {
+                    "session": record.get("session"),
+                    "task": record.get("task"),
+                    "credential": record.get("credential"),
+                    "provider": record.get("provider"),
+                    "type": record.get("type"),
+                    "scope": record.get("scope"),
+                    "expires_at": record.get("expires_at"),
+                }
+            )
+    return result

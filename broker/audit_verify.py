@@ -1,0 +1,196 @@
+"""``audit verify``: check the issuance log's hash chain and its signed checkpoints.
+
+Reads the log as bytes, line by line. Each record must be valid JSON, carry
+the next ``seq``, point at the previous record's ``hash`` and hash to its own
+``hash`` (SHA-256 of the record without ``hash``; records are written as
+canonical JSON, so that is the line with its ``"hash"`` member cut out). A
+``checkpoint`` must vouch for the record before it and carry a valid Ed25519
+signature by a known key. The first failure names its ``seq``.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from broker.auditkeys import key_id_for
+from broker.errors import BadInput, LogVerificationError
+from broker.issuance_log import GENESIS, checkpoint_message
+
+
+@dataclass(frozen=True)
+class Head:
+    seq: int
+    hash: str
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    records: int
+    last: Head | None
+    last_checkpoint: Head | None
+    torn_tail: bool
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "records": self.records,
+            "last_seq": self.last.seq if self.last else 0,
+            "last_hash": self.last.hash if self.last else None,
+            "signed_seq": self.last_checkpoint.seq if self.last_checkpoint else 0,
+            "signed_hash": self.last_checkpoint.hash if self.last_checkpoint else None,
+        }
+
+
+def parse_public_keys(text: str) -> dict[str, Ed25519PublicKey]:
+    """``ed25519:<base64>`` lines (current and retired keys) by key id."""
+    keys: dict[str, Ed25519PublicKey] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        try:
+            raw = base64.b64decode(line.removeprefix("ed25519:"), validate=True)
+            keys[key_id_for(raw)] = Ed25519PublicKey.from_public_bytes(raw)
+        except ValueError:
+            raise BadInput(f"public key file line {number}: not an ed25519:<base64> key") from None
+    if not keys:
+        raise BadInput("public key file holds no key")
+    return keys
+
+
+def _lines(path: Path) -> Iterator[bytes]:
+    try:
+        handle = open(path, "rb")  # noqa: SIM115 - closed below
+    except FileNotFoundError:
+        raise BadInput(f"issuance log {path} not found") from None
+    except IsADirectoryError:
+        raise BadInput(f"issuance log {path} is a directory") from None
+    with handle:
+        yield from handle
+
+
+def _body_hash(line: bytes, record_hash: str) -> str:
+    member = b',"hash":"' + record_hash.encode() + b'"'
+    cut = line.find(member)
+    if cut < 0:
+        return ""
+    return hashlib.sha256(line[:cut] + line[cut + len(member) :]).hexdigest()
+
+
+def verify_log(
+    path: Path,
+    public_keys: Mapping[str, Ed25519PublicKey],
+    *,
+    expected_head: Head | None = None,
+    allow_torn_tail: bool = False,
+) -> VerifyResult:
+    """Verify the whole log; raise ``LogVerificationError`` naming the first bad ``seq``."""
+    prev = GENESIS
+    seq = 0
+    last_checkpoint: Head | None = None
+    torn = False
+    pending: bytes | None = None
+    for raw in _lines(path):
+        if pending is not None:
+            _check_line(pending, seq + 1, prev, public_keys)
+        pending = raw
+        if raw.endswith(b"\n"):
+            record = _check_line(raw, seq + 1, prev, public_keys)
+            pending = None
+            seq, prev = record.seq, record.hash
+            if expected_head is not None and seq == expected_head.seq and prev != expected_head.hash:
+                raise LogVerificationError(f"seq {seq}: differs from the head the session store recorded")
+            if record.checkpoint:
+                last_checkpoint = Head(record.seq - 1, record.prev)
+    if pending is not None:  # a last line without its newline: a write torn by a crash
+        if not allow_torn_tail:
+            raise LogVerificationError(
+                f"seq {seq + 1}: the last record is torn (a crash during a write); "
+                "repair it with broker audit verify --repair"
+            )
+        torn = True
+    if seq == 0 and not torn:
+        raise LogVerificationError(f"issuance log {path} is empty")
+    if expected_head is not None and expected_head.seq > seq:
+        raise LogVerificationError(
+            f"seq {seq + 1}: the log ends at seq {seq} but a checkpoint of seq {expected_head.seq} was recorded"
+            " (truncated)"
+        )
+    return VerifyResult(seq, Head(seq, prev) if seq else None, last_checkpoint, torn)
+
+
+@dataclass(frozen=True)
+class _Checked:
+    seq: int
+    hash: str
+    prev: str
+    checkpoint: bool
+
+
+def _check_line(line: bytes, expected_seq: int, prev: str, keys: Mapping[str, Ed25519PublicKey]) -> _Checked:
+    try:
+        record = json.loads(line)
+        seq = record["seq"]
+        record_hash = record["hash"]
+        record_prev = record["prev"]
+    except (ValueError, KeyError, TypeError):
+        raise LogVerificationError(f"seq {expected_seq}: not a valid log record") from None
+    if seq != expected_seq:
+        raise LogVerificationError(
+            f"seq {expected_seq}: found seq {seq} instead (a record was deleted, inserted or reordered)"
+        )
+    if record_prev != prev:
+        raise LogVerificationError(f"seq {seq}: prev does not match the hash of seq {seq - 1}")
+    if not isinstance(record_hash, str) or _body_hash(line.rstrip(b"\n"), record_hash) != record_hash:
+        raise LogVerificationError(f"seq {seq}: the record does not match its hash (edited)")
+    checkpoint = record.get("event") == "checkpoint"
+    if checkpoint:
+        _check_checkpoint(record, keys)
+    return _Checked(seq, record_hash, record_prev, checkpoint)
+
+
+def _check_checkpoint(record: Mapping[str, object], keys: Mapping[str, Ed25519PublicKey]) -> None:
+    seq = record["seq"]
+    if record.get("head_seq") != int(str(seq)) - 1 or record.get("head_hash") != record.get("prev"):
+        raise LogVerificationError(f"seq {seq}: the checkpoint does not vouch for the record before it")
+    key = keys.get(str(record.get("key_id")))
+    if key is None:
+        raise LogVerificationError(f"seq {seq}: checkpoint signed by unknown key {record.get('key_id')}")
+    try:
+        signature = base64.b64decode(str(record.get("signature")), validate=True)
+        key.verify(signature, checkpoint_message(int(str(record["head_seq"])), str(record["head_hash"])))
+    except (ValueError, InvalidSignature):
+        raise LogVerificationError(f"seq {seq}: bad checkpoint signature") from None
+
+
+def repair_torn_tail(path: Path) -> int:
+    """Cut a torn last line; returns the number of bytes removed."""
+    fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        size = os.fstat(fd).st_size
+        if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+            return 0
+        position = size
+        while position > 0:
+            start = max(0, position - 8192)
+            chunk = os.pread(fd, position - start, start)
+            cut = chunk.rfind(b"\n")
+            if cut >= 0:
+                keep = start + cut + 1
+                break
+            position = start
+        else:
+            keep = 0
+        os.ftruncate(fd, keep)
+        os.fsync(fd)
+        return size - keep
+    finally:
+        os.close(fd)

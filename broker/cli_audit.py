@@ -1,0 +1,243 @@
+"""``broker audit ...``: the auditor's commands (verify, list, lookup, active, public-key, rotate-key)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from broker.errors import BadInput
+
+audit_app = typer.Typer(help="Verify and read the issuance log.", no_args_is_help=True)
+
+LIST_COLUMNS = ("seq", "time", "event", "session", "task", "credential", "provider", "requester")
+
+
+def _cli() -> Any:
+    from broker import cli
+
+    return cli
+
+
+def _log_path(ctx: typer.Context, log: Path | None) -> Path:
+    if log is not None:
+        return log
+    return Path(_cli()._config(ctx).state_dir) / "issuance.jsonl"
+
+
+def _parse_time(value: str | None, option: str) -> Any:
+    if value is None:
+        return None
+    from broker.timeutil import parse_iso
+
+    try:
+        return parse_iso(value)
+    except ValueError:
+        raise BadInput(f"{option}: {value[:40]!r} is not an RFC 3339 time such as 2026-11-29T10:00:00Z") from None
+
+
+@audit_app.command("verify")
+def verify(
+    ctx: typer.Context,
+    log: Annotated[Path | None, typer.Option("--log", help="Log file [default: the config's state_dir log].")] = None,
+    public_key: Annotated[
+        Path | None, typer.Option("--public-key", help="Public key file from 'broker audit public-key'.")
+    ] = None,
+    repair: Annotated[bool, typer.Option("--repair", help="Cut a torn last record left by a crash.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+) -> None:
+    """Check the hash chain and the signed checkpoints; exit 6 naming the first bad seq.
+
+    Example: broker audit verify --log issuance.jsonl --public-key broker.pub
+    """
+    from broker.audit_verify import Head, parse_public_keys, repair_torn_tail, verify_log
+
+    offline = log is not None and public_key is not None
+    config = None if offline else _cli()._config(ctx)
+    path = log if log is not None else Path(config.state_dir) / "issuance.jsonl"  # type: ignore[union-attr]
+    expected: Head | None = None
+    if public_key is not None:
+        try:
+            keys = parse_public_keys(public_key.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError) as exc:
+            raise BadInput(f"public key file {public_key}: {getattr(exc, 'strerror', None) or 'unreadable'}") from None
+    else:
+        from broker.auditkeys import load_keys
+
+        assert config is not None
+        keys = parse_public_keys("\n".join(load_keys(config.audit_key).public_key_lines()))
+    if config is not None and log is None:
+        from broker.store import open_store
+
+        store = open_store(config.state_dir)
+        try:
+            head = store.log_head()
+        finally:
+            store.close()
+        expected = Head(*head) if head else None
+    result = verify_log(path, keys, expected_head=expected, allow_torn_tail=repair)
+    if result.torn_tail and repair:
+        removed = repair_torn_tail(path)
+        if config is not None and log is None:
+            with _cli()._broker(config) as broker:
+                broker.log.append(
+                    "log.repaired", session=None, task=None, requester=str(broker.requester), bytes_removed=removed
+                )
+        typer.echo(f"repaired: cut a torn record of {removed} bytes after seq {result.records}", err=True)
+    if as_json:
+        typer.echo(json.dumps(result.to_json()))
+        return
+    signed = result.last_checkpoint
+    signed_text = f"last signed head seq {signed.seq} ({signed.hash[:16]}...)" if signed else "no signed checkpoint"
+    typer.echo(f"ok: {result.records} records, {signed_text}")
+
+
+@audit_app.command("list")
+def list_records(
+    ctx: typer.Context,
+    session: Annotated[str | None, typer.Option("--session", help="Only this session.")] = None,
+    task: Annotated[str | None, typer.Option("--task", help="Only this task.")] = None,
+    provider: Annotated[str | None, typer.Option("--provider", help="Only this provider instance.")] = None,
+    event: Annotated[str | None, typer.Option("--event", help="Only this event, e.g. credential.issued.")] = None,
+    since: Annotated[str | None, typer.Option("--since", help="From this time (RFC 3339).")] = None,
+    until: Annotated[str | None, typer.Option("--until", help="Up to this time (RFC 3339).")] = None,
+    log: Annotated[Path | None, typer.Option("--log", help="Log file [default: the config's].")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON lines.")] = False,
+    as_csv: Annotated[bool, typer.Option("--csv", help="CSV with a header row.")] = False,
+) -> None:
+    """Read the log as an auditor, filtered.
+
+    Example: broker audit list --task fix-build-123 --since 2026-11-29T00:00:00Z
+    """
+    from broker.audit_query import RecordFilter
+    from broker.audit_query import list_records as select
+
+    record_filter = RecordFilter(
+        session=session,
+        task=task,
+        provider=provider,
+        event=event,
+        since=_parse_time(since, "--since"),
+        until=_parse_time(until, "--until"),
+    )
+    records = select(_log_path(ctx, log), record_filter)
+    if as_json:
+        for record in records:
+            typer.echo(json.dumps(record, sort_keys=True))
+        return
+    rows = [[_cell(record.get(column)) for column in LIST_COLUMNS] for record in records]
+    if as_csv:
+        writer = csv.writer(sys.stdout)
+        writer.writerow(LIST_COLUMNS)
+        writer.writerows(rows)
+        return
+    _table(LIST_COLUMNS, rows)
+
+
+def _cell(value: object) -> str:
+    return "" if value is None else str(value)
+
+
+def _table(columns: tuple[str, ...], rows: list[list[str]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(*columns, box=None, header_style="bold", pad_edge=False)
+    for row in rows:
+        table.add_row(*row)
+    console = Console(soft_wrap=True) if sys.stdout.isatty() else Console(width=1000, no_color=True)
+    console.print(table)
+
+
+@audit_app.command("lookup")
+def lookup(
+    ctx: typer.Context,
+    secret_file: Annotated[Path | None, typer.Option("--secret-file", help="File holding the leaked secret.")] = None,
+    secret_stdin: Annotated[bool, typer.Option("--secret-stdin", help="Read the leaked secret from stdin.")] = False,
+    log: Annotated[Path | None, typer.Option("--log", help="Log file [default: the config's].")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Find the session, task and credential that minted a leaked secret (never echoes it).
+
+    Example: broker audit lookup --secret-file leaked-token.txt
+    """
+    from broker.audit_query import lookup as find
+    from broker.audit_query import read_leaked_secret
+    from broker.auditkeys import load_keys
+
+    if (secret_file is None) == (not secret_stdin):
+        raise BadInput("lookup needs exactly one of --secret-file FILE or --secret-stdin")
+    config = _cli()._config(ctx)
+    keys = load_keys(config.audit_key)
+    candidates = read_leaked_secret(secret_file, sys.stdin.buffer.read(65 * 1024) if secret_stdin else None)
+    fingerprints = [secret.fingerprint(key) for secret in candidates for key in keys.hmac_keys()]
+    del candidates
+    matches = find(_log_path(ctx, log), fingerprints)
+    if as_json:
+        typer.echo(json.dumps(matches, indent=2))
+    elif not matches:
+        typer.echo("no credential in the log has that fingerprint")
+    for match in [] if as_json else matches:
+        revoked = match["revoked"]
+        state = f"{revoked['outcome']} at {revoked['time']}" if revoked else "not revoked"
+        typer.echo(
+            f"session {match['session']}  task {match['task']}  credential {match['credential']}"
+            f" ({match['type']} via {match['provider']})"
+        )
+        typer.echo(f"  issued {match['issued_at']} to {match['requester']}, expires {match['expires_at']}, {state}")
+        typer.echo(f"  scope {json.dumps(match['scope'], sort_keys=True)}")
+    if not matches:
+        raise typer.Exit(1 if not as_json else 0)
+
+
+@audit_app.command("active")
+def active(
+    ctx: typer.Context,
+    log: Annotated[Path | None, typer.Option("--log", help="Log file [default: the config's].")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Credentials live now (issued, not revoked, not expired): who can do what right now.
+
+    Example: broker audit active --json
+    """
+    from broker.audit_query import active_credentials
+    from broker.timeutil import utcnow
+
+    items = active_credentials(_log_path(ctx, log), utcnow())
+    if as_json:
+        typer.echo(json.dumps(items, indent=2))
+        return
+    columns = ("session", "task", "credential", "type", "expires_at", "scope")
+    _table(
+        columns, [[_cell(i[c]) if c != "scope" else json.dumps(i[c], sort_keys=True) for c in columns] for i in items]
+    )
+
+
+@audit_app.command("public-key")
+def public_key(ctx: typer.Context) -> None:
+    """Print the public keys (current first, then retired ones) auditors verify checkpoints with.
+
+    Example: broker audit public-key > broker.pub
+    """
+    from broker.auditkeys import load_or_create_keys
+
+    config = _cli()._config(ctx)
+    for line in load_or_create_keys(config.audit_key).public_key_lines():
+        typer.echo(line)
+
+
+@audit_app.command("rotate-key")
+def rotate_key(ctx: typer.Context) -> None:
+    """Replace the audit keys; older checkpoints stay verifiable and older fingerprints searchable.
+
+    Example: broker audit rotate-key && broker audit public-key > broker.pub
+    """
+    from broker.auditkeys import rotate_keys
+
+    config = _cli()._config(ctx)
+    keys = rotate_keys(config.audit_key)
+    typer.echo(f"new key {keys.key_id}; {len(keys.retired)} retired key(s) kept for verification")

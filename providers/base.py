@@ -145,6 +145,16 @@ class Provider(ABC):
     def revoke(self, target: RevokeTarget, now: datetime) -> RevokeOutcome:
         """Revoke at the provider; raise ``ProviderError`` when it cannot be done now."""
 
+    def find_minted(self, session_id: str, credential: str) -> list[dict[str, str]]:
+        """References of credentials this provider minted for a session that the store never heard of.
+
+        ``sweep`` asks after a crash between the provider call and the store
+        update. Providers that cannot search (GitHub, AWS) return nothing:
+        their credentials expire on their own (an hour at most for GitHub;
+        AWS sessions are found by the deny list's session name on revoke).
+        """
+        return []
+
     def describe(self) -> dict[str, str]:
         """Non-secret facts for status and doctor output."""
         return {"name": self.name, "type": self.type_name}

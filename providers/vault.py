@@ -253,6 +253,19 @@ class VaultProvider(Provider):
         result: dict[str, Any] = data.get("data") or {}
         return result
 
+    def find_minted(self, session_id: str, credential: str) -> list[dict[str, str]]:
+        """Tokens carrying this session's metadata (needs ``list`` on ``auth/token/accessors``)."""
+        client = self.client()
+        with self._errors("list accessors"):
+            response = client.adapter.list("/v1/auth/token/accessors")
+        found = []
+        for accessor in (response or {}).get("data", {}).get("keys", []):
+            facts = self.lookup_accessor(accessor)
+            meta = (facts or {}).get("meta") or {}
+            if meta.get("broker_session") == session_id and meta.get("broker_credential") == credential:
+                found.append({"accessor": accessor})
+        return found
+
     def _errors(self, action: str) -> _VaultErrors:
         return _VaultErrors(self, action)
 

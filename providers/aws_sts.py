@@ -1,0 +1,327 @@
+"""AWS STS: one ``AssumeRole`` session per credential, narrowed by session policies, cut off by a Deny.
+
+Mint checks the role with ``iam:GetRole`` (its ``RoleId`` keys revocation, its
+``MaxSessionDuration`` caps the lifetime: moto does not enforce it, AWS does),
+assumes it with a session name unique per credential, the broker session id
+as ``SourceIdentity`` and ``broker:*`` session tags, then proves the new
+credentials with ``GetCallerIdentity``. Revocation with ``revoke =
+"deny-policy"`` adds the session to the role's ``BrokerRevokedSessions``
+inline policy (layout in ``providers.aws_deny``, IAM writes in
+``providers.aws_revoke``). boto3 is imported on first use; manifest and grant
+parsing live in ``providers.aws_request``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import re
+import threading
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from broker.errors import ProviderError
+from broker.fields import Fields
+from broker.secret import Secret
+from providers.aws_deny import DenyEntry, entries_for
+from providers.aws_errors import AwsErrors
+from providers.aws_request import (
+    AWS_MAX_TTL,
+    AWS_MIN_TTL,
+    ROLE_ARN,
+    AwsStsGrant,
+    AwsStsRequest,
+    compile_aws_grant,
+    parse_aws_request,
+)
+from providers.aws_revoke import DenyPolicyWriter
+from providers.base import (
+    CredentialRequest,
+    MintContext,
+    MintedCredential,
+    Provider,
+    RevokeOutcome,
+    RevokeTarget,
+)
+
+REGION = re.compile(r"[a-z]{2}(-[a-z0-9]+){1,3}", re.ASCII)
+ENDPOINT = re.compile(r"https?://[A-Za-z0-9.\-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~/-]*)?", re.ASCII)
+PROFILE = re.compile(r"[\w+=,.@-]{1,64}", re.ASCII)
+SESSION_NAME = re.compile(r"[\w+=,.@-]{2,64}", re.ASCII)
+SECRET_TEXT = re.compile(r"[\x21-\x7e]{1,65536}", re.ASCII)  # no whitespace: nothing can break the INI file
+TAG_VALUE = re.compile(r"[\w.:/=+@ -]{0,256}", re.ASCII)
+REVOKE_MODES = ("deny-policy", "expire")
+
+
+def role_session_name(session_id: str, credential: str) -> str:
+    """``<session>.<credential>``, unique per credential ('.' is in neither name's alphabet)."""
+    name = f"{session_id}.{credential}"
+    if len(name) <= 64:
+        return name
+    digest = hashlib.sha256(f"{session_id}/{credential}".encode()).hexdigest()[:10]
+    keep = max(64 - len(session_id) - len(digest) - 2, 0)
+    return f"{session_id}.{credential[:keep]}.{digest}"[:64]
+
+
+class AwsStsProvider(Provider):
+    type_name = "aws_sts"
+    min_ttl = AWS_MIN_TTL
+    max_ttl = AWS_MAX_TTL
+    #: Read-modify-write rounds of the deny policy before revocation gives up (stays pending).
+    revoke_attempts = 5
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        region: str,
+        endpoint_url: str | None = None,
+        profile: str | None = None,
+        revoke: str = "deny-policy",
+        timeout: int = 10,
+        settle_seconds: float = 1.0,
+    ) -> None:
+        super().__init__(name)
+        self.region = region
+        self.endpoint_url = endpoint_url
+        self.profile = profile
+        self.revoke_mode = revoke
+        self.timeout = timeout
+        #: Wait after writing the deny policy before reading it back, so a concurrent writer is seen.
+        self.settle_seconds = settle_seconds
+        self._clients: dict[str, Any] = {}
+        self._lock = threading.Lock()
+        self._role_locks: dict[str, threading.Lock] = {}
+
+    # -- configuration -------------------------------------------------------------------
+
+    @classmethod
+    def from_config(cls, name: str, fields: Fields, config_dir: Path) -> AwsStsProvider:
+        revoke = fields.string("revoke", required=False, max_len=32) or "deny-policy"
+        if revoke not in REVOKE_MODES:
+            raise fields.fail("revoke", f"must be one of {', '.join(REVOKE_MODES)}")
+        return cls(
+            name,
+            region=fields.req_string("region", pattern=REGION, max_len=32, hint="e.g. us-east-1"),
+            endpoint_url=fields.string(
+                "endpoint_url", required=False, pattern=ENDPOINT, max_len=512, hint="http(s)://host[:port]"
+            ),
+            profile=fields.string("profile", required=False, pattern=PROFILE, max_len=64),
+            revoke=revoke,
+            timeout=fields.integer("timeout", minimum=1, maximum=300) or 10,
+        )
+
+    @classmethod
+    def parse_request(cls, fields: Fields, *, name: str, provider: str, ttl: int | None) -> AwsStsRequest:
+        return parse_aws_request(fields, name=name, provider=provider, ttl=ttl)
+
+    @classmethod
+    def compile_grant(cls, fields: Fields, *, provider: str, max_ttl: int | None) -> AwsStsGrant:
+        return compile_aws_grant(fields, provider=provider, max_ttl=max_ttl)
+
+    def describe(self) -> dict[str, str]:
+        facts = {"name": self.name, "type": self.type_name, "region": self.region, "revoke": self.revoke_mode}
+        if self.endpoint_url:
+            facts["endpoint_url"] = self.endpoint_url
+        return facts
+
+    # -- clients -------------------------------------------------------------------------
+
+    def client(self, service: str) -> Any:
+        """A client of the broker's own identity (created once per service)."""
+        with self._lock:
+            if service not in self._clients:
+                self._clients[service] = self._make_client(service)
+            return self._clients[service]
+
+    def _make_client(self, service: str, credentials: dict[str, Any] | None = None) -> Any:
+        import boto3
+        from botocore.config import Config
+
+        with AwsErrors(self, "client setup"):
+            if credentials is None:
+                session = boto3.session.Session(profile_name=self.profile, region_name=self.region)
+            else:
+                session = boto3.session.Session(
+                    aws_access_key_id=credentials["AccessKeyId"],
+                    aws_secret_access_key=credentials["SecretAccessKey"],
+                    aws_session_token=credentials["SessionToken"],
+                    region_name=self.region,
+                )
+            config = Config(
+                connect_timeout=self.timeout,
+                read_timeout=self.timeout,
+                retries={"mode": "standard", "max_attempts": 3},
+            )
+            return session.client(service, endpoint_url=self.endpoint_url, config=config)
+
+    def close(self) -> None:
+        with self._lock:
+            for client in self._clients.values():
+                client.close()
+            self._clients.clear()
+
+    # -- mint ----------------------------------------------------------------------------
+
+    def mint(self, request: CredentialRequest, context: MintContext) -> MintedCredential:
+        assert isinstance(request, AwsStsRequest)
+        session_name = role_session_name(context.session_id, request.name)
+        if not SESSION_NAME.fullmatch(session_name) or not SESSION_NAME.fullmatch(context.session_id):
+            raise ProviderError(f"aws {self.name}: session id {context.session_id!r} is unusable", retryable=False)
+        role = self._role(request.role_name, request.role_arn)
+        if context.ttl > role["MaxSessionDuration"]:
+            raise ProviderError(
+                f"aws {self.name}: ttl {context.ttl}s exceeds the MaxSessionDuration"
+                f" {role['MaxSessionDuration']}s of role {request.role_name}",
+                retryable=False,
+            )
+        params: dict[str, Any] = {
+            "RoleArn": request.role_arn,
+            "RoleSessionName": session_name,
+            "DurationSeconds": context.ttl,
+            "SourceIdentity": context.session_id,
+            "Tags": [
+                {"Key": "broker:session", "Value": context.session_id},
+                {"Key": "broker:task", "Value": context.task},
+                {"Key": "broker:credential", "Value": request.name},
+            ],
+        }
+        if not all(TAG_VALUE.fullmatch(tag["Value"]) for tag in params["Tags"]):
+            raise ProviderError(f"aws {self.name}: task or credential name unusable as a tag", retryable=False)
+        if request.policy_json:
+            params["Policy"] = request.policy_json
+        if request.policy_arns:
+            params["PolicyArns"] = [{"arn": arn} for arn in request.policy_arns]
+        with AwsErrors(self, "AssumeRole"):
+            response = self.client("sts").assume_role(**params)
+        credentials = response.get("Credentials") or {}
+        assumed_role_id = str((response.get("AssumedRoleUser") or {}).get("AssumedRoleId", ""))
+        expected_id = f"{role['RoleId']}:{session_name}"
+        expiration = credentials.get("Expiration")
+        secret = Secret(str(credentials.get("SecretAccessKey", "")))
+        token = Secret(str(credentials.get("SessionToken", "")))
+        access_key_id = str(credentials.get("AccessKeyId", ""))
+        problem = ""
+        if assumed_role_id != expected_id or not isinstance(expiration, datetime):
+            problem = "AssumeRole answered with an unexpected session"
+        elif not all(SECRET_TEXT.fullmatch(v) for v in (access_key_id, secret.reveal(), token.reveal())):
+            problem = "AssumeRole returned malformed credentials"
+        else:
+            problem = self._verify_identity(credentials, assumed_role_id, (secret, token))
+        if problem:
+            self._cut_off(assumed_role_id, context, role, session_name)
+            raise ProviderError(f"aws {self.name}: {problem}; the session was not handed out")
+        assert isinstance(expiration, datetime)
+        expires_at = min(_aware(expiration), _aware(context.session_expires_at))
+        digest = hashlib.sha256(request.policy_json.encode()).hexdigest() if request.policy_json else ""
+        return MintedCredential(
+            reference={
+                "access_key_id": access_key_id,
+                "assumed_role_id": assumed_role_id,
+                "role_arn": request.role_arn,
+                "role_id": str(role["RoleId"]),
+                "role_session_name": session_name,
+                "source_identity": context.session_id,
+                "policy_digest": f"sha256:{digest}" if digest else "",
+            },
+            secret=secret,
+            files={
+                "credentials": self._credentials_file(access_key_id, secret, token),
+                "config": self._config_file(),
+            },
+            expires_at=expires_at,
+            scope=request.scope(),
+            env={
+                "AWS_SHARED_CREDENTIALS_FILE": str(context.mount_dir / "credentials"),
+                "AWS_CONFIG_FILE": str(context.mount_dir / "config"),
+                "AWS_REGION": self.region,
+            },
+        )
+
+    def _role(self, role_name: str, role_arn: str) -> dict[str, Any]:
+        with AwsErrors(self, "GetRole"):
+            role: dict[str, Any] = self.client("iam").get_role(RoleName=role_name)["Role"]
+        if role.get("Arn") != role_arn:
+            raise ProviderError(
+                f"aws {self.name}: role {role_name} in the broker's account is {role.get('Arn')}, not {role_arn}",
+                retryable=False,
+            )
+        return role
+
+    def _verify_identity(self, credentials: dict[str, Any], assumed_role_id: str, secrets: tuple[Secret, ...]) -> str:
+        """The problem with the new credentials, or "" when GetCallerIdentity names the new session."""
+        try:
+            with AwsErrors(self, "GetCallerIdentity with the new credentials", secrets=secrets):
+                client = self._make_client("sts", credentials)
+                try:
+                    identity = client.get_caller_identity()
+                finally:
+                    client.close()
+        except ProviderError as exc:
+            return exc.message.removeprefix(f"aws {self.name}: ")
+        if identity.get("UserId") != assumed_role_id:
+            return "GetCallerIdentity with the new credentials names another identity"
+        return ""
+
+    def _cut_off(self, assumed_role_id: str, context: MintContext, role: dict[str, Any], session_name: str) -> None:
+        """Best effort: deny a session that is not handed out (its credentials exist at AWS)."""
+        if self.revoke_mode != "deny-policy":
+            return
+        user_id = assumed_role_id or f"{role['RoleId']}:{session_name}"
+        expires = datetime.now(UTC) + timedelta(seconds=context.ttl)
+        with contextlib.suppress(ProviderError):
+            self._update_deny(str(role["RoleName"]), entries_for(user_id, context.session_id, expires))
+
+    def _credentials_file(self, access_key_id: str, secret: Secret, token: Secret) -> Secret:
+        return Secret(
+            "[default]\n"
+            f"aws_access_key_id = {access_key_id}\n"
+            f"aws_secret_access_key = {secret.reveal()}\n"
+            f"aws_session_token = {token.reveal()}\n"
+        )
+
+    def _config_file(self) -> str:
+        lines = ["[default]", f"region = {self.region}"]
+        if self.endpoint_url:
+            lines.append(f"endpoint_url = {self.endpoint_url}")
+        return "\n".join(lines) + "\n"
+
+    # -- revoke --------------------------------------------------------------------------
+
+    def revoke(self, target: RevokeTarget, now: datetime) -> RevokeOutcome:
+        ref, now = target.reference, _aware(now)
+        role_arn, role_id = ref.get("role_arn", ""), ref.get("role_id", "")
+        role_name = role_arn.rsplit("/", 1)[-1]
+        if target.expires_at is not None and _aware(target.expires_at) <= now:
+            if self.revoke_mode == "deny-policy" and ROLE_ARN.fullmatch(role_arn):
+                with contextlib.suppress(ProviderError):
+                    self._update_deny(role_name, (), now)  # nothing to deny; prune what has ended
+            return RevokeOutcome.EXPIRED
+        if self.revoke_mode == "expire":
+            return RevokeOutcome.VALID_UNTIL_EXPIRY
+        user_id, session_name = ref.get("assumed_role_id", ""), ref.get("role_session_name", "")
+        if not ROLE_ARN.fullmatch(role_arn) or not user_id or user_id != f"{role_id}:{session_name}":
+            raise ProviderError(f"aws {self.name}: no usable session reference for {target.name}", retryable=False)
+        expires_at = _aware(target.expires_at) if target.expires_at else now + timedelta(seconds=AWS_MAX_TTL)
+        with AwsErrors(self, "GetRole"):
+            actual_id = self.client("iam").get_role(RoleName=role_name)["Role"]["RoleId"]
+        if actual_id != role_id:
+            raise ProviderError(
+                f"aws {self.name}: role {role_name} now has id {actual_id}, not {role_id}: it was recreated;"
+                " a deny on the new role cannot name the old session",
+                retryable=False,
+            )
+        self._update_deny(role_name, entries_for(user_id, ref.get("source_identity", ""), expires_at), now)
+        return RevokeOutcome.REVOKED
+
+    def _update_deny(self, role_name: str, wanted: tuple[DenyEntry, ...], now: datetime | None = None) -> None:
+        with self._lock:
+            lock = self._role_locks.setdefault(role_name, threading.Lock())
+        writer = DenyPolicyWriter(self, self.client("iam"), self.settle_seconds, self.revoke_attempts)
+        with lock:
+            writer.update(role_name, wanted, now)
+
+
+def _aware(moment: datetime) -> datetime:
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)

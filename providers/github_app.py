@@ -1,0 +1,272 @@
+"""GitHub App installation tokens: one token per credential, for named repositories of one owner.
+
+The broker signs an App JWT with the App's private key, finds the owner's
+installation (by repository, then organisation, then user; cached per
+owner), and mints with an explicit repository list and explicit permissions,
+never an empty list, never without permissions, since either would widen the
+token to everything the installation has. The answer is compared with the
+request (GitHub adds ``metadata: read`` to every token on its own; anything
+else extra makes the broker revoke the token at once and fail). Tokens live
+one hour at GitHub and cannot be shortened; the credential's ``expires_at``
+is capped at the session's, and the core revokes then. Revocation is
+``DELETE /installation/token`` with the token itself, which the core keeps on
+tmpfs only. ``requests`` and ``jwt`` are imported on first use.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, NoReturn
+from urllib.parse import quote
+
+from broker.errors import ProviderError
+from broker.fields import Fields, describe, shown
+from broker.secret import Secret
+from providers.base import (
+    CredentialRequest,
+    MintContext,
+    MintedCredential,
+    Provider,
+    RevokeOutcome,
+    RevokeTarget,
+)
+from providers.github_git import check_api_url, git_host, gitconfig
+from providers.github_http import ApiResponse, GitHubApi
+from providers.github_permissions import IMPLICIT_PERMISSION
+from providers.github_request import GitHubGrant, GitHubRequest, compile_grant, parse_request
+
+__all__ = ["GitHubAppProvider", "GitHubGrant", "GitHubRequest"]
+
+APP_ID = re.compile(r"[1-9][0-9]{0,19}")
+TOKEN = re.compile(r"[\x21-\x7e]{8,8192}")  # opaque, any length, but printable and one line
+
+
+class GitHubAppProvider(Provider):
+    type_name = "github_app"
+    max_ttl = 3600  # GitHub's installation tokens live one hour
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        app_id: str,
+        private_key_file: Path,
+        api_url: str,
+        timeout: int,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        super().__init__(name)
+        self.app_id = app_id
+        self.api_url = api_url
+        self.clock = clock
+        self.api = GitHubApi(
+            label=name,
+            api_url=api_url,
+            app_id=app_id,
+            key_file=private_key_file,
+            key_what=f"providers.{name}.private_key_file",
+            timeout=timeout,
+            clock=clock,
+        )
+        self._installations: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    # -- configuration -------------------------------------------------------------------
+
+    @classmethod
+    def from_config(cls, name: str, fields: Fields, config_dir: Path) -> GitHubAppProvider:
+        raw_id = fields.raw("app_id")
+        if isinstance(raw_id, int) and not isinstance(raw_id, bool):
+            raw_id = str(raw_id)
+        if not isinstance(raw_id, str) or not APP_ID.fullmatch(raw_id):
+            got = "missing" if raw_id is None else f"got {describe(raw_id)}"
+            raise fields.fail("app_id", f"expected the App's numeric id ({got})")
+        key_file = fields.req_string("private_key_file", max_len=4096)
+        api_url = fields.string("api_url", required=False, max_len=512) or "https://api.github.com"
+        problem = check_api_url(api_url)
+        if problem is not None:
+            raise fields.fail("api_url", f"{shown(api_url)} {problem}")
+        return cls(
+            name,
+            app_id=raw_id,
+            private_key_file=config_dir / key_file,
+            api_url=api_url.rstrip("/"),
+            timeout=fields.integer("timeout", minimum=1, maximum=300) or 10,
+        )
+
+    @classmethod
+    def parse_request(cls, fields: Fields, *, name: str, provider: str, ttl: int | None) -> GitHubRequest:
+        return parse_request(fields, name=name, provider=provider, ttl=ttl)
+
+    @classmethod
+    def compile_grant(cls, fields: Fields, *, provider: str, max_ttl: int | None) -> GitHubGrant:
+        return compile_grant(fields, provider=provider, max_ttl=max_ttl)
+
+    def describe(self) -> dict[str, str]:
+        return {"name": self.name, "type": self.type_name, "api_url": self.api_url, "app_id": self.app_id}
+
+    # -- provider calls ------------------------------------------------------------------
+
+    def mint(self, request: CredentialRequest, context: MintContext) -> MintedCredential:
+        assert isinstance(request, GitHubRequest)
+        names, permissions = request.names(), request.permission_map()
+        if not names or not permissions:  # either would widen the token to the whole installation
+            raise ProviderError(f"github {self.name}: refusing a token without repositories or permissions")
+        try:  # before minting, so a path git cannot take never leaves a live token behind
+            config = gitconfig(git_host(self.api_url), context.mount_dir / "token")
+        except ValueError as exc:
+            raise ProviderError(f"github {self.name}: {exc}", retryable=False) from None
+        installation = self.installation_id(request.owner, names[0])
+        response = self.api.call(
+            "POST",
+            f"/app/installations/{installation}/access_tokens",
+            what="token create",
+            body={"repositories": names, "permissions": permissions},
+        )
+        if response.status == 404:
+            with self._lock:
+                self._installations.pop(request.owner.lower(), None)
+        if response.status != 201:
+            raise self._failure(response, f"token create for {request.owner}")
+        token, github_expiry = self._read_token(response)
+        self._check_granted(request, response, token)
+        now = datetime.fromtimestamp(self.clock(), UTC)
+        expires_at = min(github_expiry, _aware(context.session_expires_at), now + timedelta(seconds=context.ttl))
+        return MintedCredential(
+            reference={"installation_id": installation, "owner": request.owner},
+            secret=token,
+            files={"token": token, "gitconfig": config},
+            expires_at=expires_at,
+            scope=request.scope(),
+            env={"GIT_CONFIG_GLOBAL": str(context.mount_dir / "gitconfig")},
+            revoke_secret=token,
+        )
+
+    def installation_id(self, owner: str, repo: str) -> str:
+        """The App's installation on ``owner`` (cached per owner for this object's lifetime)."""
+        key = owner.lower()
+        with self._lock:
+            if key in self._installations:
+                return self._installations[key]
+        o, r = quote(owner, safe=""), quote(repo, safe="")
+        for path in (f"/repos/{o}/{r}/installation", f"/orgs/{o}/installation", f"/users/{o}/installation"):
+            response = self.api.call("GET", path, what="installation lookup")
+            if response.status in (301, 404):
+                continue
+            if response.status != 200:
+                raise self._failure(response, f"installation lookup for {owner}")
+            body = response.body if isinstance(response.body, dict) else {}
+            account = body.get("account") if isinstance(body.get("account"), dict) else {}
+            ident = body.get("id")
+            if not isinstance(ident, int) or isinstance(ident, bool) or ident <= 0:
+                raise ProviderError(f"github {self.name}: installation lookup for {owner} returned no id")
+            login = account.get("login") if account else None
+            if not isinstance(login, str) or login.lower() != key:
+                raise ProviderError(
+                    f"github {self.name}: installation lookup for {owner} answered with another account"
+                )
+            with self._lock:
+                self._installations[key] = str(ident)
+            return str(ident)
+        raise ProviderError(
+            f"github {self.name}: the GitHub App is not installed for {owner!r} (no installation"
+            f" on {owner}/{repo}, organisation or user {owner})",
+            retryable=False,
+        )
+
+    def _read_token(self, response: ApiResponse) -> tuple[Secret, datetime]:
+        body = response.body if isinstance(response.body, dict) else {}
+        raw = body.get("token")
+        if not isinstance(raw, str) or not TOKEN.fullmatch(raw):
+            raise ProviderError(f"github {self.name}: token create returned no usable token")
+        token = Secret(raw)
+        expiry = _parse_time(body.get("expires_at"))
+        if expiry is None:
+            self._revoke_now(token, "its expires_at is missing or unreadable")
+        return token, expiry
+
+    def _check_granted(self, request: GitHubRequest, response: ApiResponse, token: Secret) -> None:
+        """Revoke and fail unless GitHub granted exactly what was asked (plus metadata: read)."""
+        body: dict[str, Any] = response.body
+        asked = request.permission_map()
+        granted = body.get("permissions")
+        if not isinstance(granted, dict):
+            self._revoke_now(token, "the answer does not say which permissions it carries")
+        implicit_name, implicit_level = IMPLICIT_PERMISSION
+        if implicit_name not in asked and granted.get(implicit_name) == implicit_level:
+            granted = {k: v for k, v in granted.items() if k != implicit_name}
+        if granted != asked:
+            diff = sorted(
+                [f"+{k}: {v}" for k, v in granted.items() if asked.get(k) != v]
+                + [f"-{k}: {v}" for k, v in asked.items() if granted.get(k) != v]
+            )
+            self._revoke_now(token, f"its permissions differ from the request ({', '.join(diff)[:200]})")
+        repos = body.get("repositories")
+        names = (
+            {str(r.get("full_name", "")).lower() for r in repos if isinstance(r, dict)}
+            if isinstance(repos, list)
+            else None
+        )
+        if body.get("repository_selection") != "selected" or names != {r.lower() for r in request.repositories}:
+            self._revoke_now(token, "its repositories differ from the request")
+
+    def _revoke_now(self, token: Secret, why: str) -> NoReturn:
+        """Revoke a token that must not be handed out, then fail naming why (never the token)."""
+        outcome = "revoked it"
+        try:
+            response = self.api.call("DELETE", "/installation/token", what="token revoke", token=token)
+            if response.status not in (204, 401):
+                outcome = f"revoking it failed ({response.message()}); it stays valid up to one hour"
+        except ProviderError:
+            outcome = "revoking it failed (unreachable); it stays valid up to one hour"
+        raise ProviderError(f"github {self.name}: GitHub returned a token but {why}; {outcome}")
+
+    def revoke(self, target: RevokeTarget, now: datetime) -> RevokeOutcome:
+        if target.revoke_secret is None:
+            raise ProviderError(
+                f"github {self.name}: no token kept for {target.name}, so it cannot be revoked;"
+                " it stays valid until GitHub's one-hour expiry",
+                retryable=False,
+            )
+        response = self.api.call("DELETE", "/installation/token", what="token revoke", token=target.revoke_secret)
+        if response.status == 204:  # it was live at GitHub until now, whatever our expires_at says
+            return RevokeOutcome.REVOKED
+        if response.status == 401:  # already revoked, or expired at GitHub
+            past = target.expires_at is not None and _aware(target.expires_at) <= _aware(now)
+            return RevokeOutcome.EXPIRED if past else RevokeOutcome.REVOKED
+        raise self._failure(response, f"token revoke for {target.name}", retryable=True)
+
+    def _failure(self, response: ApiResponse, action: str, *, retryable: bool = False) -> ProviderError:
+        """A one-line error quoting GitHub's message; retryable for outages and rate limits."""
+        status = response.status
+        hint = {
+            401: " (check app_id, the private key and this host's clock)",
+            403: " (forbidden or rate limited)",
+            429: " (rate limited)",
+        }.get(status, "")
+        return ProviderError(
+            f"github {self.name}: {action} failed: {response.message()}{hint}",
+            retryable=retryable or status >= 500 or status in (403, 429),
+        )
+
+    def close(self) -> None:
+        self.api.close()
+
+
+def _aware(moment: datetime) -> datetime:
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def _parse_time(value: object) -> datetime | None:
+    if not isinstance(value, str) or len(value) > 40:
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else None

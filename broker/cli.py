@@ -206,6 +206,34 @@ def status(
     del now
 
 
+@app.command()
+def sweep(
+    ctx: typer.Context,
+    as_json: Annotated[bool, typer.Option("--json", help="Print what was done as JSON.")] = False,
+) -> None:
+    """Revoke expired sessions, retry pending revocations, finish what a crash left, remove orphans.
+
+    Run it every minute (scripts/systemd/broker-sweep.timer). Exit 5 while something stays pending.
+    Example: broker sweep --json
+    """
+    from broker.sweeping import sweep as run_sweep
+
+    config = _config(ctx)
+    with _broker(config) as broker:
+        report = run_sweep(broker)
+    if as_json:
+        _print_json(report.to_json())
+    else:
+        typer.echo(
+            f"expired {len(report.expired)}, recovered {len(report.recovered)}, retried {len(report.retried)},"
+            f" orphans removed {len(report.orphans_removed)}, busy {len(report.busy)}, pending {len(report.pending)}"
+        )
+        for item in report.pending:
+            typer.echo(f"  pending: {item['session']} {item['credential']}")
+    if not report.complete:
+        raise RevokeIncomplete(f"{len(report.pending)} credential(s) still pending; the next sweep retries them")
+
+
 # -- policy ------------------------------------------------------------------------------
 
 

@@ -12,12 +12,16 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from datetime import timedelta
+import signal
+from collections.abc import Iterator
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from datetime import datetime, timedelta
 from pathlib import PurePosixPath
 from typing import Any
 
 from broker.core import Broker, new_session_id
 from broker.errors import BadInput, BrokerError, InternalError, PolicyDenied, ProviderError
+from broker.locks import session_lock
 from broker.manifest import Manifest
 from broker.policy import Decision, decide
 from broker.revoking import revoke_credential
@@ -51,6 +55,23 @@ def issue(broker: Broker, manifest: Manifest) -> dict[str, Any]:
     expires_at = now + timedelta(seconds=decision.session_ttl)
     session_id = new_session_id()
     directory = SessionDirectory(runtime, session_id, manifest.sandbox.uid, manifest.sandbox.gid)
+    lock = session_lock(broker.config.state_dir, session_id)
+    lock.acquire()  # held until the session is complete or rolled back: sweep leaves it alone
+    try:
+        _record_session(broker, manifest, session_id, now, expires_at, directory)
+        return _issue_locked(broker, manifest, decision, session_id, expires_at, directory)
+    finally:
+        lock.release()
+
+
+def _record_session(
+    broker: Broker,
+    manifest: Manifest,
+    session_id: str,
+    now: datetime,
+    expires_at: datetime,
+    directory: SessionDirectory,
+) -> None:
     broker.store.create_session(
         SessionRecord(
             id=session_id,
@@ -63,19 +84,31 @@ def issue(broker: Broker, manifest: Manifest) -> dict[str, Any]:
             mount_path=str(manifest.sandbox.mount_path),
             uid=manifest.sandbox.uid,
             gid=manifest.sandbox.gid,
-            mounted=runtime.mount_per_session,
+            mounted=directory.runtime.mount_per_session,
             document=None,
         )
     )
-    minted: list[tuple[CredentialRequest, MintedCredential]] = []
+
+
+def _issue_locked(
+    broker: Broker,
+    manifest: Manifest,
+    decision: Decision,
+    session_id: str,
+    expires_at: datetime,
+    directory: SessionDirectory,
+) -> dict[str, Any]:
+    pool = ThreadPoolExecutor(max_workers=len(manifest.credentials), thread_name_prefix="mint")
     try:
         directory.create()
-        files: dict[str, list[str]] = {}
-        for request in manifest.credentials:
-            credential = _mint_one(broker, manifest, decision, request, session_id, expires_at)
-            minted.append((request, credential))
-            _record_minted(broker, manifest, decision, request, credential, session_id)
-            files[request.name] = directory.write_credential(request.name, credential.files)
+        futures = [
+            pool.submit(_mint_and_inject, broker, manifest, decision, request, session_id, expires_at, directory)
+            for request in manifest.credentials
+        ]
+        wait(futures, return_when=FIRST_EXCEPTION)
+        results = [future.result() for future in futures]  # the first failure raises here
+        minted = [(request, credential) for request, credential, _ in results]
+        files = {request.name: written for request, _, written in results}
         document = session_document(broker, manifest, session_id, expires_at, directory, minted, files)
         directory.write_file("session.json", json.dumps(document, indent=2).encode() + b"\n")
         directory.seal()
@@ -92,10 +125,23 @@ def issue(broker: Broker, manifest: Manifest) -> dict[str, Any]:
         )
         return document
     except BaseException as exc:
-        _roll_back(broker, manifest, session_id, directory, exc)
+        with signals_blocked():
+            pool.shutdown(wait=True, cancel_futures=True)  # nothing may still be minting while we roll back
+            _roll_back(broker, manifest, session_id, directory, exc)
         if isinstance(exc, BrokerError | KeyboardInterrupt | SystemExit):
             raise
         raise InternalError(f"issue failed unexpectedly ({type(exc).__name__}); nothing was left behind") from exc
+
+
+@contextlib.contextmanager
+def signals_blocked() -> Iterator[None]:
+    """Hold SIGINT/SIGTERM/SIGHUP while rolling back, so a second signal cannot cut it short."""
+    signals = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, signals)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _check_sandbox_owner(manifest: Manifest) -> None:
@@ -106,13 +152,28 @@ def _check_sandbox_owner(manifest: Manifest) -> None:
         )
 
 
+def _mint_and_inject(
+    broker: Broker,
+    manifest: Manifest,
+    decision: Decision,
+    request: CredentialRequest,
+    session_id: str,
+    expires_at: datetime,
+    directory: SessionDirectory,
+) -> tuple[CredentialRequest, MintedCredential, list[str]]:
+    """One credential's whole path: record, mint, record again, log, write its files."""
+    credential = _mint_one(broker, manifest, decision, request, session_id, expires_at)
+    _record_minted(broker, manifest, decision, request, credential, session_id)
+    return request, credential, directory.write_credential(request.name, credential.files)
+
+
 def _mint_one(
     broker: Broker,
     manifest: Manifest,
     decision: Decision,
     request: CredentialRequest,
     session_id: str,
-    expires_at: Any,
+    expires_at: datetime,
 ) -> MintedCredential:
     provider = broker.config.providers[request.provider]
     broker.store.add_credential(session_id, request.name, provider.name, provider.type_name)

@@ -16,6 +16,7 @@ from typing import Any
 
 from broker.core import Broker
 from broker.errors import ProviderError, UnknownSession
+from broker.locks import holding, session_lock
 from broker.sessiondir import remove_session_path
 from broker.store import UNSETTLED_CREDENTIAL_STATES, CredentialRecord, SessionRecord
 from providers.base import RevokeOutcome, RevokeTarget
@@ -65,6 +66,13 @@ def revoke_task(broker: Broker, task: str) -> list[RevokeReport]:
 
 
 def _revoke(broker: Broker, session: SessionRecord, *, reason: str) -> RevokeReport:
+    with holding(session_lock(broker.config.state_dir, session.id), f"session {session.id}"):
+        current = broker.store.get_session(session.id)
+        return revoke_locked(broker, current or session, reason=reason)
+
+
+def revoke_locked(broker: Broker, session: SessionRecord, *, reason: str) -> RevokeReport:
+    """Revoke ``session``; the caller holds its session lock."""
     requester = str(broker.requester)
     already_ended = session.state in ("revoked", "expired", "failed")
     if not already_ended:

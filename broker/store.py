@@ -101,6 +101,10 @@ class SessionStore(ABC):
     def sessions(self, *, states: tuple[str, ...] | None = None, task: str | None = None) -> list[SessionRecord]: ...
 
     @abstractmethod
+    def unsettled_credentials(self) -> list[CredentialRecord]:
+        """Every credential that may still be valid at its provider (minting, active, pending)."""
+
+    @abstractmethod
     def set_log_head(self, seq: int, record_hash: str) -> None:
         """Remember the last signed head of the issuance log (detects truncation)."""
 
@@ -270,6 +274,12 @@ class SqliteSessionStore(SessionStore):
             sql += " AND task=?"
             args.append(task)
         return [_session(row) for row in self._query(sql + " ORDER BY created_at, id", tuple(args))]
+
+    def unsettled_credentials(self) -> list[CredentialRecord]:
+        marks = ",".join("?" * len(UNSETTLED_CREDENTIAL_STATES))
+        sql = f"SELECT * FROM credentials WHERE state IN ({marks})"  # noqa: S608 - placeholders only
+        rows = self._query(sql, UNSETTLED_CREDENTIAL_STATES)
+        return [_credential(row) for row in rows]
 
     def set_log_head(self, seq: int, record_hash: str) -> None:
         with self._tx() as conn:

@@ -1,0 +1,58 @@
+"""Cross-process locks in ``state_dir/locks`` (``filelock``): one per session, one for sweep.
+
+``issue`` holds its session's lock from creation to completion and ``revoke``
+takes it too, so ``sweep`` can tell a session a crashed broker left half-done
+(lock free) from one a live broker is working on (lock held): the kernel
+releases the lock when its holder dies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from filelock import FileLock, Timeout
+
+from broker.errors import StoreError
+
+
+def _lock_dir(state_dir: Path) -> Path:
+    path = state_dir / "locks"
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    return path
+
+
+def session_lock(state_dir: Path, session_id: str) -> FileLock:
+    return FileLock(str(_lock_dir(state_dir) / f"{session_id}.lock"), thread_local=False)
+
+
+@contextlib.contextmanager
+def holding(lock: FileLock, what: str, timeout: float = 60.0) -> Iterator[None]:
+    try:
+        lock.acquire(timeout=timeout)
+    except Timeout:
+        raise StoreError(f"{what} is locked by another broker process") from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def try_lock(lock: FileLock) -> bool:
+    """Take ``lock`` if it is free right now."""
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        return False
+    return True
+
+
+def sweep_lock(state_dir: Path) -> FileLock:
+    return FileLock(str(_lock_dir(state_dir) / "sweep.lock"), thread_local=False)
+
+
+def remove_session_lock(state_dir: Path, session_id: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(_lock_dir(state_dir) / f"{session_id}.lock")

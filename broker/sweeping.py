@@ -1,0 +1,168 @@
+"""``sweep``: finish whatever expiry, a crash or an outage left behind.
+
+One sweep at a time (a lock in ``state_dir/locks``); sessions a live broker
+is working on are skipped (their session lock is held). In order:
+
+1. sessions left ``issuing`` by a crashed ``issue``: roll back (revoke what
+   was minted, look for what a provider minted that the store never heard
+   of, remove the directory);
+2. sessions left ``revoking``: finish the revocation;
+3. ``active`` sessions past ``expires_at``: revoke, logged ``session.expired``;
+   credentials of live sessions past their own ``expires_at``: revoke;
+4. ended sessions with ``pending`` credentials: retry;
+5. directories and tmpfs mounts under ``runtime_dir`` that belong to no live
+   session, and kept revocation secrets nobody needs any more.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from broker.core import Broker
+from broker.keepsafe import KEEP_DIR
+from broker.locks import holding, remove_session_lock, session_lock, sweep_lock, try_lock
+from broker.revoking import RevokeReport, revoke_credential, revoke_locked
+from broker.sessiondir import remove_session_path
+from broker.store import LIVE_SESSION_STATES, SessionRecord
+
+
+@dataclass
+class SweepReport:
+    expired: list[str] = field(default_factory=list)
+    recovered: list[str] = field(default_factory=list)
+    retried: list[str] = field(default_factory=list)
+    pending: list[dict[str, str]] = field(default_factory=list)
+    busy: list[str] = field(default_factory=list)
+    orphans_removed: list[str] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        return not self.pending
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "expired": self.expired,
+            "recovered": self.recovered,
+            "retried": self.retried,
+            "pending": self.pending,
+            "busy": self.busy,
+            "orphans_removed": self.orphans_removed,
+        }
+
+
+def sweep(broker: Broker) -> SweepReport:
+    report = SweepReport()
+    with holding(sweep_lock(broker.config.state_dir), "sweep", timeout=300):
+        now = broker.clock()
+        for session in broker.store.sessions(states=LIVE_SESSION_STATES):
+            _sweep_session(broker, session, now, report)
+        unsettled = {c.session_id for c in broker.store.unsettled_credentials()}
+        for session_id in sorted(unsettled):
+            ended = broker.store.get_session(session_id)
+            if ended is not None and ended.state not in LIVE_SESSION_STATES:
+                _sweep_session(broker, ended, now, report)
+        _remove_orphans(broker, report)
+    return report
+
+
+def _sweep_session(broker: Broker, session: SessionRecord, now: Any, report: SweepReport) -> None:
+    lock = session_lock(broker.config.state_dir, session.id)
+    if not try_lock(lock):
+        report.busy.append(session.id)
+        return
+    try:
+        current = broker.store.get_session(session.id) or session
+        if current.state == "issuing":
+            _recover_issuing(broker, current)
+            result = revoke_locked(broker, current, reason="crash recovery")
+            report.recovered.append(current.id)
+        elif current.state == "revoking":
+            result = revoke_locked(broker, current, reason="sweep")
+            report.recovered.append(current.id)
+        elif current.state == "active" and current.expires_at <= now:
+            result = revoke_locked(broker, current, reason="expired")
+            report.expired.append(current.id)
+        elif current.state == "active":
+            _revoke_expired_credentials(broker, current, now)
+            return
+        else:
+            result = revoke_locked(broker, current, reason="sweep retry")
+            report.retried.append(current.id)
+        _note_pending(result, report)
+        if result.complete:
+            remove_session_lock(broker.config.state_dir, current.id)
+    finally:
+        lock.release()
+
+
+def _revoke_expired_credentials(broker: Broker, session: SessionRecord, now: Any) -> None:
+    """A credential may end before its session (a GitHub token cut to a shorter TTL): revoke it then."""
+    for record in broker.store.credentials(session.id):
+        if record.state == "active" and record.expires_at is not None and record.expires_at <= now:
+            revoke_credential(broker, session.id, session.task, record, now, reason="expired")
+
+
+def _recover_issuing(broker: Broker, session: SessionRecord) -> None:
+    """Credentials a crash left ``minting``: ask the provider whether it minted them after all."""
+    for record in broker.store.credentials(session.id):
+        if record.state != "minting":
+            continue
+        provider = broker.config.providers.get(record.provider)
+        found = provider.find_minted(session.id, record.name) if provider is not None else []
+        if not found:
+            broker.store.set_credential_state(session.id, record.name, "failed")
+            continue
+        for reference in found:
+            from broker.store import CredentialRecord
+
+            orphan = CredentialRecord(
+                session_id=session.id,
+                name=record.name,
+                provider=record.provider,
+                type=record.type,
+                state="active",
+                reference=reference,
+                scope={},
+                expires_at=None,
+                fingerprint=None,
+            )
+            revoke_credential(broker, session.id, session.task, orphan, broker.clock(), reason="crash recovery")
+
+
+def _note_pending(result: RevokeReport, report: SweepReport) -> None:
+    for credential in result.credentials:
+        if credential.outcome == "pending":
+            report.pending.append({"session": result.session, "credential": credential.name})
+
+
+def _remove_orphans(broker: Broker, report: SweepReport) -> None:
+    runtime_dir = broker.config.runtime_dir
+    try:
+        names = os.listdir(runtime_dir)
+    except FileNotFoundError:
+        return
+    live = {s.id for s in broker.store.sessions(states=LIVE_SESSION_STATES)}
+    for name in sorted(names):
+        if name == KEEP_DIR or name in live:
+            continue
+        lock = session_lock(broker.config.state_dir, name) if _looks_like_session(name) else None
+        if lock is not None and not try_lock(lock):
+            continue  # an issue is creating it right now
+        try:
+            if remove_session_path(runtime_dir, name):
+                report.orphans_removed.append(name)
+        except OSError:
+            pass
+        finally:
+            if lock is not None:
+                lock.release()
+    pending = {(c.session_id, c.name) for c in broker.store.unsettled_credentials()}
+    for session_id, name in broker.keepsafe.held():
+        if (session_id, name) not in pending:
+            broker.keepsafe.drop(session_id, name)
+
+
+def _looks_like_session(name: str) -> bool:
+    return name.startswith("s-") and name.replace("-", "").isalnum()

@@ -1,3 +1,9 @@
 """Shared fixtures live in ``tests/fixtures``; this file only registers them."""
 
-pytest_plugins = ["tests.fixtures.brokerenv", "tests.fixtures.openbao"]
+pytest_plugins = [
+    "tests.fixtures.brokerenv",
+    "tests.fixtures.openbao",
+    "tests.fixtures.aws",
+    "tests.fixtures.github",
+    "tests.fixtures.stack",
+]

@@ -1,4 +1,3 @@
-# ruff: noqa: F811 - pytest fixtures are imported from tests.fixtures.aws and requested by name
 """The ``aws_sts`` provider: request parsing, grant containment, the deny-policy model, and a real moto server.
 
 moto emulates the STS and IAM APIs but enforces no IAM at all: it ignores
@@ -43,17 +42,13 @@ from providers.aws_session_policy import pattern_within
 from providers.aws_sts import AwsStsProvider, role_session_name
 from providers.base import MintContext, MintedCredential, RevokeOutcome, RevokeTarget
 from providers.registry import provider_class
-from tests.fixtures.aws import (  # noqa: F401 - fixtures used by name
+from tests.fixtures.aws import (
     ACCOUNT,
     REGION,
     ROLE_ARN,
     AwsRole,
-    aws_env,
-    aws_provider,
-    aws_role,
     iam_client,
     make_aws_provider,
-    moto_server,
 )
 
 S3_READ = {

@@ -24,14 +24,12 @@ from referencing.jsonschema import DRAFT4
 
 from tests.emulators.github_app import GitHubAppEmulator
 from tests.emulators.github_state import NOT_ACCESSIBLE, NOT_GRANTED
-from tests.fixtures.github import (  # noqa: F401 - fixtures
+from tests.fixtures.github import (
     APP_ID,
     CLIENT_ID,
     OWNER,
     PERMISSIONS,
     AppKeys,
-    fixture_github_app_keys,
-    fixture_github_emulator,
     rsa_key_pair,
 )
 
@@ -210,7 +208,7 @@ def test_bad_app_jwts_get_401(client: Client, github_app_keys: AppKeys, case: st
         "wrong-iss": app_jwt(github_app_keys, now=now, iss="999"),
         "wrong-key": app_jwt(rsa_key_pair(), now=now),
         "hs256": hs256_with_public_key(public, now),
-        "alg-none": jwt.encode({"iat": int(now), "exp": int(now) + 300, "iss": str(APP_ID)}, None, algorithm="none"),
+        "alg-none": jwt.encode({"iat": int(now), "exp": int(now) + 300, "iss": str(APP_ID)}, None, algorithm="none"),  # type: ignore[arg-type]
     }
     response = client.call("GET", "/app", auth=tokens[case])
     assert response.status_code == 401
@@ -266,7 +264,8 @@ def test_mint_refusals(client: Client, body: dict[str, Any], message: str) -> No
 
 
 def test_mint_without_narrowing_gets_everything(client: Client) -> None:
-    for body in (None, {"repositories": []}):
+    bodies: tuple[dict[str, list[str]] | None, ...] = (None, {"repositories": []})
+    for body in bodies:
         minted = client.mint(body).json()
         assert minted["permissions"] == PERMISSIONS
         assert "repositories" not in minted and minted["repository_selection"] == "selected"

@@ -26,13 +26,10 @@ from providers.github_permissions import PERMISSIONS as PERMISSION_TABLE
 from providers.registry import provider_class
 from tests.emulators.github_app import GitHubAppEmulator
 from tests.emulators.github_state import NOT_ACCESSIBLE, NOT_GRANTED
-from tests.fixtures.github import (  # noqa: F401 - fixtures
+from tests.fixtures.github import (
     APP_ID,
     AppKeys,
     MakeProvider,
-    fixture_github_app_keys,
-    fixture_github_emulator,
-    fixture_make_github_provider,
     rsa_key_pair,
 )
 

@@ -222,3 +222,18 @@ def test_policy_lint_and_check_commands(tmp_path: Path) -> None:
     broken = env.run("policy", "lint")
     assert broken.code == 2 and "bad.yaml: rules[0].grants[0].provider" in broken.stderr
     assert not env.state_dir.exists()  # check and lint write nothing
+
+
+def test_the_shipped_policy_files_lint(tmp_path: Path) -> None:
+    shipped = Path(__file__).resolve().parents[1] / "policies"
+    table = {
+        "policy_dir": str(shipped),
+        "providers": {
+            "vault": {"type": "vault", "addr": "http://127.0.0.1:8200", "token_file": "t"},
+            "aws": {"type": "aws_sts", "region": "us-east-1"},
+            "github": {"type": "github_app", "app_id": "1", "private_key_file": "k.pem"},
+        },
+    }
+    config = parse_config(table, tmp_path / "broker.toml")
+    policy = load_policy(shipped, config)
+    assert [r.id for r in policy.rules] == ["ci-read-only", "agents-widgets", "nightly-docs"]

@@ -6,6 +6,7 @@ import json
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 import hvac
 import pytest
@@ -18,10 +19,10 @@ from tests.fixtures.openbao import VAULT_TASK, OpenBao
 pytestmark = pytest.mark.server
 
 
-def issue(env: BrokerEnv, task: str = VAULT_TASK) -> dict[str, object]:
+def issue(env: BrokerEnv, task: str = VAULT_TASK) -> dict[str, Any]:
     result = env.run("issue", "--task", str(env.write_task(task)), "--json")
     assert result.code == 0, result.stderr
-    document: dict[str, object] = result.json()
+    document: dict[str, Any] = result.json()
     return document
 
 
@@ -78,7 +79,7 @@ def test_session_document_matches_the_spec(vault_env: BrokerEnv, openbao: OpenBa
     assert set(document) == {"session", "task", "expires_at", "dir", "mount_path", "credentials", "env"}
     assert document["mount_path"] == "/run/secrets"
     assert document["env"] == {"VAULT_ADDR": openbao.addr, "BROKER_SESSION": document["session"]}
-    [credential] = document["credentials"]  # type: ignore[misc]
+    [credential] = document["credentials"]
     assert credential["files"] == ["kv/token"]
     assert credential["type"] == "vault"
     assert credential["scope"] == {"policies": ["ci-read"], "num_uses": 5}

@@ -85,7 +85,7 @@ class GitHubAppEmulator:
     @property
     def url(self) -> str:
         host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{host!s}:{port}"
 
     @property
     def api_url(self) -> str:

@@ -206,6 +206,57 @@ def status(
     del now
 
 
+class SandboxKind(StrEnum):
+    none = "none"
+    bwrap = "bwrap"
+
+
+class NetworkKind(StrEnum):
+    none = "none"
+    host = "host"
+
+
+@app.command(context_settings={"allow_interspersed_args": False})
+def exec(
+    ctx: typer.Context,
+    command: Annotated[list[str], typer.Argument(help="The command to run (after --).", metavar="-- CMD ARGS...")],
+    task: Annotated[str, typer.Option("--task", help="Task manifest (YAML or JSON).")],
+    sandbox: Annotated[SandboxKind, typer.Option("--sandbox", help="Run CMD in bubblewrap, or on the host.")] = (
+        SandboxKind.bwrap
+    ),
+    network: Annotated[NetworkKind, typer.Option("--network", help="Network inside the sandbox.")] = (NetworkKind.none),
+    workspace: Annotated[
+        Path | None, typer.Option("--workspace", help="Directory bound read-write at /workspace [default: a tmpfs].")
+    ] = None,
+    read_only: Annotated[
+        list[str] | None, typer.Option("--ro-bind", help="Extra host path bound read-only at the same path.")
+    ] = None,
+) -> None:
+    """Issue, run CMD with only its scoped credentials, revoke when it ends; exit with CMD's status.
+
+    CMD gets a clean environment: PATH, HOME, LANG, TERM, the session's hints and the manifest's sandbox.env.
+    Example: broker exec --task task.yaml --sandbox bwrap --workspace ./repo -- make test
+    """
+    from broker.executing import ExecOptions, check_sandbox_available, execute
+    from broker.manifest import load_manifest
+
+    options = ExecOptions(
+        command=tuple(command),
+        sandbox=sandbox.value,
+        network=network.value,
+        workspace=workspace,
+        read_only=tuple(read_only or ()),
+    )
+    config = _config(ctx)
+    manifest = load_manifest(task, config)
+    check_sandbox_available(options)
+    with _broker(config) as broker:
+        result = execute(broker, manifest, options)
+    if not result.revoke.complete:
+        _error(f"session {result.session}: revocation incomplete; pending credentials stay for broker sweep")
+    raise typer.Exit(result.status)
+
+
 @app.command()
 def sweep(
     ctx: typer.Context,

@@ -28,11 +28,34 @@ MAX_ID = 2**31 - 1
 DEFAULT_MOUNT_PATH = PurePosixPath("/run/secrets")
 
 
+ENV_NAME = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
+#: Names the broker sets itself, or that change how programs load or authenticate.
+RESERVED_ENV = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "BROKER_SESSION",
+        "VAULT_ADDR",
+        "AWS_SHARED_CREDENTIALS_FILE",
+        "AWS_CONFIG_FILE",
+        "AWS_REGION",
+        "GIT_CONFIG_GLOBAL",
+        "LD_PRELOAD",
+        "LD_LIBRARY_PATH",
+        "LD_AUDIT",
+        "PYTHONPATH",
+    }
+)
+SECRET_LOOKING = re.compile(r"TOKEN|SECRET|PASSW|CREDENTIAL|PRIVATE|(^|_)KEY($|_)|AUTH")
+ENV_VALUE = re.compile(r"[\x20-\x7e]{0,1024}")
+
+
 @dataclass(frozen=True)
 class Sandbox:
     uid: int
     gid: int
     mount_path: PurePosixPath
+    env: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -88,6 +111,7 @@ def _parse_sandbox(fields: Fields | None) -> Sandbox:
         return Sandbox(uid=os.getuid(), gid=os.getgid(), mount_path=DEFAULT_MOUNT_PATH)
     uid = fields.integer("uid", minimum=0, maximum=MAX_ID)
     gid = fields.integer("gid", minimum=0, maximum=MAX_ID)
+    env = _parse_env(fields.mapping("env", required=False))
     mount = fields.string("mount_path", required=False, max_len=512)
     mount_path = DEFAULT_MOUNT_PATH
     if mount is not None:
@@ -99,7 +123,30 @@ def _parse_sandbox(fields: Fields | None) -> Sandbox:
         uid=os.getuid() if uid is None else uid,
         gid=os.getgid() if gid is None else gid,
         mount_path=mount_path,
+        env=env,
     )
+
+
+def _parse_env(fields: Fields | None) -> tuple[tuple[str, str], ...]:
+    """``sandbox.env``: extra non-secret variables for ``broker exec`` (names checked, secrets refused)."""
+    if fields is None:
+        return ()
+    items = fields.items()
+    if len(items) > 32:
+        raise ManifestError("sandbox.env: more than 32 variables")
+    result = []
+    for name, value in items:
+        where = f"sandbox.env.{name[:40]}"
+        if not ENV_NAME.fullmatch(name):
+            raise ManifestError(f"{where}: variable names are upper-case letters, digits and _")
+        if name in RESERVED_ENV:
+            raise ManifestError(f"{where}: set by the broker or the loader; not allowed here")
+        if SECRET_LOOKING.search(name):
+            raise ManifestError(f"{where}: looks like a secret; secrets never go into the environment")
+        if not isinstance(value, str) or not ENV_VALUE.fullmatch(value):
+            raise ManifestError(f"{where}: expected printable text of at most 1024 characters")
+        result.append((name, value))
+    return tuple(result)
 
 
 def _parse_credential(fields: Fields, config: Config, session_ttl: int | None) -> CredentialRequest:

@@ -51,6 +51,7 @@ class Rule:
     requesters: tuple[str, ...] | None
     max_ttl: int | None
     grants: tuple[Grant, ...]
+    allow_root_sandbox: bool = False
 
     def applies_to(self, task: str, requester: Requester) -> bool:
         if not any_match(self.tasks, task):
@@ -163,10 +164,11 @@ def _compile_rule(fields: Fields, config: Config, source: str) -> Rule:
         hint="a user name glob or uid:N",
     )
     max_ttl = fields.duration("max_ttl")
+    allow_root = fields.boolean("allow_root_sandbox", False)
     grants = tuple(_compile_grant(g, config) for g in fields.list_of_mappings("grants", max_items=100))
     fields.done()
     assert tasks is not None
-    return Rule(rule_id, source, description, tasks, requesters, max_ttl, grants)
+    return Rule(rule_id, source, description, tasks, requesters, max_ttl, grants, allow_root)
 
 
 def _compile_grant(fields: Fields, config: Config) -> Grant:
@@ -190,12 +192,20 @@ def _smallest(*values: int | None) -> int:
 
 def decide(policy: Policy, manifest: Manifest, requester: Requester, config: Config) -> Decision:
     rules = [r for r in policy.rules if r.applies_to(manifest.task, requester)]
+    root_reason = ""
+    if 0 in (manifest.sandbox.uid, manifest.sandbox.gid):
+        matching = len(rules)
+        rules = [r for r in rules if r.allow_root_sandbox]
+        if matching and not rules:
+            root_reason = "sandbox uid/gid 0 (root) needs a rule with allow_root_sandbox: true"
     requested_session_ttl = manifest.ttl or config.default_ttl
     session_cap = _smallest(requested_session_ttl, config.max_ttl)
     decisions: list[CredentialDecision] = []
     used_rules: list[Rule] = []
     for request in manifest.credentials:
         decision, rule = _decide_credential(request, rules, session_cap, config, manifest.task, requester)
+        if root_reason and not decision.allowed:
+            decision = CredentialDecision(request.name, request.provider, False, None, None, (root_reason,))
         decisions.append(decision)
         if rule is not None:
             used_rules.append(rule)

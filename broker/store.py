@@ -46,6 +46,7 @@ class SessionRecord:
     gid: int
     mounted: bool
     document: Mapping[str, Any] | None
+    exec_bound: bool = False  # revoked when its `broker exec` ends (sweep does it if that broker died)
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,10 @@ class SessionStore(ABC):
 
     @abstractmethod
     def set_session_state(self, session_id: str, state: str) -> None: ...
+
+    @abstractmethod
+    def mark_exec_bound(self, session_id: str) -> None:
+        """The session ends with the ``broker exec`` that holds its lock."""
 
     @abstractmethod
     def set_session_document(self, session_id: str, document: Mapping[str, Any]) -> None: ...
@@ -128,7 +133,8 @@ CREATE TABLE IF NOT EXISTS sessions (
     uid INTEGER NOT NULL,
     gid INTEGER NOT NULL,
     mounted INTEGER NOT NULL,
-    document TEXT
+    document TEXT,
+    exec_bound INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS sessions_state ON sessions(state);
 CREATE INDEX IF NOT EXISTS sessions_task ON sessions(task);
@@ -166,8 +172,15 @@ class SqliteSessionStore(SessionStore):
             self._conn.execute("PRAGMA synchronous=FULL")
             self._conn.execute("PRAGMA foreign_keys=ON")
             self._conn.executescript(_SCHEMA)
+            self._migrate()
         except sqlite3.Error as exc:
             raise StoreError(f"session store {path} is unusable: {exc}") from None
+
+    def _migrate(self) -> None:
+        """Bring a store written by an older broker up to the current schema."""
+        columns = {row[1] for row in self._conn.execute("PRAGMA table_info(sessions)")}
+        if "exec_bound" not in columns:
+            self._conn.execute("ALTER TABLE sessions ADD COLUMN exec_bound INTEGER NOT NULL DEFAULT 0")
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
@@ -194,7 +207,8 @@ class SqliteSessionStore(SessionStore):
     def create_session(self, record: SessionRecord) -> None:
         with self._tx() as conn:
             conn.execute(
-                "INSERT INTO sessions VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                "INSERT INTO sessions (id, task, requester, state, created_at, expires_at, dir, mount_path,"
+                " uid, gid, mounted, document, exec_bound) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     record.id,
                     record.task,
@@ -208,6 +222,7 @@ class SqliteSessionStore(SessionStore):
                     record.gid,
                     int(record.mounted),
                     None if record.document is None else json.dumps(record.document),
+                    int(record.exec_bound),
                 ),
             )
 
@@ -215,6 +230,10 @@ class SqliteSessionStore(SessionStore):
         assert state in SESSION_STATES, state
         with self._tx() as conn:
             conn.execute("UPDATE sessions SET state=? WHERE id=?", (state, session_id))
+
+    def mark_exec_bound(self, session_id: str) -> None:
+        with self._tx() as conn:
+            conn.execute("UPDATE sessions SET exec_bound=1 WHERE id=?", (session_id,))
 
     def set_session_document(self, session_id: str, document: Mapping[str, Any]) -> None:
         with self._tx() as conn:
@@ -311,6 +330,7 @@ def _session(row: sqlite3.Row) -> SessionRecord:
         uid=row["uid"],
         gid=row["gid"],
         mounted=bool(row["mounted"]),
+        exec_bound=bool(row["exec_bound"]),
         document=json.loads(row["document"]) if row["document"] else None,
     )
 

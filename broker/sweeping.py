@@ -81,6 +81,9 @@ def _sweep_session(broker: Broker, session: SessionRecord, now: Any, report: Swe
         elif current.state == "revoking":
             result = revoke_locked(broker, current, reason="sweep")
             report.recovered.append(current.id)
+        elif current.state == "active" and current.exec_bound:  # its `broker exec` is gone (lock was free)
+            result = revoke_locked(broker, current, reason="exec broker gone")
+            report.recovered.append(current.id)
         elif current.state == "active" and current.expires_at <= now:
             result = revoke_locked(broker, current, reason="expired")
             report.expired.append(current.id)

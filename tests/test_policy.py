@@ -64,6 +64,7 @@ def manifest(task: str = "fix-1", ttl: str = "2h", policies: str = "[ci-read]", 
     version: 1
     task: {task}
     ttl: {ttl}
+    sandbox: {{uid: 1000, gid: 1000}}
     credentials:
       - {{name: kv, provider: vault, policies: {policies}, {extra}}}
     """
@@ -237,3 +238,12 @@ def test_the_shipped_policy_files_lint(tmp_path: Path) -> None:
     config = parse_config(table, tmp_path / "broker.toml")
     policy = load_policy(shipped, config)
     assert [r.id for r in policy.rules] == ["ci-read-only", "agents-widgets", "nightly-docs"]
+
+
+def test_a_root_sandbox_needs_a_rule_that_allows_it(tmp_path: Path) -> None:
+    as_root = manifest().replace("sandbox: {uid: 1000, gid: 1000}", "sandbox: {uid: 0, gid: 0}")
+    denied = decision(tmp_path, as_root)
+    assert not denied.allowed
+    assert denied.reasons == ("kv: sandbox uid/gid 0 (root) needs a rule with allow_root_sandbox: true",)
+    allowing = POLICY.replace("    max_ttl: 1h\n", "    max_ttl: 1h\n    allow_root_sandbox: true\n", 1)
+    assert decision(tmp_path, as_root, policy=allowing).allowed

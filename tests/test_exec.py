@@ -1,0 +1,212 @@
+"""``broker exec``: a real command in a real bubblewrap sandbox, with only its credentials, revoked after."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures.brokerenv import BrokerEnv
+from tests.fixtures.openbao import VAULT_TASK, OpenBao
+from tests.fixtures.sandbox import python_runtime, sandbox_unavailable
+
+pytestmark = pytest.mark.server
+BOUNDARY_CHECK = Path(__file__).resolve().parents[1] / "scripts" / "boundary-check"
+needs_sandbox = pytest.mark.skipif(bool(sandbox_unavailable()), reason=str(sandbox_unavailable()))
+
+
+def issued_accessor(env: BrokerEnv) -> str:
+    return str(next(r for r in env.log_records() if r["event"] == "credential.issued")["reference"]["accessor"])
+
+
+def workspace(tmp_path: Path) -> Path:
+    path = tmp_path / "workspace"
+    path.mkdir()
+    os.chown(path, 1000, 1000)
+    return path
+
+
+def broker_process(env: BrokerEnv, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "broker.cli", "--config", str(env.config_path), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_for_issue(env: BrokerEnv, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if "session.issued" in env.events():
+            time.sleep(0.3)  # the command has started
+            return
+        time.sleep(0.05)
+    raise AssertionError("the session was not issued")
+
+
+@needs_sandbox
+def test_boundary_check_passes_inside_the_sandbox_and_the_token_is_revoked_after(
+    vault_env: BrokerEnv, openbao: OpenBao, tmp_path: Path
+) -> None:
+    python, prefix = python_runtime()
+    task = vault_env.write_task(VAULT_TASK)
+    result = vault_env.run_process(
+        "exec",
+        "--task",
+        str(task),
+        "--sandbox",
+        "bwrap",
+        "--network",
+        "none",
+        "--workspace",
+        str(workspace(tmp_path)),
+        "--ro-bind",
+        prefix,
+        "--ro-bind",
+        str(BOUNDARY_CHECK),
+        "--",
+        python,
+        str(BOUNDARY_CHECK),
+        "--expect-no-network",
+        "--forbid",
+        str(vault_env.root),
+        "--forbid",
+        str(vault_env.state_dir),
+        "--forbid",
+        str(vault_env.runtime_dir),
+    )
+    lines = result.stdout.splitlines()
+    assert result.code == 0, result.stdout + result.stderr
+    assert lines and all(line.startswith(("PASS ", "SKIP ")) for line in lines), result.stdout
+    assert any(line.startswith("PASS credentials-read-only") for line in lines)
+    assert not openbao.accessor_exists(issued_accessor(vault_env))
+    assert vault_env.session_dirs() == []
+    assert vault_env.events()[-3:] == ["credential.revoked", "session.revoked", "checkpoint"]
+
+
+def test_the_command_gets_a_clean_environment_and_its_exit_status(
+    vault_env: BrokerEnv, openbao: OpenBao, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("BROKER_OWN_SECRET", "canary-5d1f3e")
+    task = vault_env.write_task(
+        VAULT_TASK.replace("mount_path: /run/secrets}", "mount_path: /run/secrets, env: {CI: 'true'}}")
+    )
+    result = vault_env.run_process(
+        "exec",
+        "--task",
+        str(task),
+        "--sandbox",
+        "none",
+        "--workspace",
+        str(workspace(tmp_path)),
+        "--",
+        "sh",
+        "-c",
+        "tr '\\0' '\\n' < /proc/self/environ; id -u; cat \"$(dirname \"$VAULT_ADDR\")\" 2>/dev/null; exit 7",
+    )
+    assert result.code == 7, result.stderr
+    names = {line.split("=", 1)[0] for line in result.stdout.splitlines() if "=" in line}
+    assert names <= {"PATH", "HOME", "LANG", "TERM", "CI", "VAULT_ADDR", "BROKER_SESSION", "PWD", "SHLVL", "_"}
+    assert "canary-5d1f3e" not in result.stdout
+    if os.geteuid() == 0:
+        assert "1000" in result.stdout.splitlines()  # the host command never runs as root
+    assert not openbao.accessor_exists(issued_accessor(vault_env))
+
+
+def test_a_missing_command_exits_127_after_revoking(vault_env: BrokerEnv, openbao: OpenBao) -> None:
+    result = vault_env.run_process(
+        "exec", "--task", str(vault_env.write_task(VAULT_TASK)), "--sandbox", "none", "--", "no-such-command-here"
+    )
+    assert result.code == 127
+    assert not openbao.accessor_exists(issued_accessor(vault_env))
+
+
+@needs_sandbox
+def test_sigterm_to_the_broker_reaches_the_command_and_revokes(vault_env: BrokerEnv, openbao: OpenBao) -> None:
+    process = broker_process(vault_env, "exec", "--task", str(vault_env.write_task(VAULT_TASK)), "--", "sleep", "60")
+    wait_for_issue(vault_env)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=30)
+    assert process.returncode == 128 + signal.SIGTERM, stderr
+    assert not openbao.accessor_exists(issued_accessor(vault_env))
+    assert vault_env.session_dirs() == []
+
+
+@needs_sandbox
+def test_a_killed_broker_takes_the_sandbox_with_it_and_sweep_revokes(vault_env: BrokerEnv, openbao: OpenBao) -> None:
+    process = broker_process(vault_env, "exec", "--task", str(vault_env.write_task(VAULT_TASK)), "--", "sleep", "60")
+    wait_for_issue(vault_env)
+    process.send_signal(signal.SIGKILL)
+    process.wait(10)
+    session = vault_env.log_records()[0]["session"]
+    time.sleep(0.5)
+    assert subprocess.run(["pgrep", "-f", "sleep 60"], capture_output=True, check=False).stdout.strip() == b""
+    assert openbao.accessor_exists(issued_accessor(vault_env))  # until sweep
+    result = vault_env.run("sweep", "--json")
+    assert result.code == 0 and result.json()["recovered"] == [session]
+    assert not openbao.accessor_exists(issued_accessor(vault_env))
+    assert vault_env.session_dirs() == []
+
+
+def test_missing_bubblewrap_is_a_clear_error_before_anything_is_minted(vault_env: BrokerEnv, tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sh").symlink_to(shutil.which("sh") or "/bin/sh")
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "broker.cli",
+            "--config",
+            str(vault_env.config_path),
+            "exec",
+            "--task",
+            str(vault_env.write_task(VAULT_TASK)),
+            "--",
+            "true",
+        ],
+        capture_output=True,
+        text=True,
+        env={"PATH": str(bin_dir)},
+        check=False,
+    )
+    assert result.returncode == 2
+    assert result.stderr == "broker: error: bubblewrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)\n"
+    assert vault_env.log_records() == []
+
+
+def test_a_root_sandbox_is_refused_unless_the_policy_allows_it(vault_env: BrokerEnv) -> None:
+    task = vault_env.write_task(VAULT_TASK.replace("uid: 1000, gid: 1000", "uid: 0, gid: 0"))
+    result = vault_env.run("exec", "--task", str(task), "--sandbox", "none", "--", "true")
+    assert result.code == 3 and "allow_root_sandbox" in result.stderr
+
+
+@needs_sandbox
+@pytest.mark.parametrize("exit_code", [0, 4])
+def test_the_sandbox_run_launcher_revokes_whatever_the_command_does(
+    vault_env: BrokerEnv, openbao: OpenBao, exit_code: int
+) -> None:
+    script = Path(__file__).resolve().parents[1] / "scripts" / "sandbox-run"
+    env = {
+        "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+        "BROKER_CONFIG": str(vault_env.config_path),
+    }
+    command = f'test -r /run/secrets/kv/token && test "$(id -u)" = 1000 && exit {exit_code}'
+    result = subprocess.run(
+        [str(script), str(vault_env.write_task(VAULT_TASK)), "--", "sh", "-c", command],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == exit_code, result.stderr
+    assert "kv (vault): revoked" in result.stderr
+    assert not openbao.accessor_exists(issued_accessor(vault_env))

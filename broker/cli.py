@@ -23,6 +23,7 @@ import typer
 
 from broker import __version__
 from broker.cli_audit import audit_app
+from broker.cli_ops import register_ops
 from broker.config import Config, config_path, load_config
 from broker.errors import REPORT_URL, BrokerError, Interrupted, RevokeIncomplete
 from broker.timeutil import utcnow
@@ -38,6 +39,7 @@ app = typer.Typer(
 policy_app = typer.Typer(help="Check manifests against the policy; lint policy files.", no_args_is_help=True)
 app.add_typer(policy_app, name="policy")
 app.add_typer(audit_app, name="audit")
+register_ops(app)
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import signal
+import time
 from collections.abc import Iterator
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from datetime import datetime, timedelta
@@ -22,6 +24,7 @@ from typing import Any
 from broker.core import Broker, new_session_id
 from broker.errors import BadInput, BrokerError, InternalError, PolicyDenied, ProviderError
 from broker.locks import session_lock
+from broker.logs import event
 from broker.manifest import Manifest
 from broker.policy import Decision, decide
 from broker.revoking import revoke_credential
@@ -30,10 +33,22 @@ from broker.store import SessionRecord
 from broker.timeutil import iso
 from providers.base import CredentialRequest, MintContext, MintedCredential
 
+LOG = logging.getLogger("broker.issue")
+
 
 def check(broker: Broker, manifest: Manifest) -> Decision:
     """The policy decision for ``manifest`` (no side effects)."""
-    return decide(broker.policy, manifest, broker.requester, broker.config)
+    decision = decide(broker.policy, manifest, broker.requester, broker.config)
+    event(
+        LOG,
+        "policy decision",
+        task=manifest.task,
+        requester=decision.requester,
+        allowed=decision.allowed,
+        session_ttl=decision.session_ttl,
+        credentials=[c.to_json() for c in decision.credentials],
+    )
+    return decision
 
 
 def issue(broker: Broker, manifest: Manifest) -> dict[str, Any]:
@@ -86,6 +101,7 @@ def _record_session(
             gid=manifest.sandbox.gid,
             mounted=directory.runtime.mount_per_session,
             document=None,
+            manifest={"json": manifest.source_is_json, "text": manifest.source},
         )
     )
 
@@ -162,23 +178,26 @@ def _mint_and_inject(
     directory: SessionDirectory,
 ) -> tuple[CredentialRequest, MintedCredential, list[str]]:
     """One credential's whole path: record, mint, record again, log, write its files."""
-    credential = _mint_one(broker, manifest, decision, request, session_id, expires_at)
-    _record_minted(broker, manifest, decision, request, credential, session_id)
+    credential = mint_one(broker, manifest, decision, request, session_id, expires_at)
+    record_minted(broker, manifest, decision, request, credential, session_id)
     return request, credential, directory.write_credential(request.name, credential.files)
 
 
-def _mint_one(
+def mint_one(
     broker: Broker,
     manifest: Manifest,
     decision: Decision,
     request: CredentialRequest,
     session_id: str,
     expires_at: datetime,
+    ttl_cap: int | None = None,
 ) -> MintedCredential:
     provider = broker.config.providers[request.provider]
     broker.store.add_credential(session_id, request.name, provider.name, provider.type_name)
     ttl = decision.credential(request.name).ttl
     assert ttl is not None
+    if ttl_cap is not None:
+        ttl = min(ttl, ttl_cap)
     context = MintContext(
         session_id=session_id,
         task=manifest.task,
@@ -187,20 +206,41 @@ def _mint_one(
         session_expires_at=expires_at,
         mount_dir=manifest.sandbox.mount_path / request.name,
     )
+    started = time.monotonic()
+    event(LOG, "mint", credential=request.name, provider=provider.name, type=provider.type_name, ttl=ttl)
     try:
-        return provider.mint(request, context)
-    except BrokerError:
+        minted = provider.mint(request, context)
+    except BrokerError as exc:
         broker.store.set_credential_state(session_id, request.name, "failed")
+        event(
+            LOG,
+            "mint failed",
+            credential=request.name,
+            provider=provider.name,
+            error=exc.message,
+            ms=round((time.monotonic() - started) * 1000),
+        )
         raise
+    event(
+        LOG,
+        "minted",
+        credential=request.name,
+        provider=provider.name,
+        reference=dict(minted.reference),
+        expires_at=iso(minted.expires_at),
+        ms=round((time.monotonic() - started) * 1000),
+    )
+    return minted
 
 
-def _record_minted(
+def record_minted(
     broker: Broker,
     manifest: Manifest,
     decision: Decision,
     request: CredentialRequest,
     credential: MintedCredential,
     session_id: str,
+    **extra: Any,
 ) -> None:
     provider = broker.config.providers[request.provider]
     fingerprint = broker.keys.fingerprint(credential.secret)
@@ -227,6 +267,7 @@ def _record_minted(
         expires_at=iso(credential.expires_at),
         reference=dict(credential.reference),
         fingerprint=fingerprint,
+        **extra,
     )
 
 

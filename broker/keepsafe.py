@@ -22,7 +22,7 @@ from broker.sessiondir import DIR_OPEN, RuntimeDir
 
 KEEP_DIR = ".keep"
 KEEP_TMPFS_SIZE = "16m"
-_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
+_NAME = re.compile(r"[a-z0-9][a-z0-9~-]{0,63}")  # "~": renewed generations (kv~2)
 
 
 class KeepSafe:
@@ -75,6 +75,10 @@ class KeepSafe:
         finally:
             os.close(fd)
         return Secret(data) if data else None
+
+    def rename(self, session_id: str, name: str, new_name: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.rename(self.path / self._file(session_id, name), self.path / self._file(session_id, new_name))
 
     def drop(self, session_id: str, name: str) -> None:
         with contextlib.suppress(FileNotFoundError):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from broker.config import Config
@@ -64,6 +64,9 @@ class Manifest:
     ttl: int | None
     sandbox: Sandbox
     credentials: tuple[CredentialRequest, ...]
+    # The document as given (non-secret), kept so `renew` can decide again and re-mint; not part of equality.
+    source: str = field(default="", compare=False, repr=False)
+    source_is_json: bool = field(default=False, compare=False, repr=False)
 
 
 def read_manifest_bytes(source: str) -> tuple[bytes, bool]:
@@ -103,7 +106,14 @@ def parse_manifest(data: bytes, config: Config, *, as_json: bool = False) -> Man
         if name in names[:index]:
             raise ManifestError(f"credentials[{index}].name: {name!r} is used twice")
     fields.done()
-    return Manifest(task=task, ttl=ttl, sandbox=sandbox, credentials=credentials)
+    return Manifest(
+        task=task,
+        ttl=ttl,
+        sandbox=sandbox,
+        credentials=credentials,
+        source=data.decode("utf-8"),
+        source_is_json=as_json,
+    )
 
 
 def _parse_sandbox(fields: Fields | None) -> Sandbox:
@@ -136,7 +146,7 @@ def _parse_env(fields: Fields | None) -> tuple[tuple[str, str], ...]:
         raise ManifestError("sandbox.env: more than 32 variables")
     result = []
     for name, value in items:
-        where = f"sandbox.env.{name[:40]}"
+        where = fields.where(name)  # escaped and bounded: the name is untrusted
         if not ENV_NAME.fullmatch(name):
             raise ManifestError(f"{where}: variable names are upper-case letters, digits and _")
         if name in RESERVED_ENV:

@@ -9,19 +9,23 @@ outcome is logged and stored; a credential is never forgotten.
 
 from __future__ import annotations
 
+import logging
 import time
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 from typing import Any
 
 from broker.core import Broker
 from broker.errors import ProviderError, UnknownSession
 from broker.locks import holding, session_lock
+from broker.logs import event
 from broker.sessiondir import remove_session_path
 from broker.store import UNSETTLED_CREDENTIAL_STATES, CredentialRecord, SessionRecord
+from broker.timeutil import iso
 from providers.base import RevokeOutcome, RevokeTarget
 
 RETRY_DELAYS = (0.2, 0.6)
+LOG = logging.getLogger("broker.revoke")
 SETTLED_OUTCOMES = ("revoked", "expired", "valid-until-expiry")
 
 
@@ -121,7 +125,7 @@ def revoke_credential(
     if provider is None:
         outcome, error = "pending", f"provider {record.provider!r} is no longer in the config"
     elif record.state == "minting" or not record.reference:
-        outcome, error = "pending", "the credential was being minted when the broker stopped"
+        outcome, error = _settle_minting(broker, session_id, task, record, now, reason=reason)
     else:
         target = RevokeTarget(
             name=record.name,
@@ -150,14 +154,80 @@ def revoke_credential(
     return outcome
 
 
+def _settle_minting(
+    broker: Broker, session_id: str, task: str, record: CredentialRecord, now: datetime, *, reason: str
+) -> tuple[str, str]:
+    """A credential the broker stopped minting: did the provider mint it after all?
+
+    Providers that can search (Vault, by token metadata) answer; whatever they
+    find is revoked. For the others the credential stays pending until it must
+    have expired: the session's end, plus the provider's fixed lifetime for
+    credentials that cannot be shortened (GitHub's hour).
+    """
+    provider = broker.config.providers[record.provider]
+    try:
+        found = provider.find_minted(session_id, record.name)
+    except ProviderError as exc:
+        return "pending", f"could not search the provider: {exc.message}"
+    outcomes = []
+    for reference in found:
+        orphan = replace(record, state="active", reference=reference, expires_at=None, name=record.name)
+        target = RevokeTarget(name=record.name, reference=reference, expires_at=None)
+        outcome, error = _attempt(provider.revoke, target, now)
+        outcomes.append(outcome)
+        event = "credential.revoke_failed" if outcome == "pending" else "credential.revoked"
+        broker.log.append(
+            event,
+            session=session_id,
+            task=task,
+            requester=str(broker.requester),
+            credential=orphan.name,
+            provider=record.provider,
+            type=record.type,
+            reference=dict(reference),
+            reason=f"{reason} (found)",
+            **({"error": error} if outcome == "pending" else {"outcome": outcome}),
+        )
+    if "pending" in outcomes:
+        return "pending", "a credential found at the provider could not be revoked yet"
+    if found:
+        return "revoked", ""
+    if provider.can_find_minted:
+        return "failed", ""  # the provider never minted it
+    session = broker.store.get_session(session_id)
+    settled_after = session.expires_at if session else now
+    if provider.fixed_lifetime:
+        settled_after += timedelta(seconds=provider.fixed_lifetime)
+    if now >= settled_after:
+        return "expired", ""
+    return "pending", f"the broker stopped while minting; it cannot be revoked before {iso(settled_after)}"
+
+
 def _attempt(revoke: Any, target: RevokeTarget, now: datetime) -> tuple[str, str]:
     error = ""
     for attempt in range(len(RETRY_DELAYS) + 1):
+        started = time.monotonic()
         try:
             outcome: RevokeOutcome = revoke(target, now)
+            event(
+                LOG,
+                "revoked",
+                credential=target.name,
+                reference=dict(target.reference),
+                outcome=outcome.value,
+                ms=round((time.monotonic() - started) * 1000),
+            )
             return outcome.value, ""
         except ProviderError as exc:
             error = exc.message
+            event(
+                LOG,
+                "revoke failed",
+                credential=target.name,
+                attempt=attempt + 1,
+                error=error,
+                ms=round((time.monotonic() - started) * 1000),
+            )
             if not exc.retryable or attempt == len(RETRY_DELAYS):
                 break
             time.sleep(RETRY_DELAYS[attempt])

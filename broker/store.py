@@ -47,6 +47,7 @@ class SessionRecord:
     mounted: bool
     document: Mapping[str, Any] | None
     exec_bound: bool = False  # revoked when its `broker exec` ends (sweep does it if that broker died)
+    manifest: Mapping[str, Any] | None = None  # {"json": bool, "text": str}: the manifest it was issued for
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,10 @@ class SessionStore(ABC):
 
     @abstractmethod
     def set_session_state(self, session_id: str, state: str) -> None: ...
+
+    @abstractmethod
+    def retire_credential(self, session_id: str, name: str, retired_name: str) -> None:
+        """Rename a credential that a renewal replaces; it stays until it is revoked."""
 
     @abstractmethod
     def mark_exec_bound(self, session_id: str) -> None:
@@ -134,7 +139,8 @@ CREATE TABLE IF NOT EXISTS sessions (
     gid INTEGER NOT NULL,
     mounted INTEGER NOT NULL,
     document TEXT,
-    exec_bound INTEGER NOT NULL DEFAULT 0
+    exec_bound INTEGER NOT NULL DEFAULT 0,
+    manifest TEXT
 );
 CREATE INDEX IF NOT EXISTS sessions_state ON sessions(state);
 CREATE INDEX IF NOT EXISTS sessions_task ON sessions(task);
@@ -181,6 +187,8 @@ class SqliteSessionStore(SessionStore):
         columns = {row[1] for row in self._conn.execute("PRAGMA table_info(sessions)")}
         if "exec_bound" not in columns:
             self._conn.execute("ALTER TABLE sessions ADD COLUMN exec_bound INTEGER NOT NULL DEFAULT 0")
+        if "manifest" not in columns:
+            self._conn.execute("ALTER TABLE sessions ADD COLUMN manifest TEXT")
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
@@ -208,7 +216,7 @@ class SqliteSessionStore(SessionStore):
         with self._tx() as conn:
             conn.execute(
                 "INSERT INTO sessions (id, task, requester, state, created_at, expires_at, dir, mount_path,"
-                " uid, gid, mounted, document, exec_bound) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                " uid, gid, mounted, document, exec_bound, manifest) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     record.id,
                     record.task,
@@ -223,6 +231,7 @@ class SqliteSessionStore(SessionStore):
                     int(record.mounted),
                     None if record.document is None else json.dumps(record.document),
                     int(record.exec_bound),
+                    None if record.manifest is None else json.dumps(record.manifest),
                 ),
             )
 
@@ -230,6 +239,12 @@ class SqliteSessionStore(SessionStore):
         assert state in SESSION_STATES, state
         with self._tx() as conn:
             conn.execute("UPDATE sessions SET state=? WHERE id=?", (state, session_id))
+
+    def retire_credential(self, session_id: str, name: str, retired_name: str) -> None:
+        with self._tx() as conn:
+            conn.execute(
+                "UPDATE credentials SET name=? WHERE session_id=? AND name=?", (retired_name, session_id, name)
+            )
 
     def mark_exec_bound(self, session_id: str) -> None:
         with self._tx() as conn:
@@ -331,6 +346,7 @@ def _session(row: sqlite3.Row) -> SessionRecord:
         gid=row["gid"],
         mounted=bool(row["mounted"]),
         exec_bound=bool(row["exec_bound"]),
+        manifest=json.loads(row["manifest"]) if row["manifest"] else None,
         document=json.loads(row["document"]) if row["document"] else None,
     )
 

@@ -75,7 +75,6 @@ def _sweep_session(broker: Broker, session: SessionRecord, now: Any, report: Swe
     try:
         current = broker.store.get_session(session.id) or session
         if current.state == "issuing":
-            _recover_issuing(broker, current)
             result = revoke_locked(broker, current, reason="crash recovery")
             report.recovered.append(current.id)
         elif current.state == "revoking":
@@ -105,33 +104,6 @@ def _revoke_expired_credentials(broker: Broker, session: SessionRecord, now: Any
     for record in broker.store.credentials(session.id):
         if record.state == "active" and record.expires_at is not None and record.expires_at <= now:
             revoke_credential(broker, session.id, session.task, record, now, reason="expired")
-
-
-def _recover_issuing(broker: Broker, session: SessionRecord) -> None:
-    """Credentials a crash left ``minting``: ask the provider whether it minted them after all."""
-    for record in broker.store.credentials(session.id):
-        if record.state != "minting":
-            continue
-        provider = broker.config.providers.get(record.provider)
-        found = provider.find_minted(session.id, record.name) if provider is not None else []
-        if not found:
-            broker.store.set_credential_state(session.id, record.name, "failed")
-            continue
-        for reference in found:
-            from broker.store import CredentialRecord
-
-            orphan = CredentialRecord(
-                session_id=session.id,
-                name=record.name,
-                provider=record.provider,
-                type=record.type,
-                state="active",
-                reference=reference,
-                scope={},
-                expires_at=None,
-                fingerprint=None,
-            )
-            revoke_credential(broker, session.id, session.task, orphan, broker.clock(), reason="crash recovery")
 
 
 def _note_pending(result: RevokeReport, report: SweepReport) -> None:

@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from broker.errors import ProviderError
+from broker.errors import BrokerError, ProviderError
 from broker.fields import Fields
 from broker.secret import Secret
 from providers.aws_deny import DenyEntry, entries_for
@@ -37,12 +37,15 @@ from providers.aws_request import (
 )
 from providers.aws_revoke import DenyPolicyWriter
 from providers.base import (
+    FIX_MARK,
     CredentialRequest,
+    HealthCheck,
     MintContext,
     MintedCredential,
     Provider,
     RevokeOutcome,
     RevokeTarget,
+    clock_check,
 )
 
 REGION = re.compile(r"[a-z]{2}(-[a-z0-9]+){1,3}", re.ASCII)
@@ -161,6 +164,25 @@ class AwsStsProvider(Provider):
             for client in self._clients.values():
                 client.close()
             self._clients.clear()
+
+    def health(self) -> list[HealthCheck]:
+        """``GetCallerIdentity`` with the broker's own identity, and the clock; mints nothing."""
+        import time
+
+        try:
+            with AwsErrors(self, "GetCallerIdentity"):
+                identity = self.client("sts").get_caller_identity()
+                received = time.time()
+        except BrokerError as exc:
+            fix = (
+                f"{FIX_MARK}check the broker's AWS identity and [providers.{self.name}] (region, endpoint_url, profile)"
+            )
+            return [("identity", False, exc.message + fix)]
+        who = f"the broker is {identity.get('Arn', '?')} (account {identity.get('Account', '?')})"
+        results: list[HealthCheck] = [("identity", True, who)]
+        headers = (identity.get("ResponseMetadata") or {}).get("HTTPHeaders") or {}
+        clock = clock_check(headers.get("date"), received, f"aws {self.endpoint_url or 'STS'}")
+        return results + ([clock] if clock else [])
 
     # -- mint ----------------------------------------------------------------------------
 

@@ -19,15 +19,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path, PurePosixPath
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeAlias
 
 from broker.errors import ProviderError
 from broker.fields import Fields
 from broker.secret import Secret
 
 __all__ = [
+    "FIX_MARK",
     "CredentialRequest",
     "Grant",
+    "HealthCheck",
     "MintContext",
     "MintedCredential",
     "Provider",
@@ -35,6 +37,36 @@ __all__ = [
     "RevokeOutcome",
     "RevokeTarget",
 ]
+
+
+#: One ``broker doctor`` line of a provider: check name, passed, detail (with an optional fix).
+HealthCheck: TypeAlias = tuple[str, bool, str]
+#: Separates a failed check's detail from what to do about it.
+FIX_MARK = " — fix: "
+#: More clock skew than this against a provider fails the ``clock`` check (seconds).
+MAX_CLOCK_SKEW = 60
+
+
+def clock_check(date_header: str | None, received: float, provider: str) -> HealthCheck | None:
+    """The ``clock`` check from a response's ``Date`` header (received at ``received``); None without one."""
+    from email.utils import parsedate_to_datetime
+
+    try:
+        server = parsedate_to_datetime(date_header).timestamp() + 0.5 if date_header else None
+    except (TypeError, ValueError):
+        server = None
+    if server is None:
+        return None
+    skew = round(server - received)
+    if abs(skew) <= MAX_CLOCK_SKEW:
+        return ("clock", True, f"skew {skew:+d} s against {provider}")
+    side = "behind" if skew > 0 else "ahead of"
+    return (
+        "clock",
+        False,
+        f"this host is {abs(skew)} s {side} {provider} (more than {MAX_CLOCK_SKEW} s){FIX_MARK}"
+        "synchronise this host's clock (chrony, systemd-timesyncd)",
+    )
 
 
 @dataclass(frozen=True)
@@ -118,6 +150,10 @@ class Provider(ABC):
     max_ttl: ClassVar[int | None] = None
     #: The provider's own floor; a shorter capped TTL is a bad request.
     min_ttl: ClassVar[int] = 1
+    #: Whether ``find_minted`` can really search (otherwise it always answers "nothing found").
+    can_find_minted: ClassVar[bool] = False
+    #: A lifetime the provider gives every credential whatever the TTL asked (GitHub: one hour).
+    fixed_lifetime: ClassVar[int | None] = None
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -158,6 +194,15 @@ class Provider(ABC):
     def describe(self) -> dict[str, str]:
         """Non-secret facts for status and doctor output."""
         return {"name": self.name, "type": self.type_name}
+
+    def health(self) -> list[HealthCheck]:
+        """``broker doctor``'s checks of this instance: ``(check, ok, detail)``, mints nothing.
+
+        Uses the broker's own identity only; a failed check's detail may end
+        with ``FIX_MARK`` and what to do. Never raises for a provider problem,
+        never puts a secret in a detail. The default checks nothing.
+        """
+        return []
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections."""

@@ -24,16 +24,19 @@ from pathlib import Path
 from typing import Any, NoReturn
 from urllib.parse import quote
 
-from broker.errors import ProviderError
+from broker.errors import BrokerError, ProviderError
 from broker.fields import Fields, describe, shown
 from broker.secret import Secret
 from providers.base import (
+    FIX_MARK,
     CredentialRequest,
+    HealthCheck,
     MintContext,
     MintedCredential,
     Provider,
     RevokeOutcome,
     RevokeTarget,
+    clock_check,
 )
 from providers.github_git import check_api_url, git_host, gitconfig
 from providers.github_http import ApiResponse, GitHubApi
@@ -49,6 +52,7 @@ TOKEN = re.compile(r"[\x21-\x7e]{8,8192}")  # opaque, any length, but printable 
 class GitHubAppProvider(Provider):
     type_name = "github_app"
     max_ttl = 3600  # GitHub's installation tokens live one hour
+    fixed_lifetime = 3600  # and cannot be shortened: revoking is the only way to end one early
 
     def __init__(
         self,
@@ -178,6 +182,72 @@ class GitHubAppProvider(Provider):
             f" on {owner}/{repo}, organisation or user {owner})",
             retryable=False,
         )
+
+    def health(self) -> list[HealthCheck]:
+        """The App JWT is accepted (``GET /app``), its installations, the clock; mints nothing."""
+        import requests
+
+        fix = f"{FIX_MARK}check app_id, private_key_file and api_url in [providers.{self.name}]"
+        try:
+            jwt = self.api.app_jwt()
+            raw = self.api.session().get(
+                self.api_url + "/app",
+                headers={"Authorization": f"Bearer {jwt.reveal()}"},
+                timeout=self.api.timeout,
+                allow_redirects=False,
+            )
+        except BrokerError as exc:
+            return [("app", False, exc.message + fix)]
+        except requests.exceptions.RequestException as exc:
+            host = self.api_url.split("://", 1)[-1].split("/", 1)[0]
+            return [("app", False, f"github {self.name}: GET /app failed: cannot reach {host} ({type(exc).__name__})")]
+        received = self.clock()
+        try:
+            body = raw.json() if raw.content else None
+        except ValueError:
+            body = None
+        clock = clock_check(raw.headers.get("Date"), received, f"github {self.api_url}")
+        tail = [clock] if clock else []
+        app = ApiResponse(raw.status_code, body)
+        if raw.status_code != 200 or not isinstance(body, dict):
+            hint = " (check app_id, the private key and this host's clock)" if raw.status_code == 401 else ""
+            return [("app", False, f"github {self.name}: GET /app answered {app.message()}{hint}{fix}"), *tail]
+        if str(body.get("id")) != self.app_id:
+            named = str(body.get("id"))[:40]
+            return [("app", False, f"github {self.name}: GET /app names App {named}, not {self.app_id}{fix}")]
+        slug = str(body.get("slug") or "?")[:100]
+        return [
+            ("app", True, f"App {self.app_id} ({slug}) accepts the broker's JWT"),
+            self._installations_check(),
+            *tail,
+        ]
+
+    def _installations_check(self) -> HealthCheck:
+        """Counts the App's installations (``GET /app/installations``, up to ten pages of 100)."""
+        accounts: list[str] = []
+        for page in range(1, 11):
+            try:
+                response = self.api.call(
+                    "GET", f"/app/installations?per_page=100&page={page}", what="installation list"
+                )
+            except ProviderError as exc:
+                return ("installations", False, exc.message)
+            if response.status != 200 or not isinstance(response.body, list):
+                return ("installations", False, self._failure(response, "installation list").message)
+            for item in response.body:
+                account = item.get("account") if isinstance(item, dict) else None
+                login = account.get("login") if isinstance(account, dict) else None
+                accounts.append(str(login)[:40] if login else "?")
+            if len(response.body) < 100:
+                break
+        if not accounts:
+            return (
+                "installations",
+                False,
+                f"the App has no installations{FIX_MARK}install it on an organisation or user",
+            )
+        listed = ", ".join(accounts[:5]) + (", ..." if len(accounts) > 5 else "")
+        return ("installations", True, f"{len(accounts)} installation(s): {listed}")
 
     def _read_token(self, response: ApiResponse) -> tuple[Secret, datetime]:
         body = response.body if isinstance(response.body, dict) else {}

@@ -16,18 +16,21 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from broker.errors import ConfigError, ManifestError, ProviderError
+from broker.errors import BrokerError, ConfigError, ManifestError, ProviderError
 from broker.fields import Fields
 from broker.globs import any_match
 from broker.secretfiles import read_secret_file
 from providers.base import (
+    FIX_MARK,
     CredentialRequest,
     Grant,
+    HealthCheck,
     MintContext,
     MintedCredential,
     Provider,
     RevokeOutcome,
     RevokeTarget,
+    clock_check,
 )
 
 if TYPE_CHECKING:
@@ -67,6 +70,7 @@ class VaultGrant(Grant):
 
 class VaultProvider(Provider):
     type_name = "vault"
+    can_find_minted = True
 
     def __init__(
         self,
@@ -265,6 +269,53 @@ class VaultProvider(Provider):
             if meta.get("broker_session") == session_id and meta.get("broker_credential") == credential:
                 found.append({"accessor": accessor})
         return found
+
+    def health(self) -> list[HealthCheck]:
+        """Login and lookup-self, the capabilities issue and revoke need, the clock; mints nothing."""
+        import time
+
+        from hvac.adapters import RawAdapter
+
+        fix = f"{FIX_MARK}check addr and the broker's token or AppRole files in [providers.{self.name}]"
+        try:
+            client = self.client()
+            with self._errors("token lookup-self"):
+                raw = RawAdapter.request(client.adapter, "GET", "/v1/auth/token/lookup-self")
+                received = time.time()
+                data = raw.json().get("data") or {}
+        except BrokerError as exc:
+            return [("login", False, exc.message + fix)]
+        ttl = int(data.get("ttl") or 0)
+        policies = ", ".join(sorted(str(p) for p in data.get("policies") or [])) or "none"
+        lifetime = f"expires in {ttl} s" if ttl else "no expiry"
+        results: list[HealthCheck] = [("login", True, f"token valid at {self.addr} (policies {policies}; {lifetime})")]
+        results.append(self._capabilities_check(client))
+        clock = clock_check(raw.headers.get("Date"), received, f"vault {self.addr}")
+        return results + ([clock] if clock else [])
+
+    def _capabilities_check(self, client: hvac.Client) -> HealthCheck:
+        """Whether the broker's token may create session tokens and revoke them by accessor."""
+        create = f"auth/token/create/{self.token_role}" if self.token_role else "auth/token/create"
+        needed = (create, "auth/token/revoke-accessor")
+        try:
+            with self._errors("capabilities-self"):
+                answer = client.sys.get_capabilities(paths=[*needed, "auth/token/accessors"])
+        except BrokerError as exc:
+            return ("capabilities", False, exc.message)
+        table = answer.get("data") if isinstance(answer.get("data"), dict) else answer
+        caps = {path: set(table.get(path) or []) for path in (*needed, "auth/token/accessors")}
+        missing = [path for path in needed if not caps[path] & {"update", "root"} or "deny" in caps[path]]
+        if missing:
+            return (
+                "capabilities",
+                False,
+                f"the broker's token lacks update on {', '.join(missing)}{FIX_MARK}"
+                "grant it in the broker's Vault policy (create and update on those paths)",
+            )
+        shown = "; ".join(f"{path}: {', '.join(sorted(caps[path]))}" for path in needed)
+        if not caps["auth/token/accessors"] & {"list", "root"}:
+            shown += " (no list on auth/token/accessors: sweep cannot find tokens a crash left unrecorded)"
+        return ("capabilities", True, shown)
 
     def _errors(self, action: str) -> _VaultErrors:
         return _VaultErrors(self, action)

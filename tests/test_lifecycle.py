@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -115,6 +116,7 @@ def test_sigkill_between_two_mints_is_finished_by_sweep(vault_env: BrokerEnv, op
             process.kill()
         assert mounts.is_mount_point(vault_env.runtime_dir / session)  # left behind by the crash
         assert vault_env.run("status", "--json").json()[0]["state"] == "issuing"
+        proxy.delay = 0  # the provider answers promptly again
         result = vault_env.run("sweep", "--json")
     assert result.code == 0, result.stderr
     assert result.json()["recovered"] == [session]
@@ -210,3 +212,47 @@ def test_sixteen_parallel_sessions_with_a_sweep_alongside(vault_env: BrokerEnv, 
     assert vault_env.run("audit", "verify").code == 0
     assert vault_env.session_dirs() == []
     assert all(not tokens_of(openbao, s) for s in sessions[:4])
+
+
+def test_renew_swaps_in_a_fresh_credential_and_revokes_the_old(vault_env: BrokerEnv, openbao: OpenBao) -> None:
+    document = vault_env.run("issue", "--task", str(vault_env.write_task(VAULT_TASK)), "--json").json()
+    token_file = Path(document["dir"]) / "kv" / "token"
+    old_token = token_file.read_text()
+    old_accessor = next(r for r in vault_env.log_records() if r["event"] == "credential.issued")["reference"][
+        "accessor"
+    ]
+    result = vault_env.run("renew", "--session", document["session"], "--json")
+    assert result.code == 0, result.stderr
+    [renewal] = result.json()
+    assert renewal["name"] == "kv" and renewal["old_outcome"] == "revoked"
+    assert renewal["new_expires_at"] >= renewal["old_expires_at"]
+    new_token = token_file.read_text()
+    assert new_token != old_token and oct(token_file.stat().st_mode & 0o777) == "0o400"
+    assert not openbao.accessor_exists(old_accessor)
+    issued = [r for r in vault_env.log_records() if r["event"] == "credential.issued"]
+    assert issued[-1]["renewal_of"] == "kv~1" and openbao.accessor_exists(issued[-1]["reference"]["accessor"])
+    metadata = json.loads((Path(document["dir"]) / "session.json").read_text())
+    assert metadata["credentials"][0]["expires_at"] == renewal["new_expires_at"]
+    status = vault_env.run("status", "--json").json()[0]["credentials"]
+    assert [(c["name"], c["state"]) for c in status] == [("kv~1", "revoked"), ("kv", "active")]
+    revoked = vault_env.run("revoke", "--session", document["session"], "--json")
+    assert revoked.code == 0 and not openbao.accessor_exists(issued[-1]["reference"]["accessor"])
+    assert vault_env.run("audit", "verify").code == 0
+
+
+def test_a_renewal_the_policy_no_longer_allows_changes_nothing(vault_env: BrokerEnv, openbao: OpenBao) -> None:
+    document = vault_env.run("issue", "--task", str(vault_env.write_task(VAULT_TASK)), "--json").json()
+    token = (Path(document["dir"]) / "kv" / "token").read_text()
+    vault_env.write_policy(
+        """
+        rules:
+          - id: tightened
+            tasks: ["fix-*"]
+            grants:
+              - {provider: vault, policies: ["team-*"], max_uses: 100}
+        """
+    )
+    result = vault_env.run("renew", "--session", document["session"])
+    assert result.code == 3 and "renewal denied" in result.stderr
+    assert (Path(document["dir"]) / "kv" / "token").read_text() == token
+    assert vault_env.run("renew", "--session", "s-nosuchsession").code == 2

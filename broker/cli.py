@@ -26,6 +26,7 @@ from broker.cli_audit import audit_app
 from broker.cli_ops import register_ops
 from broker.config import Config, config_path, load_config
 from broker.errors import REPORT_URL, BrokerError, Interrupted, RevokeIncomplete
+from broker.process_hardening import harden_process
 from broker.timeutil import utcnow
 
 app = typer.Typer(
@@ -46,6 +47,11 @@ register_ops(app)
 class Options:
     config: str | None
     debug: bool
+
+
+class LogFormat(StrEnum):
+    text = "text"
+    json = "json"
 
 
 class OutputFormat(StrEnum):
@@ -70,11 +76,18 @@ def main_options(
         typer.Option("--config", envvar="BROKER_CONFIG", help="Config file [default: /etc/broker/broker.toml]."),
     ] = None,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks for internal errors.")] = False,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Log the policy decision and every provider call to stderr.")
+    ] = False,
+    log_format: Annotated[LogFormat, typer.Option("--log-format", help="Format of stderr logs.")] = LogFormat.text,
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
     ] = False,
 ) -> None:
     ctx.obj = Options(config=config, debug=debug)
+    from broker.logs import configure
+
+    configure(verbose, log_format.value)
 
 
 def _options(ctx: typer.Context) -> Options:
@@ -200,12 +213,49 @@ def status(
     if not sessions:
         typer.echo("no live sessions" if not show_all else "no sessions")
         return
+    from broker.output import print_table, time_left
+    from broker.timeutil import parse_iso
+
     now = utcnow()
-    for item in sessions:
-        typer.echo(f"{item['session']}  {item['task']}  {item['state']}  expires {item['expires_at']}")
-        for credential in item["credentials"]:
-            typer.echo(f"  {credential['name']}  {credential['type']}  {credential['state']}")
-    del now
+    rows = [
+        [
+            item["session"],
+            item["task"],
+            item["state"],
+            time_left(parse_iso(item["expires_at"]), now),
+            ", ".join(f"{c['name']} ({c['type']}, {c['state']})" for c in item["credentials"]),
+        ]
+        for item in sessions
+    ]
+    print_table(("SESSION", "TASK", "STATE", "EXPIRES", "CREDENTIALS"), rows)
+
+
+@app.command()
+def renew(
+    ctx: typer.Context,
+    session: Annotated[str, typer.Option("--session", help="Session whose short-lived credentials to re-mint.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the renewals as JSON.")] = False,
+) -> None:
+    """Re-mint credentials that expire before their session (GitHub's hour), swap the files, revoke the old ones.
+
+    Example: broker renew --session s-4k2j9x7q3m1p
+    """
+    from broker.renewing import renew_session
+
+    config = _config(ctx)
+    with _broker(config) as broker:
+        renewals = renew_session(broker, session)
+    if as_json:
+        _print_json([r.to_json() for r in renewals])
+        return
+    if not renewals:
+        typer.echo("nothing to renew: every credential lasts as long as the session")
+    for item in renewals:
+        typer.echo(
+            f"  {item.name}: expires {item.new_expires_at} (was {item.old_expires_at}; old one {item.old_outcome})"
+        )
+    if any(r.old_outcome == "pending" for r in renewals):
+        raise RevokeIncomplete("a replaced credential could not be revoked now; it stays pending for broker sweep")
 
 
 class SandboxKind(StrEnum):
@@ -361,6 +411,7 @@ def _error(message: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
+    harden_process()
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _raise_interrupted)
     try:

@@ -143,14 +143,9 @@ def _cell(value: object) -> str:
 
 
 def _table(columns: tuple[str, ...], rows: list[list[str]]) -> None:
-    from rich.console import Console
-    from rich.table import Table
+    from broker.output import print_table
 
-    table = Table(*columns, box=None, header_style="bold", pad_edge=False)
-    for row in rows:
-        table.add_row(*row)
-    console = Console(soft_wrap=True) if sys.stdout.isatty() else Console(width=1000, no_color=True)
-    console.print(table)
+    print_table(columns, rows)
 
 
 @audit_app.command("lookup")

@@ -210,3 +210,26 @@ def test_the_sandbox_run_launcher_revokes_whatever_the_command_does(
     assert result.returncode == exit_code, result.stderr
     assert "kv (vault): revoked" in result.stderr
     assert not openbao.accessor_exists(issued_accessor(vault_env))
+
+
+def test_the_broker_process_cannot_dump_core(vault_env: BrokerEnv) -> None:
+    """While exec runs, the broker holds secrets: no core file, no same-uid ptrace (non-dumpable)."""
+    process = broker_process(
+        vault_env, "exec", "--task", str(vault_env.write_task(VAULT_TASK)), "--sandbox", "none", "--", "sleep", "5"
+    )
+    try:
+        wait_for_issue(vault_env)
+        limits = Path(f"/proc/{process.pid}/limits").read_text()
+        core = next(line for line in limits.splitlines() if line.startswith("Max core file size"))
+        assert core.split()[4:6] == ["0", "0"], core
+        if os.geteuid() != 0:
+            assert Path(f"/proc/{process.pid}/environ").stat().st_uid == 0  # non-dumpable: /proc entries are root's
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.communicate(timeout=30)
+
+
+def test_harden_process_marks_the_process_non_dumpable() -> None:
+    script = "from broker.process_hardening import harden_process, is_dumpable; harden_process(); print(is_dumpable())"
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "False"

@@ -1,0 +1,193 @@
+"""``broker doctor``: is this installation ready to issue? One check per line; nothing is minted.
+
+The checks, in order: the config parses (when it does not, that is the only
+check), the policy files lint, runtime_dir can hold secrets, state_dir is
+writable, the audit key is present and private, then each provider instance's
+own ``health`` checks (login, permissions, clock) with the broker's own
+identity. A provider failure is a failed check, never an exception. Nothing
+here prints or exits; nothing here creates a file or a directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from broker.auditkeys import load_keys
+from broker.config import Config, load_config
+from broker.errors import REPORT_URL, BrokerError
+from broker.policy import load_policy
+from broker.sessiondir import prepare_runtime_dir
+from broker.setup import POLICY_EXAMPLE_NAME
+from providers.base import FIX_MARK, HealthCheck, Provider
+
+KEY_MODES = (0o400, 0o600)
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "ok": self.ok, "detail": self.detail, "fix": self.fix or None}
+
+
+@dataclass(frozen=True)
+class DoctorReport:
+    config: Path
+    checks: tuple[Check, ...]
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.checks) and all(c.ok for c in self.checks)
+
+    @property
+    def failed(self) -> list[Check]:
+        return [c for c in self.checks if not c.ok]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ok": self.ok, "config": str(self.config), "checks": [c.to_json() for c in self.checks]}
+
+
+def run_doctor(path: Path) -> DoctorReport:
+    try:
+        config = load_config(path)
+    except BrokerError as exc:
+        where = "run broker init, or point --config / BROKER_CONFIG at the config file"
+        fix = where if not os.path.lexists(path) else "correct it (broker init --dir DIR writes a commented example)"
+        return DoctorReport(path, (Check("config", False, exc.message, fix),))
+    try:
+        checks = [
+            check_config(config),
+            check_policy(config),
+            check_runtime_dir(config),
+            check_state_dir(config),
+            check_audit_key(config),
+            *check_providers(config),
+        ]
+    finally:
+        for provider in config.providers.values():
+            with contextlib.suppress(Exception):
+                provider.close()
+    return DoctorReport(path, tuple(checks))
+
+
+def check_config(config: Config) -> Check:
+    names = ", ".join(config.providers) or "none"
+    detail = f"{config.path} (providers: {names})"
+    try:
+        mode = stat.S_IMODE(os.stat(config.path).st_mode)
+    except OSError as exc:
+        return Check("config", False, f"{config.path}: {exc.strerror}", "make the config file readable")
+    if mode & 0o022:
+        return Check("config", False, f"{config.path} is writable by group or others (mode {mode:04o})", "chmod 644")
+    return Check("config", True, detail)
+
+
+def check_policy(config: Config) -> Check:
+    directory = config.policy_dir
+    try:
+        policy = load_policy(directory, config)
+    except BrokerError as exc:
+        if not directory.is_dir():
+            fix = f"run broker init, or create {directory} with your policy files"
+        elif not any(p.suffix in (".yaml", ".yml") for p in directory.iterdir()):
+            example = directory / POLICY_EXAMPLE_NAME
+            start = f"copy {example} to default.yaml once the providers it names exist, or " if example.exists() else ""
+            fix = f"{start}write a policy file there; then broker policy lint"
+        else:
+            fix = "correct the file it names (broker policy lint shows the same error)"
+        return Check("policy", False, exc.message, fix)
+    return Check("policy", True, f"{len(policy.rules)} rule(s) in {len(policy.files)} file(s) in {directory}")
+
+
+def check_runtime_dir(config: Config) -> Check:
+    path = config.runtime_dir
+    if not os.path.lexists(path):
+        return Check("runtime_dir", False, f"{path} does not exist", f"run broker init, or mkdir -m 0711 {path}")
+    try:
+        runtime = prepare_runtime_dir(path, config.mount_tmpfs)
+    except BrokerError as exc:
+        if "tmpfs" in exc.message:
+            fix = (
+                'run the broker as root with mount_tmpfs = "auto" (a tmpfs per session),'
+                f" or mount one there: mount -t tmpfs -o mode=0711,size=64m tmpfs {path}"
+            )
+        else:
+            fix = f"make {path} a directory owned by uid {os.geteuid()}, mode 0711, with no world-writable parent"
+        return Check("runtime_dir", False, exc.message, fix)
+    how = "a tmpfs is mounted per session" if runtime.mount_per_session else "it is on tmpfs"
+    return Check("runtime_dir", True, f"{path} ({how})")
+
+
+def check_state_dir(config: Config) -> Check:
+    path = config.state_dir
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return Check("state_dir", False, f"{path} does not exist", f"run broker init, or mkdir -m 0700 {path}")
+    except OSError as exc:
+        return Check("state_dir", False, f"{path}: {exc.strerror}", "make it a directory the broker can write")
+    mode = stat.S_IMODE(info.st_mode)
+    if not stat.S_ISDIR(info.st_mode):
+        return Check("state_dir", False, f"{path} is not a directory", "remove it, then run broker init")
+    if info.st_uid != os.geteuid():
+        fix = f"chown {os.geteuid()} {path}"
+        return Check("state_dir", False, f"{path} is owned by uid {info.st_uid}, not the broker's", fix)
+    if mode & 0o022:
+        return Check("state_dir", False, f"{path} is writable by group or others (mode {mode:04o})", "chmod 700 it")
+    if not os.access(path, os.W_OK | os.X_OK):
+        return Check("state_dir", False, f"{path} is not writable by the broker", "make it writable (read-only mount?)")
+    return Check("state_dir", True, f"{path} (mode {mode:04o}, writable)")
+
+
+def check_audit_key(config: Config) -> Check:
+    path = config.audit_key
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return Check("audit_key", False, f"{path} does not exist", "run broker init (it creates the key, mode 0400)")
+    except OSError as exc:
+        return Check("audit_key", False, f"{path}: {exc.strerror}", "make it readable by the broker")
+    mode = stat.S_IMODE(info.st_mode)
+    if not stat.S_ISREG(info.st_mode):
+        return Check("audit_key", False, f"{path} is not a regular file", "restore the key file from a backup")
+    if info.st_uid != os.geteuid():
+        return Check("audit_key", False, f"{path} is owned by uid {info.st_uid}", f"chown {os.geteuid()} {path}")
+    if mode not in KEY_MODES:
+        return Check("audit_key", False, f"{path} has mode {mode:04o}, not 0400 or 0600", f"chmod 400 {path}")
+    try:
+        keys = load_keys(path)
+    except BrokerError as exc:
+        return Check("audit_key", False, exc.message, "restore the key file from a backup")
+    return Check("audit_key", True, f"{path} (mode {mode:04o}, key id {keys.key_id})")
+
+
+def check_providers(config: Config) -> list[Check]:
+    if not config.providers:
+        return [Check("providers", False, "no provider configured", f"fill a [providers.*] table in {config.path}")]
+    checks: list[Check] = []
+    for name, provider in config.providers.items():
+        for check_name, ok, text in _health(provider):
+            detail, _, fix = text.partition(FIX_MARK)
+            if not ok and not fix:
+                fix = f"check [providers.{name}] in {config.path} and that the provider is reachable"
+            checks.append(Check(f"providers.{name}.{check_name}", ok, detail, "" if ok else fix))
+    return checks
+
+
+def _health(provider: Provider) -> list[HealthCheck]:
+    try:
+        results = provider.health()
+    except BrokerError as exc:
+        return [("health", False, exc.message)]
+    except Exception as exc:  # a bug in a health check: a failed line, never a traceback
+        return [("health", False, f"unexpected {type(exc).__name__}; please report it at {REPORT_URL}")]
+    return results or [("health", True, f"not checked: {provider.type_name} has no health checks")]

@@ -21,7 +21,27 @@ def test_version() -> None:
     assert (result.returncode, result.stdout.strip()) == (0, f"broker {__version__}")
 
 
-@pytest.mark.parametrize("command", [["issue"], ["revoke"], ["status"], ["policy", "check"], ["policy", "lint"]])
+COMMANDS = [
+    ["issue"],
+    ["revoke"],
+    ["status"],
+    ["renew"],
+    ["exec"],
+    ["sweep"],
+    ["init"],
+    ["doctor"],
+    ["policy", "check"],
+    ["policy", "lint"],
+    ["audit", "verify"],
+    ["audit", "list"],
+    ["audit", "lookup"],
+    ["audit", "active"],
+    ["audit", "public-key"],
+    ["audit", "rotate-key"],
+]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
 def test_every_command_has_help_with_an_example(command: list[str]) -> None:
     result = run(*command, "--help")
     assert result.returncode == 0

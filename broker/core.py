@@ -21,6 +21,7 @@ from broker.config import Config
 from broker.errors import StoreError
 from broker.issuance_log import IssuanceLog
 from broker.keepsafe import KeepSafe
+from broker.locks import lock_dir
 from broker.policy import Policy, Requester, load_policy
 from broker.sessiondir import RuntimeDir, prepare_runtime_dir
 from broker.store import SessionStore, open_store
@@ -64,6 +65,8 @@ class Broker:
     def open(cls, config: Config) -> Broker:
         ensure_state_dir(config)
         keys = load_or_create_keys(config.audit_key)
+        for provider in config.providers.values():
+            provider.use_lock_dir(lock_dir(config.state_dir))
         return cls(
             config=config,
             store=open_store(config.state_dir),

@@ -18,14 +18,14 @@ from filelock import FileLock, Timeout
 from broker.errors import StoreError
 
 
-def _lock_dir(state_dir: Path) -> Path:
+def lock_dir(state_dir: Path) -> Path:
     path = state_dir / "locks"
     os.makedirs(path, mode=0o700, exist_ok=True)
     return path
 
 
 def session_lock(state_dir: Path, session_id: str) -> FileLock:
-    return FileLock(str(_lock_dir(state_dir) / f"{session_id}.lock"), thread_local=False)
+    return FileLock(str(lock_dir(state_dir) / f"{session_id}.lock"), thread_local=False)
 
 
 @contextlib.contextmanager
@@ -50,9 +50,9 @@ def try_lock(lock: FileLock) -> bool:
 
 
 def sweep_lock(state_dir: Path) -> FileLock:
-    return FileLock(str(_lock_dir(state_dir) / "sweep.lock"), thread_local=False)
+    return FileLock(str(lock_dir(state_dir) / "sweep.lock"), thread_local=False)
 
 
 def remove_session_lock(state_dir: Path, session_id: str) -> None:
     with contextlib.suppress(FileNotFoundError):
-        os.unlink(_lock_dir(state_dir) / f"{session_id}.lock")
+        os.unlink(lock_dir(state_dir) / f"{session_id}.lock")

@@ -91,6 +91,13 @@ CONFIG = (
                 "deny-policy",
             ),
             Key("timeout", "seconds", False, "HTTP timeout.", "10"),
+            Key(
+                "shared_role_writers",
+                "boolean",
+                False,
+                "true when brokers on several hosts revoke on the same roles: wait for IAM to settle.",
+                "false",
+            ),
         ),
     ),
     Section(

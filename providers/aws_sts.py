@@ -84,6 +84,7 @@ class AwsStsProvider(Provider):
         revoke: str = "deny-policy",
         timeout: int = 10,
         settle_seconds: float = 1.0,
+        shared_role_writers: bool = False,
     ) -> None:
         super().__init__(name)
         self.region = region
@@ -93,6 +94,7 @@ class AwsStsProvider(Provider):
         self.timeout = timeout
         #: Wait after writing the deny policy before reading it back, so a concurrent writer is seen.
         self.settle_seconds = settle_seconds
+        self.shared_role_writers = shared_role_writers
         self._clients: dict[str, Any] = {}
         self._lock = threading.Lock()
         self._role_locks: dict[str, threading.Lock] = {}
@@ -113,6 +115,7 @@ class AwsStsProvider(Provider):
             profile=fields.string("profile", required=False, pattern=PROFILE, max_len=64),
             revoke=revoke,
             timeout=fields.integer("timeout", minimum=1, maximum=300) or 10,
+            shared_role_writers=fields.boolean("shared_role_writers", False),
         )
 
     @classmethod
@@ -338,11 +341,27 @@ class AwsStsProvider(Provider):
         return RevokeOutcome.REVOKED
 
     def _update_deny(self, role_name: str, wanted: tuple[DenyEntry, ...], now: datetime | None = None) -> None:
+        """Serialise writers of one role: threads by a lock, this host's brokers by a file lock.
+
+        With the host lock no other writer can interleave, so the read-back
+        needs no pause; ``shared_role_writers = true`` (brokers on several
+        hosts revoking on the same roles) keeps the pause that lets IAM settle.
+        """
         with self._lock:
             lock = self._role_locks.setdefault(role_name, threading.Lock())
-        writer = DenyPolicyWriter(self, self.client("iam"), self.settle_seconds, self.revoke_attempts)
-        with lock:
+        host_lock = self._host_lock(role_name)
+        settle = self.settle_seconds if (self.shared_role_writers or host_lock is None) else 0.0
+        writer = DenyPolicyWriter(self, self.client("iam"), settle, self.revoke_attempts)
+        with lock, host_lock or contextlib.nullcontext():
             writer.update(role_name, wanted, now)
+
+    def _host_lock(self, role_name: str) -> Any:
+        if self.lock_dir is None:
+            return None
+        from filelock import FileLock
+
+        digest = hashlib.sha256(f"{self.endpoint_url or ''}|{role_name}".encode()).hexdigest()[:24]
+        return FileLock(str(self.lock_dir / f"aws-role-{digest}.lock"), timeout=60, thread_local=False)
 
 
 def _aware(moment: datetime) -> datetime:

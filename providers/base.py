@@ -157,6 +157,11 @@ class Provider(ABC):
 
     def __init__(self, name: str) -> None:
         self.name = name
+        self.lock_dir: Path | None = None
+
+    def use_lock_dir(self, path: Path) -> None:
+        """Where this host's brokers keep cross-process locks (``state_dir/locks``)."""
+        self.lock_dir = path
 
     @classmethod
     @abstractmethod

@@ -6,6 +6,7 @@ import configparser
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -172,3 +173,31 @@ def test_no_secret_of_any_provider_leaks_into_outputs_or_state(stack_env: Broker
         for path in stack_env.state_dir.rglob("*"):
             if path.is_file():
                 assert secret.encode() not in path.read_bytes(), path
+
+
+def test_concurrent_revocations_on_one_role_keep_every_deny_entry(stack_env: BrokerEnv, aws_role: AwsRole) -> None:
+    """Brokers on one host serialise deny-policy writes per role with a file lock: no entry is lost."""
+    sessions = [issue(stack_env)["session"] for _ in range(4)]
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-m", "broker.cli", "--config", str(stack_env.config_path), "revoke", "--session", s],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for s in sessions
+    ]
+    for process in processes:
+        _, err = process.communicate(timeout=120)
+        assert process.returncode == 0, err
+    deny = json.dumps(
+        iam_client(aws_role.endpoint_url).get_role_policy(RoleName="agent-ci", PolicyName="BrokerRevokedSessions")[
+            "PolicyDocument"
+        ]
+    )
+    ids = [
+        r["reference"]["assumed_role_id"]
+        for r in stack_env.log_records()
+        if r.get("credential") == "artifacts" and r["event"] == "credential.issued"
+    ]
+    assert len(ids) == 4 and all(i in deny for i in ids)

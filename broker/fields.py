@@ -35,6 +35,18 @@ def shown(value: str, limit: int = 40) -> str:
     return repr(text)
 
 
+_PLAIN_KEY = re.compile(r"[\x21-\x7e](?:[\x20-\x7e]{0,62}[\x21-\x7e])?")
+
+
+def key_text(key: str) -> str:
+    """A key as an error path shows it: short printable ASCII as is, anything else escaped and bounded.
+
+    Keys come from untrusted documents; one holding terminal escapes or 10,000
+    characters must not reach stderr as written.
+    """
+    return key if _PLAIN_KEY.fullmatch(key) else shown(key)
+
+
 class Fields:
     """Typed, path-aware access to one mapping of untrusted data."""
 
@@ -47,7 +59,8 @@ class Fields:
         self._used: set[str] = set()
 
     def where(self, key: str) -> str:
-        return f"{self._path}.{key}" if self._path else key
+        text = key_text(key)
+        return f"{self._path}.{text}" if self._path else text
 
     def fail(self, key: str, message: str) -> BadInput:
         return self._error(f"{self.where(key)}: {message}")

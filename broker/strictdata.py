@@ -99,8 +99,13 @@ def parse_document(
     try:
         return loader(text)
     except (yaml.YAMLError, ValueError, RecursionError) as exc:
-        detail = " ".join(str(exc).split())[:200]
+        detail = _printable(" ".join(str(exc).split()))[:200]
         raise error(f"{what} is not valid {'JSON' if as_json else 'YAML'}: {detail}") from None
+
+
+def _printable(text: str) -> str:
+    """``text`` with every non-printable character escaped (YAML errors quote the offending line)."""
+    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
 
 
 def _load_json(text: str) -> Any:

@@ -376,7 +376,7 @@ def policy_check(
                 for reason in credential.reasons:
                     typer.echo(f"    - {reason}")
     if not decision.allowed:
-        raise PolicyDenied("denied by policy: " + "; ".join(decision.reasons))
+        raise PolicyDenied(decision.denial_message())
 
 
 @policy_app.command("lint")

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from broker.errors import ConfigError
-from broker.fields import Fields
+from broker.fields import Fields, shown
 from providers.registry import known_types, provider_class
 
 if TYPE_CHECKING:
@@ -74,6 +74,8 @@ def load_config(path: Path) -> Config:
         raise ConfigError(f"config file {path} is not valid UTF-8") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    except (RecursionError, ValueError):  # nesting too deep, an integer of thousands of digits
+        raise ConfigError(f"config file {path} is not valid TOML: too deeply nested or a number too large") from None
     return parse_config(table, path)
 
 
@@ -101,7 +103,7 @@ def parse_config(table: object, path: Path) -> Config:
     if table_providers is not None:
         for name, _ in table_providers.items():
             if not INSTANCE_NAME.fullmatch(name):
-                raise ConfigError(f"providers.{name[:40]}: instance names are lower-case letters, digits, _ and -")
+                raise ConfigError(f"providers.{shown(name)}: instance names are lower-case letters, digits, _ and -")
             instance = table_providers.mapping(name)
             assert instance is not None
             type_name = instance.req_string("type")

@@ -63,7 +63,7 @@ def issue(broker: Broker, manifest: Manifest) -> dict[str, Any]:
             credentials=[c.to_json() for c in decision.credentials],
             reasons=list(decision.reasons),
         )
-        raise PolicyDenied("denied by policy: " + "; ".join(decision.reasons), decision.reasons)
+        raise PolicyDenied(decision.denial_message(), decision.reasons)
     _check_sandbox_owner(manifest)
     runtime = broker.runtime
     now = broker.clock().replace(microsecond=0)

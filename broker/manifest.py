@@ -26,6 +26,25 @@ CREDENTIAL_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
 MOUNT_PATH = re.compile(r"(/[A-Za-z0-9_][A-Za-z0-9._-]{0,63}){1,8}")
 MAX_ID = 2**31 - 1
 DEFAULT_MOUNT_PATH = PurePosixPath("/run/secrets")
+SYSTEM_PATHS = frozenset(
+    {
+        "/bin",
+        "/boot",
+        "/etc",
+        "/home",
+        "/lib",
+        "/lib64",
+        "/opt",
+        "/root",
+        "/run",
+        "/sbin",
+        "/srv",
+        "/tmp",
+        "/usr",
+        "/var",
+        "/workspace",
+    }
+)
 
 
 ENV_NAME = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
@@ -128,6 +147,8 @@ def _parse_sandbox(fields: Fields | None) -> Sandbox:
         if not MOUNT_PATH.fullmatch(mount) or any(p in ("..", ".") for p in mount.split("/")):
             raise ManifestError(f"sandbox.mount_path: {shown(mount)} is not an absolute, normalised path")
         mount_path = PurePosixPath(mount)
+        if str(mount_path) in SYSTEM_PATHS or mount_path.parts[1] in ("proc", "sys", "dev"):
+            raise ManifestError(f"sandbox.mount_path: {shown(mount)} would cover a system directory of the sandbox")
     fields.done()
     return Sandbox(
         uid=os.getuid() if uid is None else uid,

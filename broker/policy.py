@@ -21,6 +21,7 @@ from broker.strictdata import parse_document
 from providers.base import CredentialRequest, Grant
 
 MAX_POLICY_BYTES = 256 * 1024
+MAX_DENIAL_CHARS = 1000
 RULE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 TASK_GLOB = re.compile(r"[a-z0-9._*?-]{1,63}")
 REQUESTER_GLOB = re.compile(r"(uid:[0-9]{1,10}|[A-Za-z0-9._*?-]{1,64})")
@@ -96,6 +97,19 @@ class Decision:
     @property
     def reasons(self) -> tuple[str, ...]:
         return tuple(f"{c.name}: {reason}" for c in self.credentials if not c.allowed for reason in c.reasons)
+
+    def denial_message(self, prefix: str = "denied by policy") -> str:
+        """One line naming what fell outside; bounded, with the rest left to ``broker policy check``."""
+        reasons = list(self.reasons)
+        message, shown = f"{prefix}: ", 0
+        for reason in reasons:
+            if shown and len(message) + len(reason) > MAX_DENIAL_CHARS:
+                break
+            message += ("; " if shown else "") + reason
+            shown += 1
+        if shown < len(reasons):
+            message += f"; and {len(reasons) - shown} more (broker policy check --task ... lists them all)"
+        return message
 
     def credential(self, name: str) -> CredentialDecision:
         return next(c for c in self.credentials if c.name == name)

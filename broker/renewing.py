@@ -74,7 +74,7 @@ def _renew(broker: Broker, session: SessionRecord, manifest: Manifest) -> list[R
         return []
     decision = decide(broker.policy, manifest, broker.requester, broker.config)
     if not decision.allowed:
-        raise PolicyDenied("renewal denied by policy: " + "; ".join(decision.reasons), decision.reasons)
+        raise PolicyDenied(decision.denial_message("renewal denied by policy"), decision.reasons)
     directory = SessionDirectory(broker.runtime, session.id, session.uid, session.gid)
     requests = {r.name: r for r in manifest.credentials}
     renewals = []

@@ -131,9 +131,13 @@ class VaultProvider(Provider):
             hint="letters, digits, '_', '.', '-'",
         )
         assert policies is not None
+        # Vault and OpenBao lower-case policy names ("ROOT" is root), so the broker compares them lower-cased too.
+        policies = tuple(policy.lower() for policy in policies)
         for index, policy in enumerate(policies):
             if policy in FORBIDDEN_POLICIES:
                 raise ManifestError(f"{fields.where(f'policies[{index}]')}: the root policy is never issued")
+            if policy in policies[:index]:
+                raise ManifestError(f"{fields.where(f'policies[{index}]')}: {policy!r} is listed twice")
         num_uses = fields.integer("num_uses", minimum=0, maximum=MAX_USES) or 0
         return VaultRequest(name=name, provider=provider, ttl=ttl, policies=policies, num_uses=num_uses)
 
@@ -141,6 +145,7 @@ class VaultProvider(Provider):
     def compile_grant(cls, fields: Fields, *, provider: str, max_ttl: int | None) -> VaultGrant:
         policies = fields.string_list("policies", pattern=POLICY_GLOB, max_items=100, hint="a policy name glob")
         assert policies is not None
+        policies = tuple(pattern.lower() for pattern in policies)  # compared with lower-cased names
         max_uses = fields.integer("max_uses", minimum=1, maximum=MAX_USES)
         return VaultGrant(provider=provider, max_ttl=max_ttl, policies=policies, max_uses=max_uses)
 

@@ -247,3 +247,12 @@ def test_a_root_sandbox_needs_a_rule_that_allows_it(tmp_path: Path) -> None:
     assert denied.reasons == ("kv: sandbox uid/gid 0 (root) needs a rule with allow_root_sandbox: true",)
     allowing = POLICY.replace("    max_ttl: 1h\n", "    max_ttl: 1h\n    allow_root_sandbox: true\n", 1)
     assert decision(tmp_path, as_root, policy=allowing).allowed
+
+
+def test_a_long_denial_stays_one_bounded_line(tmp_path: Path) -> None:
+    many = "[" + ", ".join(f"prod-{i:03d}" for i in range(60)) + "]"
+    result = decision(tmp_path, manifest(policies=many))
+    message = result.denial_message()
+    assert len(message) < 1200 and "\n" not in message
+    assert message.endswith("more (broker policy check --task ... lists them all)")
+    assert "vault policy 'prod-000' is not granted" in message

@@ -50,6 +50,11 @@ def ensure_state_dir(config: Config) -> None:
         raise StoreError(f"state_dir {config.state_dir}: {exc.strerror}") from None
     if not os.access(config.state_dir, os.W_OK | os.X_OK):
         raise StoreError(f"state_dir {config.state_dir} is not writable by this user")
+    info = os.stat(config.state_dir)  # a symlink to another disk is fine; its target must be the broker's
+    if info.st_uid != os.geteuid() or info.st_mode & 0o022:
+        raise StoreError(
+            f"state_dir {config.state_dir} must be owned by the broker's user and not writable by group or others"
+        )
 
 
 @dataclass

@@ -11,6 +11,7 @@ with Ed25519 over the head, so a copy of the log verifies offline.
 from __future__ import annotations
 
 import base64
+import errno
 import hashlib
 import json
 import os
@@ -60,6 +61,15 @@ def read_last_line(fd: int) -> bytes | None:
         position = start
 
 
+def _open_log(path: Path, flags: int) -> int:
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise StoreError(f"issuance log {path} is a symbolic link; remove it") from None
+        raise StoreError(f"issuance log {path}: {exc.strerror}") from None
+
+
 class IssuanceLog:
     def __init__(self, state_dir: Path, keys: AuditKeys, *, lock_timeout: float = 30.0) -> None:
         self.path = state_dir / LOG_NAME
@@ -85,7 +95,7 @@ class IssuanceLog:
     def _append_locked(
         self, event: str, session: str | None, task: str | None, requester: str, fields: dict[str, Any]
     ) -> dict[str, Any]:
-        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        fd = _open_log(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
         try:
             seq, prev = self._head(fd)
             record: dict[str, Any] = {
@@ -127,7 +137,7 @@ class IssuanceLog:
             return None
         try:
             with self._lock:
-                fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+                fd = _open_log(self.path, os.O_RDONLY)
                 try:
                     seq, head = self._head(fd)
                 finally:

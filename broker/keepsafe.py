@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import stat
 from pathlib import Path
 
 from broker import mounts
@@ -32,6 +33,11 @@ class KeepSafe:
     def _ensure(self, runtime: RuntimeDir) -> None:
         with contextlib.suppress(FileExistsError):
             os.mkdir(self.path, 0o700)
+        info = os.lstat(self.path)
+        if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+            raise RuntimeDirError(f"{self.path} is not a directory (a symbolic link?); remove it")
+        if info.st_uid != os.geteuid() or stat.S_IMODE(info.st_mode) & 0o077:
+            raise RuntimeDirError(f"{self.path} must be owned by the broker's user with mode 0700")
         if runtime.mount_per_session and not mounts.is_mount_point(self.path):
             try:
                 mounts.mount_tmpfs(self.path, size=KEEP_TMPFS_SIZE, mode=0o700, uid=os.geteuid(), gid=os.getegid())

@@ -169,6 +169,8 @@ class SqliteSessionStore(SessionStore):
     def __init__(self, path: Path) -> None:
         self.path = path
         self._lock = threading.Lock()
+        if os.path.islink(path):
+            raise StoreError(f"session store {path} is a symbolic link; remove it")
         try:
             existed = path.exists()
             self._conn = sqlite3.connect(path, timeout=15, check_same_thread=False, isolation_level=None)

@@ -1,0 +1,442 @@
+"""Canaries: a secret planted wherever secrets travel must never come out anywhere else.
+
+Every command path is run (issue, status, revoke, sweep, audit, policy check;
+plain, ``--debug``, ``--verbose``, ``--log-format json``; success, denial,
+provider error, invalid broker key, a crash) and stdout, stderr, the issuance
+log and every file in ``state_dir`` are scanned for: the broker's own
+credentials (a canary Vault token, a canary "private key", the broker's AWS
+secret, the GitHub App key) and every secret the providers minted, captured
+from ``Provider.mint`` itself. ``Secret`` is checked to stay redacted in
+exception messages, tracebacks (with locals), log records and the ``repr`` of
+the frozen dataclasses that carry it.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+import logging
+import os
+import pickle
+import re
+import secrets
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import pytest
+
+from broker.errors import ProviderError
+from broker.logs import JsonFormatter, TextFormatter, event
+from broker.secret import Secret
+from providers.aws_sts import AwsStsProvider
+from providers.base import MintContext, MintedCredential, Provider, RevokeTarget
+from providers.github_app import GitHubAppProvider
+from providers.vault import VaultProvider
+from tests.emulators.github_app import GitHubAppEmulator
+from tests.fixtures.aws import BROKER_SECRET
+from tests.fixtures.brokerenv import BrokerEnv, Result, make_env
+from tests.fixtures.github import AppKeys
+from tests.fixtures.openbao import ROOT_TOKEN, VAULT_TASK, OpenBao
+from tests.fixtures.slowproxy import slow_proxy
+from tests.fixtures.stack import STACK_TASK
+
+#: Global option sets every path is run with (the broker's diagnostics are where secrets would slip out).
+FLAG_SETS: list[list[str]] = [[], ["--debug"], ["--verbose"], ["--debug", "--verbose", "--log-format", "json"]]
+#: Token-shaped strings of OpenBao/Vault: none may appear in any output.
+VAULT_TOKEN_SHAPE = re.compile(r"\b(?:hv[sbr]|[sbr])\.[A-Za-z0-9_-]{20,}")
+
+
+def canary(label: str) -> str:
+    return f"CANARY-{label}-{secrets.token_hex(12)}"
+
+
+# -- scanning ------------------------------------------------------------------------------
+
+
+def files_under(*roots: Path) -> Iterable[Path]:
+    for root in roots:
+        if root.is_file():
+            yield root
+        elif root.is_dir():
+            yield from (p for p in root.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def assert_nowhere(needles: Iterable[str], results: list[Result], *roots: Path) -> None:
+    """No needle in any result's stdout/stderr, nor in any file below ``roots``."""
+    needles = [n for n in needles if n]
+    assert needles
+    found: list[str] = []
+    for result in results:
+        for needle in needles:
+            if needle in result.stdout or needle in result.stderr:
+                found.append(f"{needle[:12]}... in the output of a command exiting {result.code}")
+    for path in files_under(*roots):
+        data = path.read_bytes()
+        found += [f"{n[:12]}... in {path}" for n in needles if n.encode() in data]
+    assert found == []
+
+
+def assert_no_vault_token_shapes(results: list[Result], *roots: Path) -> None:
+    for result in results:
+        assert not VAULT_TOKEN_SHAPE.search(result.stdout + result.stderr), result.stdout + result.stderr
+    for path in files_under(*roots):
+        assert not VAULT_TOKEN_SHAPE.search(path.read_bytes().decode("utf-8", "replace")), path
+
+
+def secret_values(credential: MintedCredential) -> set[str]:
+    """Every secret string a minted credential carries (file contents split into their secret values)."""
+    values = {credential.secret.reveal()}
+    if credential.revoke_secret is not None:
+        values.add(credential.revoke_secret.reveal())
+    public = set(credential.reference.values())
+    for content in credential.files.values():
+        if not isinstance(content, Secret):
+            continue
+        text = content.reveal()
+        assigned = [line.split("=", 1)[1].strip() for line in text.splitlines() if "=" in line]
+        values.update(v for v in (assigned or [text.strip()]) if v and v not in public)
+    return values
+
+
+@pytest.fixture
+def minted(monkeypatch: pytest.MonkeyPatch) -> set[str]:
+    """The secrets every provider minted in this test (in-process runs), captured at ``Provider.mint``."""
+    captured: set[str] = set()
+
+    def spy(cls: type[Provider]) -> None:
+        original = cls.mint
+
+        def mint(self: Provider, request: Any, context: MintContext) -> MintedCredential:
+            credential = original(self, request, context)
+            captured.update(secret_values(credential))
+            return credential
+
+        monkeypatch.setattr(cls, "mint", mint)
+
+    for cls in (VaultProvider, AwsStsProvider, GitHubAppProvider):
+        spy(cls)
+    return captured
+
+
+def own_secrets(keys: AppKeys) -> list[str]:
+    """The broker's own credentials in the stack: the AWS secret and a slice of the App key's body."""
+    body = b"".join(keys.private_pem.splitlines()[1:-1]).decode()
+    return [BROKER_SECRET, body[40:100], body[-100:-40]]
+
+
+def run_all(env: BrokerEnv, *args: str) -> list[Result]:
+    return [env.run(*flags, *args) for flags in FLAG_SETS]
+
+
+# -- (a) the broker's own Vault token ------------------------------------------------------------
+
+
+@pytest.mark.server
+def test_the_brokers_own_vault_token_never_leaks_when_vault_refuses_it(tmp_path: Path, openbao: OpenBao) -> None:
+    env = make_env(tmp_path)
+    token = canary("vault-token")
+    token_file = env.write_secret("vault-token", token)
+    env.add_provider(
+        "vault", {"type": "vault", "addr": openbao.addr, "token_file": str(token_file), "token_role": "broker-session"}
+    )
+    task = str(env.write_task(VAULT_TASK))
+    issued = run_all(env, "issue", "--task", task, "--json")
+    for result in issued:
+        assert result.code == 4, result.stderr
+        assert "broker: error: vault vault: token create failed" in result.stderr
+        assert "Traceback" not in result.stderr
+    assert issued[0].stderr.count("\n") == 1 and issued[1].stderr.count("\n") == 1
+    others = [
+        *run_all(env, "status", "--all", "--json"),
+        *run_all(env, "sweep", "--json"),
+        *run_all(env, "audit", "list", "--json"),
+        *run_all(env, "policy", "check", "--task", task),
+    ]
+    assert env.session_dirs() == []
+    assert_nowhere([token], issued + others, env.state_dir, env.runtime_dir, env.config_path, env.root / "audit.key")
+
+
+# -- (b) a GitHub App "private key" that is a canary -------------------------------------------
+
+GITHUB_ONLY = """
+version: 1
+task: fix-build-123
+ttl: 30m
+sandbox: {uid: 1000, gid: 1000}
+credentials:
+  - {name: repo, provider: github, repositories: [octo-org/widgets], permissions: {contents: write}}
+"""
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("shape", ["plain", "pem-armoured"])
+def test_a_github_key_file_holding_a_canary_is_refused_without_echoing_it(stack_env: BrokerEnv, shape: str) -> None:
+    secret = canary("github-key")
+    content = (
+        secret if shape == "plain" else f"-----BEGIN RSA PRIVATE KEY-----\n{secret}\n-----END RSA PRIVATE KEY-----\n"
+    )
+    key_file = Path(str(stack_env.providers["github"]["private_key_file"]))
+    key_file.write_text(content)
+    key_file.chmod(0o600)
+    task = str(stack_env.write_task(GITHUB_ONLY))
+    results = run_all(stack_env, "issue", "--task", task)
+    for result in results:
+        assert result.code == 2, result.stderr
+        assert "providers.github.private_key_file" in result.stderr and "not a PEM private key" in result.stderr
+        assert "Traceback" not in result.stderr
+    assert results[0].stderr.count("\n") == 1
+    results += run_all(stack_env, "status", "--all", "--json") + run_all(stack_env, "audit", "list", "--json")
+    assert stack_env.session_dirs() == []
+    assert_nowhere([secret], results, stack_env.state_dir, stack_env.runtime_dir)
+
+
+# -- (c) success, denial and provider-error paths with every minted secret ----------------------
+
+
+@pytest.mark.server
+def test_a_full_round_trip_with_debug_and_verbose_output_leaks_no_secret(
+    stack_env: BrokerEnv, minted: set[str], github_app_keys: AppKeys
+) -> None:
+    task = str(stack_env.write_task(STACK_TASK))
+    issued = [
+        stack_env.run("--debug", "issue", "--task", task, "--json"),
+        stack_env.run("--verbose", "issue", "--task", task, "--format", "env"),
+        stack_env.run("--debug", "--verbose", "--log-format", "json", "issue", "--task", task, "--format", "docker"),
+    ]
+    assert [r.code for r in issued] == [0, 0, 0], [r.stderr for r in issued]
+    assert len(minted) >= 3 * 4  # vault token, AWS secret key and session token, GitHub token; three sessions
+    first = issued[0].json()
+    leaked = stack_env.root / "leaked.txt"
+    leaked.write_text((Path(first["dir"]) / "repo" / "token").read_text())
+    results = issued + [
+        *run_all(stack_env, "status", "--json"),
+        *run_all(stack_env, "status", "--all"),
+        *run_all(stack_env, "audit", "list", "--json"),
+        *run_all(stack_env, "audit", "list", "--csv"),
+        *run_all(stack_env, "audit", "active", "--json"),
+        *run_all(stack_env, "audit", "lookup", "--secret-file", str(leaked), "--json"),
+        *run_all(stack_env, "audit", "verify"),
+        *run_all(stack_env, "policy", "check", "--task", task, "--json"),
+        stack_env.run("--debug", "--verbose", "revoke", "--session", first["session"], "--json"),
+        stack_env.run("--verbose", "--log-format", "json", "revoke", "--task", "fix-build-123", "--json"),
+        *run_all(stack_env, "sweep", "--json"),
+        *run_all(stack_env, "status", "--all", "--json"),
+    ]
+    assert all(r.code == 0 for r in results), [(r.code, r.stderr) for r in results if r.code]
+    assert first["session"] in results[-1].stdout
+    leaked.unlink()
+    assert stack_env.session_dirs() == []
+    assert [p for p in files_under(stack_env.runtime_dir)] == []  # .keep is empty again, every session is gone
+    assert_nowhere([*minted, *own_secrets(github_app_keys)], results, stack_env.state_dir, stack_env.runtime_dir)
+    assert_no_vault_token_shapes(results, stack_env.state_dir)
+
+
+@pytest.mark.server
+def test_denials_and_invalid_manifests_leak_no_live_secret(
+    stack_env: BrokerEnv, minted: set[str], github_app_keys: AppKeys
+) -> None:
+    live = stack_env.run("issue", "--task", str(stack_env.write_task(STACK_TASK)), "--json")
+    assert live.code == 0, live.stderr
+    denied = str(stack_env.write_task(STACK_TASK.replace("[octo-org/widgets]", "[octo-org/secret-infra]"), "d.yaml"))
+    invalid = str(stack_env.write_task(STACK_TASK.replace("name: kv", "name: ../kv"), "i.yaml"))
+    results = [
+        *run_all(stack_env, "issue", "--task", denied),
+        *run_all(stack_env, "policy", "check", "--task", denied, "--json"),
+        *run_all(stack_env, "issue", "--task", invalid),
+        *run_all(stack_env, "revoke", "--session", "s-doesnotexist"),
+        *run_all(stack_env, "audit", "list", "--event", "session.denied", "--json"),
+    ]
+    assert [r.code for r in results[:12]] == [3] * 8 + [2] * 4
+    assert all("Traceback" not in r.stderr for r in results)
+    assert_nowhere([*minted, *own_secrets(github_app_keys)], [live, *results], stack_env.state_dir)
+    assert stack_env.run("revoke", "--session", live.json()["session"]).code == 0
+
+
+@pytest.mark.server
+def test_a_provider_error_during_issue_leaks_none_of_the_rolled_back_secrets(
+    stack_env: BrokerEnv, minted: set[str], github_emulator: GitHubAppEmulator, github_app_keys: AppKeys
+) -> None:
+    task = str(stack_env.write_task(STACK_TASK))
+    results = []
+    for flags in (FLAG_SETS[0], FLAG_SETS[-1]):  # each rollback waits on AWS's settle pause; two runs suffice
+        github_emulator.force("create_token", 422)  # refused at once: no retries to wait for
+        result = stack_env.run(*flags, "issue", "--task", task)
+        assert result.code == 4, result.stderr
+        assert "Traceback" not in result.stderr
+        results.append(result)
+    assert minted, "the other providers minted before GitHub failed"
+    results += [
+        *run_all(stack_env, "status", "--all", "--json"),
+        *run_all(stack_env, "sweep", "--json"),
+        *run_all(stack_env, "audit", "list", "--json"),
+    ]
+    assert stack_env.session_dirs() == []
+    assert_nowhere([*minted, *own_secrets(github_app_keys)], results, stack_env.state_dir, stack_env.runtime_dir)
+
+
+# -- (d) a crash in the middle of issue, then sweep ----------------------------------------------
+
+TWO_CREDENTIALS = (
+    VAULT_TASK
+    + """
+  - name: slow
+    provider: slowvault
+    policies: [ci-read]
+    num_uses: 5
+"""
+)
+SLOW_POLICY = """
+rules:
+  - id: agents
+    tasks: ["fix-*"]
+    grants:
+      - {provider: vault, policies: ["ci-*"], max_uses: 100}
+      - {provider: slowvault, policies: ["ci-*"], max_uses: 100}
+"""
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.05)
+    raise AssertionError("condition not met in time")
+
+
+@pytest.mark.server
+@pytest.mark.skipif(os.geteuid() != 0, reason="the crash leaves a tmpfs mount only root can make")
+def test_a_broker_killed_during_issue_leaks_nothing_through_sweep(vault_env: BrokerEnv, openbao: OpenBao) -> None:
+    with slow_proxy(urlparse(openbao.addr).port or 0, delay=30) as proxy:
+        token_file = vault_env.write_secret("slow-token", ROOT_TOKEN)
+        vault_env.add_provider(
+            "slowvault",
+            {"type": "vault", "addr": proxy.addr, "token_file": str(token_file), "token_role": "broker-session"},
+        )
+        vault_env.write_policy(SLOW_POLICY)
+        task = vault_env.write_task(TWO_CREDENTIALS)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "broker.cli", "--config", str(vault_env.config_path), "--verbose", "issue"]
+            + ["--task", str(task), "--json"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            wait_for(lambda: any(p.name == "token" for p in files_under(vault_env.runtime_dir)))
+            [token_path] = [p for p in files_under(vault_env.runtime_dir) if p.name == "token"]
+            wait_for(lambda: token_path.stat().st_size > 0)
+            kv_token = token_path.read_text()
+            process.send_signal(signal.SIGKILL)
+            stdout, stderr = process.communicate(timeout=10)
+        finally:
+            process.kill()
+        proxy.delay = 0  # the killed broker's call is gone; sweep's calls go through at once
+        crashed = Result(process.returncode, stdout, stderr)
+        results = [crashed, *run_all(vault_env, "status", "--all", "--json")]
+        results += [vault_env.run(*flags, "sweep", "--json") for flags in FLAG_SETS]
+        results += [*run_all(vault_env, "audit", "list", "--json"), *run_all(vault_env, "audit", "active")]
+    assert results[5].code == 0, results[5].stderr  # the first sweep recovered the session
+    assert vault_env.session_dirs() == []
+    assert_nowhere([kv_token], results, vault_env.state_dir, vault_env.runtime_dir)
+    assert_no_vault_token_shapes(results, vault_env.state_dir)
+
+
+# -- Secret stays redacted ---------------------------------------------------------------------
+
+
+def _raise_with(secret: Secret) -> None:
+    token = secret  # a local holding the secret, for tracebacks that show locals
+    raise ValueError("mint failed", token, {"token": token})
+
+
+def _chained_error(secret: Secret) -> ProviderError:
+    """A ProviderError raised from a ValueError carrying ``secret``; no frame holds the revealed value."""
+    try:
+        try:
+            _raise_with(secret)
+        except ValueError as inner:
+            raise ProviderError(f"vault x: token create failed for {secret}") from inner
+    except ProviderError as exc:
+        return exc
+    raise AssertionError("not raised")
+
+
+def test_a_secret_in_exception_args_stays_redacted_in_messages_and_tracebacks() -> None:
+    value = canary("exception")
+    caught = _chained_error(Secret(value))
+    texts = [
+        str(caught),
+        repr(caught),
+        caught.message,
+        f"{caught}",
+        str(caught.__cause__),
+        repr(caught.__cause__),
+        "".join(traceback.format_exception(caught)),
+        "".join(traceback.TracebackException.from_exception(caught, capture_locals=True).format()),
+    ]
+    for text in texts:
+        assert value not in text
+    assert "Secret(***)" in texts[6]
+
+
+def test_a_secret_in_a_log_record_stays_redacted() -> None:
+    value = canary("log")
+    logger = logging.getLogger("broker.test-canaries")
+    record = logger.makeRecord(logger.name, logging.INFO, __file__, 1, "minted %s", (Secret(value),), None)
+    record.broker_fields = {"token": Secret(value), "nested": {"token": Secret(value)}}
+    for formatter in (TextFormatter(), JsonFormatter(), logging.Formatter()):
+        assert value not in formatter.format(record)
+    handler_output: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            handler_output.append(TextFormatter().format(record))
+
+    collector = Collect()
+    logger.addHandler(collector)
+    logger.setLevel(logging.INFO)
+    try:
+        event(logger, "minted", token=Secret(value))
+        try:
+            raise RuntimeError(Secret(value))
+        except RuntimeError:
+            logger.exception("failed with %r", Secret(value))
+    finally:
+        logger.removeHandler(collector)
+    assert handler_output and all(value not in line for line in handler_output)
+
+
+def test_frozen_dataclasses_carrying_secrets_never_show_them() -> None:
+    value = canary("dataclass")
+    now = datetime.now(UTC)
+    credential = MintedCredential(
+        reference={"accessor": "acc-1"},
+        secret=Secret(value),
+        files={"token": Secret(value), "config": "region = us-east-1\n"},
+        expires_at=now,
+        scope={"policies": ["ci-read"]},
+        env={"VAULT_ADDR": "http://127.0.0.1:8200"},
+        revoke_secret=Secret(value),
+    )
+    target = RevokeTarget(name="kv", reference={"accessor": "acc-1"}, expires_at=now, revoke_secret=Secret(value))
+    for item in (credential, target):
+        texts = [repr(item), str(item), f"{item}", f"{item!r}", "%s" % (item,), json.dumps(item, default=repr)]  # noqa: UP031
+        for text in texts:
+            assert value not in text
+            assert "Secret(***)" in text
+        with pytest.raises(TypeError):  # no copying the secret out through asdict/deepcopy or pickle
+            dataclasses.asdict(item)
+        with pytest.raises(TypeError):
+            pickle.dumps(item)
+    assert value not in json.dumps({"s": Secret(value)}, default=str)
+    assert base64.b64encode(value.encode()).decode() not in repr(credential)

@@ -1,0 +1,27 @@
+"""Every test that SECURITY.md and README.md name exists, so no claim points at nothing."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+REFERENCE = re.compile(r"`(tests/[\w/]+\.py)(?:::(\w+))?")
+
+
+def functions_in(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    return {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef) and node.name.startswith("test_")}
+
+
+def test_every_named_test_exists() -> None:
+    missing = []
+    for document in ("SECURITY.md", "README.md"):
+        for file_name, function in REFERENCE.findall((ROOT / document).read_text()):
+            path = ROOT / file_name
+            if not path.exists():
+                missing.append(f"{document}: {file_name}")
+            elif function and function not in functions_in(path):
+                missing.append(f"{document}: {file_name}::{function}")
+    assert not missing, missing

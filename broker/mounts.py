@@ -7,11 +7,11 @@ Thin wrappers over libc (``mount(2)``, ``umount2(2)``, ``statfs(2)``) and
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import struct
-from functools import cache
 from pathlib import Path
+
+from broker.libc import libc
 
 TMPFS_MAGIC = 0x01021994
 MS_NOSUID = 0x2
@@ -20,9 +20,7 @@ MS_NOEXEC = 0x8
 MNT_DETACH = 0x2
 
 
-@cache
-def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+_libc = libc
 
 
 def filesystem_type(path: Path) -> int:

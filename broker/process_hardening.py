@@ -9,17 +9,16 @@ same uid from attaching with ptrace or reading its memory through /proc.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import resource
+
+from broker.libc import libc
 
 PR_SET_DUMPABLE = 4
 PR_GET_DUMPABLE = 3
 
 
 def _prctl(option: int, value: int = 0) -> int:
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    return int(libc.prctl(option, value, 0, 0, 0))
+    return int(libc().prctl(option, value, 0, 0, 0))
 
 
 def harden_process() -> None:

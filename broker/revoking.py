@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -83,15 +84,18 @@ def revoke_locked(broker: Broker, session: SessionRecord, *, reason: str) -> Rev
         broker.store.set_session_state(session.id, "revoking")
     dir_removed = _remove_directory(broker, session)
     now = broker.clock()
-    outcomes = []
-    for record in broker.store.credentials(session.id):
-        if record.state == "failed":
-            continue
-        if record.state in UNSETTLED_CREDENTIAL_STATES:
-            outcome = revoke_credential(broker, session.id, session.task, record, now, reason=reason)
-        else:
-            outcome = record.state
-        outcomes.append(CredentialOutcome(record.name, record.provider, outcome))
+    records = [r for r in broker.store.credentials(session.id) if r.state != "failed"]
+    unsettled = [r for r in records if r.state in UNSETTLED_CREDENTIAL_STATES]
+    # One thread per credential: providers are revoked at once, not one after another.
+    with ThreadPoolExecutor(max_workers=max(1, len(unsettled)), thread_name_prefix="revoke") as pool:
+        futures = {
+            r.name: pool.submit(revoke_credential, broker, session.id, session.task, r, now, reason=reason)
+            for r in unsettled
+        }
+    outcomes = [
+        CredentialOutcome(r.name, r.provider, futures[r.name].result() if r.name in futures else r.state)
+        for r in records
+    ]
     report = RevokeReport(session.id, session.task, tuple(outcomes), dir_removed)
     if report.complete and not already_ended:
         final = "expired" if reason == "expired" else "revoked"

@@ -11,23 +11,23 @@ import contextlib
 import json
 import signal
 import sys
-import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from types import FrameType
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+
+if TYPE_CHECKING:
+    from broker.config import Config
 
 from broker import __version__
 from broker.cli_audit import audit_app
 from broker.cli_ops import register_ops
-from broker.config import Config, config_path, load_config
 from broker.errors import REPORT_URL, BrokerError, Interrupted, RevokeIncomplete
 from broker.process_hardening import harden_process
-from broker.timeutil import utcnow
 
 app = typer.Typer(
     name="broker",
@@ -96,6 +96,8 @@ def _options(ctx: typer.Context) -> Options:
 
 
 def _config(ctx: typer.Context) -> Config:
+    from broker.config import config_path, load_config
+
     return load_config(config_path(_options(ctx).config))
 
 
@@ -214,7 +216,7 @@ def status(
         typer.echo("no live sessions" if not show_all else "no sessions")
         return
     from broker.output import print_table, time_left
-    from broker.timeutil import parse_iso
+    from broker.timeutil import parse_iso, utcnow
 
     now = utcnow()
     rows = [
@@ -404,6 +406,12 @@ def _raise_interrupted(signum: int, frame: FrameType | None) -> None:
     raise Interrupted(signum)
 
 
+def _print_traceback() -> None:
+    import traceback  # only with --debug
+
+    traceback.print_exc()
+
+
 def _error(message: str) -> None:
     sys.stderr.write(f"broker: error: {message}\n")
 
@@ -428,12 +436,12 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokerError as exc:
         if debug and exc.exit_code == 1:
-            traceback.print_exc()
+            _print_traceback()
         _error(exc.message)
         return exc.exit_code
     except Exception as exc:  # a bug
         if debug:
-            traceback.print_exc()
+            _print_traceback()
         _error(f"internal error ({type(exc).__name__}); please report it at {REPORT_URL} (use --debug for details)")
         return 1
     return result if isinstance(result, int) else 0

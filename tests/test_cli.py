@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -85,3 +86,27 @@ def test_a_corrupt_session_store_is_a_one_line_error(broker_env: BrokerEnv) -> N
     (broker_env.state_dir / "sessions.db").write_bytes(b"this is not sqlite" * 100)
     result = broker_env.run("status")
     assert result.code == 2 and "session store" in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_the_pre_rendered_top_level_help_is_current() -> None:
+    """The console script answers --help without loading the CLI; the text must be what the CLI renders."""
+    from broker.help_text import TOP_LEVEL_HELP
+
+    rendered = subprocess.run(
+        [sys.executable, "-m", "broker.cli", "--help"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "80"},
+        check=True,
+    ).stdout
+    assert rendered == TOP_LEVEL_HELP, "broker/help_text.py is stale: run scripts/gen-reference"
+
+
+@pytest.mark.parametrize("args", [["--version"], ["--help"], ["-h"], ["status", "--bogus"]])
+def test_the_console_script_entry_point(args: list[str]) -> None:
+    code = "import sys; from broker.entry import run; sys.argv = ['broker', *sys.argv[1:]]; run()"
+    fast = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, check=False)
+    full = run(*args)
+    assert (fast.returncode, fast.stdout) == (full.returncode, full.stdout if args != ["-h"] else fast.stdout)
+    if args == ["--version"]:
+        assert fast.stdout == f"broker {__version__}\n"

@@ -1,0 +1,29 @@
+"""The ``broker`` console script.
+
+``broker --version`` and ``broker --help`` are answered from this module
+alone (the help text is pre-rendered in ``broker.help_text``, and a test
+keeps it equal to what the CLI renders), so a launcher's health probe does
+not pay for loading the whole command line. Everything else goes to
+``broker.cli``.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def run() -> None:
+    args = sys.argv[1:]
+    if args == ["--version"]:
+        from broker import __version__
+
+        sys.stdout.write(f"broker {__version__}\n")
+        sys.exit(0)
+    if args in (["--help"], ["-h"]):
+        from broker.help_text import TOP_LEVEL_HELP
+
+        sys.stdout.write(TOP_LEVEL_HELP)
+        sys.exit(0)
+    from broker.cli import main
+
+    sys.exit(main(args))

@@ -43,6 +43,14 @@ def current_requester() -> Requester:
     return Requester(name=name, uid=uid)
 
 
+def preload_providers(broker: Broker, names: set[str]) -> None:
+    """Import the SDKs of these providers in this thread, before worker threads use them."""
+    for name in sorted(names):
+        provider = broker.config.providers.get(name)
+        if provider is not None:
+            provider.preload()
+
+
 def ensure_state_dir(config: Config) -> None:
     try:
         os.makedirs(config.state_dir, mode=0o700, exist_ok=True)

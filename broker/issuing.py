@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 from pathlib import PurePosixPath
 from typing import Any
 
-from broker.core import Broker, new_session_id
+from broker.core import Broker, new_session_id, preload_providers
 from broker.errors import BadInput, BrokerError, InternalError, PolicyDenied, ProviderError
 from broker.locks import session_lock
 from broker.logs import event
@@ -114,6 +114,7 @@ def _issue_locked(
     expires_at: datetime,
     directory: SessionDirectory,
 ) -> dict[str, Any]:
+    preload_providers(broker, {request.provider for request in manifest.credentials})
     pool = ThreadPoolExecutor(max_workers=len(manifest.credentials), thread_name_prefix="mint")
     try:
         directory.create()

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from broker.core import Broker
+from broker.core import Broker, preload_providers
 from broker.errors import ProviderError, UnknownSession
 from broker.locks import holding, session_lock
 from broker.logs import event
@@ -87,6 +87,7 @@ def revoke_locked(broker: Broker, session: SessionRecord, *, reason: str) -> Rev
     records = [r for r in broker.store.credentials(session.id) if r.state != "failed"]
     unsettled = [r for r in records if r.state in UNSETTLED_CREDENTIAL_STATES]
     # One thread per credential: providers are revoked at once, not one after another.
+    preload_providers(broker, {r.provider for r in unsettled})
     with ThreadPoolExecutor(max_workers=max(1, len(unsettled)), thread_name_prefix="revoke") as pool:
         futures = {
             r.name: pool.submit(revoke_credential, broker, session.id, session.task, r, now, reason=reason)

@@ -69,6 +69,7 @@ def role_session_name(session_id: str, credential: str) -> str:
 
 class AwsStsProvider(Provider):
     type_name = "aws_sts"
+    sdk_modules = ("botocore.session", "botocore.config", "botocore.exceptions", "filelock")
     min_ttl = AWS_MIN_TTL
     max_ttl = AWS_MAX_TTL
     #: Read-modify-write rounds of the deny policy before revocation gives up (stays pending).

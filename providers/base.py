@@ -186,6 +186,17 @@ class Provider(ABC):
     def revoke(self, target: RevokeTarget, now: datetime) -> RevokeOutcome:
         """Revoke at the provider; raise ``ProviderError`` when it cannot be done now."""
 
+    #: Modules the provider imports on first use. The core imports them in its main thread before it
+    #: starts minting or revoking threads: some SDKs (requests) break when first imported by two threads.
+    sdk_modules: ClassVar[tuple[str, ...]] = ()
+
+    def preload(self) -> None:
+        """Import the provider's SDK now, in the calling thread."""
+        import importlib
+
+        for module in self.sdk_modules:
+            importlib.import_module(module)
+
     def find_minted(self, session_id: str, credential: str) -> list[dict[str, str]]:
         """References of credentials this provider minted for a session that the store never heard of.
 

@@ -53,6 +53,7 @@ class GitHubAppProvider(Provider):
     type_name = "github_app"
     max_ttl = 3600  # GitHub's installation tokens live one hour
     fixed_lifetime = 3600  # and cannot be shortened: revoking is the only way to end one early
+    sdk_modules = ("requests", "jwt", "cryptography.hazmat.primitives.serialization")
 
     def __init__(
         self,

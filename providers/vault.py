@@ -71,6 +71,7 @@ class VaultGrant(Grant):
 class VaultProvider(Provider):
     type_name = "vault"
     can_find_minted = True
+    sdk_modules = ("requests", "hvac", "hvac.exceptions", "hvac.adapters")
 
     def __init__(
         self,

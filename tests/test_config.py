@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import pickle
 from pathlib import Path
 
@@ -82,6 +83,8 @@ def test_every_registered_provider_type_implements_the_interface() -> None:
         assert issubclass(cls, Provider)
         assert cls.type_name == type_name
         assert not getattr(cls, "__abstractmethods__", None), type_name
+        for module in cls.sdk_modules:  # imported by the core before its worker threads start
+            importlib.import_module(module)
 
 
 def test_secret_is_redacted_everywhere() -> None:

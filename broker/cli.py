@@ -321,11 +321,12 @@ def sweep(
     Run it every minute (scripts/systemd/broker-sweep.timer). Exit 5 while something stays pending.
     Example: broker sweep --json
     """
+    from broker.output import progress_bar
     from broker.sweeping import sweep as run_sweep
 
     config = _config(ctx)
-    with _broker(config) as broker:
-        report = run_sweep(broker)
+    with _broker(config) as broker, progress_bar("sweeping sessions") as progress:
+        report = run_sweep(broker, progress)
     if as_json:
         _print_json(report.to_json())
     else:

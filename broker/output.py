@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from rich.console import Console
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from rich.progress import TaskID
 
 
 def use_colour(stream: TextIO) -> bool:
@@ -41,3 +45,24 @@ def time_left(moment: datetime, now: datetime) -> str:
     else:
         text = f"{span // 3600}h{(span % 3600) // 60:02d}m"
     return f"in {text}" if seconds >= 0 else f"{text} ago"
+
+
+@contextmanager
+def progress_bar(label: str, *, minimum: int = 20) -> Iterator[Callable[[int, int], None]]:
+    """A progress callback drawing a bar on stderr, only on a terminal and only for ``minimum`` items or more."""
+    if not sys.stderr.isatty():
+        yield lambda done, total: None
+        return
+    from rich.progress import Progress
+
+    with Progress(console=console(sys.stderr), transient=True) as bar:
+        task: list[TaskID] = []
+
+        def update(done: int, total: int) -> None:
+            if total < minimum:
+                return
+            if not task:
+                task.append(bar.add_task(label, total=total))
+            bar.update(task[0], completed=done)
+
+        yield update

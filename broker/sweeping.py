@@ -17,6 +17,7 @@ is working on are skipped (their session lock is held). In order:
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,17 +53,28 @@ class SweepReport:
         }
 
 
-def sweep(broker: Broker) -> SweepReport:
+Progress = Callable[[int, int], None]
+
+
+def sweep(broker: Broker, progress: Progress | None = None) -> SweepReport:
+    """One sweep; ``progress(done, total)`` is called after each session looked at."""
     report = SweepReport()
     with holding(sweep_lock(broker.config.state_dir), "sweep", timeout=300):
         now = broker.clock()
-        for session in broker.store.sessions(states=LIVE_SESSION_STATES):
+        live = broker.store.sessions(states=LIVE_SESSION_STATES)
+        live_ids = {s.id for s in live}
+        unsettled = sorted({c.session_id for c in broker.store.unsettled_credentials()} - live_ids)
+        total = len(live) + len(unsettled)
+        for done, session in enumerate(live, start=1):
             _sweep_session(broker, session, now, report)
-        unsettled = {c.session_id for c in broker.store.unsettled_credentials()}
-        for session_id in sorted(unsettled):
+            if progress:
+                progress(done, total)
+        for done, session_id in enumerate(unsettled, start=len(live) + 1):
             ended = broker.store.get_session(session_id)
             if ended is not None and ended.state not in LIVE_SESSION_STATES:
                 _sweep_session(broker, ended, now, report)
+            if progress:
+                progress(done, total)
         _remove_orphans(broker, report)
     return report
 

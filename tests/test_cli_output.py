@@ -66,3 +66,40 @@ def test_sweep_and_renew_human_output(vault_env: BrokerEnv) -> None:
     assert renew.code == 0 and renew.stdout.strip().startswith("kv: expires ")
     lint = vault_env.run("policy", "lint")
     assert lint.stdout == "ok: 1 rules in 1 files\n"
+
+
+def test_sweep_over_many_sessions_shows_a_progress_bar_on_a_terminal(vault_env: BrokerEnv) -> None:
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    task = vault_env.write_task(VAULT_TASK.replace("ttl: 20m", "ttl: 1s").replace("    ttl: 10m\n", ""))
+    for _ in range(25):
+        assert vault_env.run("issue", "--task", str(task)).code == 0
+    import time
+
+    time.sleep(1.2)
+    leader, follower = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "broker.cli", "--config", str(vault_env.config_path), "sweep"],
+        stdin=follower,
+        stdout=subprocess.PIPE,
+        stderr=follower,
+        env={**os.environ, "NO_COLOR": "1", "COLUMNS": "100"},
+    )
+    os.close(follower)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        seen += chunk
+    out, _ = process.communicate(timeout=60)
+    os.close(leader)
+    assert process.returncode == 0
+    assert b"sweeping sessions" in seen
+    assert out.decode().startswith("expired 25,")

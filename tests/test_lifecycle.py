@@ -256,3 +256,45 @@ def test_a_renewal_the_policy_no_longer_allows_changes_nothing(vault_env: Broker
     assert result.code == 3 and "renewal denied" in result.stderr
     assert (Path(document["dir"]) / "kv" / "token").read_text() == token
     assert vault_env.run("renew", "--session", "s-nosuchsession").code == 2
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the crash leaves a tmpfs mount only root can make")
+def test_sigkill_after_a_mint_before_its_log_record_and_files(vault_env: BrokerEnv, openbao: OpenBao) -> None:
+    """Another broker holds the log lock: this one has minted and stored the token, then blocks before
+    logging it or writing its files, and is killed there. sweep revokes it from the store's reference."""
+    from filelock import FileLock
+
+    vault_env.state_dir.mkdir(mode=0o700, exist_ok=True)
+    held = FileLock(str(vault_env.state_dir / "issuance.jsonl.lock"))
+    held.acquire()
+    process = start_issue(vault_env, vault_env.write_task(VAULT_TASK))
+    try:
+
+        def minted_session() -> str:
+            from broker.store import open_store
+
+            store = open_store(vault_env.state_dir)
+            try:
+                live = store.sessions(states=("issuing",))
+                credentials = store.credentials(live[0].id) if live else []
+                return live[0].id if credentials and credentials[0].state == "active" else ""
+            finally:
+                store.close()
+
+        wait_for(lambda: bool(minted_session()))
+        session = minted_session()
+        process.send_signal(signal.SIGKILL)
+        process.wait(10)
+    finally:
+        process.kill()
+        held.release()
+    assert len(tokens_of(openbao, session)) == 1
+    assert not any(r.get("session") == session for r in vault_env.log_records())  # never logged
+    assert not (vault_env.runtime_dir / session / "kv").exists()  # no files were written
+    result = vault_env.run("sweep", "--json")
+    assert result.code == 0 and result.json()["recovered"] == [session]
+    assert tokens_of(openbao, session) == []
+    assert not os.path.lexists(vault_env.runtime_dir / session)
+    revoked = [r for r in vault_env.log_records() if r["event"] == "credential.revoked"]
+    assert [(r["session"], r["reason"]) for r in revoked] == [(session, "crash recovery")]
+    assert vault_env.run("audit", "verify").code == 0

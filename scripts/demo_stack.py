@@ -30,38 +30,14 @@ from broker import mounts  # noqa: E402
 from tests.emulators.github_app import GitHubAppEmulator  # noqa: E402
 from tests.fixtures.github import rsa_key_pair  # noqa: E402
 from tests.fixtures.openbao import OpenBao, start_openbao, stop_openbao  # noqa: E402
+from tests.fixtures.stack import STACK_TASK  # noqa: E402
 
 DEMO = ROOT / ".demo"
-ACCOUNT = "123456789012"
-ROLE_ARN = f"arn:aws:iam::{ACCOUNT}:role/agent-ci"
 APP_ID = 123456
 SANDBOX_UID = 1000 if os.geteuid() == 0 else os.getuid()
 SANDBOX_GID = 1000 if os.geteuid() == 0 else os.getgid()
 
-TASK = f"""\
-version: 1
-task: fix-build-123
-ttl: 30m
-sandbox: {{uid: {SANDBOX_UID}, gid: {SANDBOX_GID}, mount_path: /run/secrets}}
-credentials:
-  - name: repo
-    provider: github
-    repositories: [octo-org/widgets]
-    permissions: {{contents: write, pull_requests: write}}
-  - name: artifacts
-    provider: aws
-    role_arn: {ROLE_ARN}
-    ttl: 15m
-    session_policy:
-      Version: "2012-10-17"
-      Statement:
-        - {{Effect: Allow, Action: ["s3:GetObject"], Resource: ["arn:aws:s3:::ci-artifacts/*"]}}
-  - name: kv
-    provider: vault
-    policies: [ci-read]
-    ttl: 10m
-    num_uses: 20
-"""
+TASK = STACK_TASK.replace("uid: 1000, gid: 1000", f"uid: {SANDBOX_UID}, gid: {SANDBOX_GID}").lstrip()
 
 
 def step(title: str) -> None:

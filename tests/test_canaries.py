@@ -22,11 +22,8 @@ import pickle
 import re
 import secrets
 import signal
-import subprocess
-import sys
-import time
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -44,8 +41,9 @@ from providers.vault import VaultProvider
 from tests.emulators.github_app import GitHubAppEmulator
 from tests.fixtures.aws import BROKER_SECRET
 from tests.fixtures.brokerenv import BrokerEnv, Result, make_env
+from tests.fixtures.crash import TWO_CREDENTIALS, add_slow_vault, start_issue, wait_for
 from tests.fixtures.github import AppKeys
-from tests.fixtures.openbao import ROOT_TOKEN, VAULT_TASK, OpenBao
+from tests.fixtures.openbao import VAULT_TASK, OpenBao
 from tests.fixtures.slowproxy import slow_proxy
 from tests.fixtures.stack import STACK_TASK
 
@@ -285,52 +283,13 @@ def test_a_provider_error_during_issue_leaks_none_of_the_rolled_back_secrets(
 
 # -- (d) a crash in the middle of issue, then sweep ----------------------------------------------
 
-TWO_CREDENTIALS = (
-    VAULT_TASK
-    + """
-  - name: slow
-    provider: slowvault
-    policies: [ci-read]
-    num_uses: 5
-"""
-)
-SLOW_POLICY = """
-rules:
-  - id: agents
-    tasks: ["fix-*"]
-    grants:
-      - {provider: vault, policies: ["ci-*"], max_uses: 100}
-      - {provider: slowvault, policies: ["ci-*"], max_uses: 100}
-"""
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
-
 
 @pytest.mark.server
 @pytest.mark.skipif(os.geteuid() != 0, reason="the crash leaves a tmpfs mount only root can make")
 def test_a_broker_killed_during_issue_leaks_nothing_through_sweep(vault_env: BrokerEnv, openbao: OpenBao) -> None:
     with slow_proxy(urlparse(openbao.addr).port or 0, delay=30) as proxy:
-        token_file = vault_env.write_secret("slow-token", ROOT_TOKEN)
-        vault_env.add_provider(
-            "slowvault",
-            {"type": "vault", "addr": proxy.addr, "token_file": str(token_file), "token_role": "broker-session"},
-        )
-        vault_env.write_policy(SLOW_POLICY)
-        task = vault_env.write_task(TWO_CREDENTIALS)
-        process = subprocess.Popen(
-            [sys.executable, "-m", "broker.cli", "--config", str(vault_env.config_path), "--verbose", "issue"]
-            + ["--task", str(task), "--json"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        add_slow_vault(vault_env, proxy.addr)
+        process = start_issue(vault_env, vault_env.write_task(TWO_CREDENTIALS), "--verbose")
         try:
             wait_for(lambda: any(p.name == "token" for p in files_under(vault_env.runtime_dir)))
             [token_path] = [p for p in files_under(vault_env.runtime_dir) if p.name == "token"]

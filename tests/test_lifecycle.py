@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -16,72 +15,18 @@ import pytest
 
 from broker import mounts
 from tests.fixtures.brokerenv import BrokerEnv
-from tests.fixtures.openbao import ROOT_TOKEN, VAULT_TASK, OpenBao
+from tests.fixtures.crash import (
+    TWO_CREDENTIALS,
+    add_slow_vault,
+    issuing_session,
+    start_issue,
+    tokens_of,
+    wait_for,
+)
+from tests.fixtures.openbao import VAULT_TASK, OpenBao
 from tests.fixtures.slowproxy import slow_proxy
 
 pytestmark = pytest.mark.server
-
-TWO_CREDENTIALS = (
-    VAULT_TASK
-    + """
-  - name: slow
-    provider: slowvault
-    policies: [ci-read]
-    num_uses: 5
-"""
-)
-SLOW_POLICY = """
-rules:
-  - id: agents
-    tasks: ["fix-*"]
-    grants:
-      - {provider: vault, policies: ["ci-*"], max_uses: 100}
-      - {provider: slowvault, policies: ["ci-*"], max_uses: 100}
-"""
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
-
-
-def tokens_of(openbao: OpenBao, session: str) -> list[str]:
-    found = []
-    for accessor in openbao.accessors():
-        try:
-            meta = openbao.lookup(accessor).get("meta") or {}
-        except Exception:  # noqa: S112 - revoked between list and lookup
-            continue
-        if isinstance(meta, dict) and meta.get("broker_session") == session:
-            found.append(accessor)
-    return found
-
-
-def start_issue(env: BrokerEnv, task: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "broker.cli", "--config", str(env.config_path), "issue", "--task", str(task), "--json"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def issuing_session(env: BrokerEnv) -> str:
-    issued = [r for r in env.log_records() if r["event"] == "credential.issued"]
-    return str(issued[0]["session"]) if issued else ""
-
-
-def add_slow_vault(env: BrokerEnv, proxy_addr: str) -> None:
-    token = env.write_secret("slow-token", ROOT_TOKEN)
-    env.add_provider(
-        "slowvault",
-        {"type": "vault", "addr": proxy_addr, "token_file": str(token), "token_role": "broker-session", "timeout": 60},
-    )
-    env.write_policy(SLOW_POLICY)
 
 
 def test_an_expired_session_is_swept_and_logged(vault_env: BrokerEnv, openbao: OpenBao) -> None:

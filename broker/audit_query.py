@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from broker.errors import BadInput
+from broker.issuance_log import open_for_reading
 from broker.secret import Secret
 from broker.timeutil import parse_iso
 
@@ -51,13 +52,7 @@ class RecordFilter:
 
 
 def read_records(path: Path) -> Iterator[dict[str, Any]]:
-    try:
-        handle = open(path, "rb")  # noqa: SIM115 - closed below
-    except FileNotFoundError:
-        raise BadInput(f"issuance log {path} not found") from None
-    except IsADirectoryError:
-        raise BadInput(f"issuance log {path} is a directory") from None
-    with handle:
+    with open_for_reading(path) as handle:
         for number, line in enumerate(handle, start=1):
             if not line.endswith(b"\n"):
                 return  # a torn tail; audit verify reports it
@@ -97,13 +92,7 @@ def read_leaked_secret(source: Path | None, stdin: bytes | None) -> list[Secret]
 
 def _lines_containing(path: Path, needles: Iterable[bytes]) -> Iterator[bytes]:
     """The whole lines of the log that contain any of ``needles`` (a byte search, no parsing)."""
-    try:
-        handle = open(path, "rb")  # noqa: SIM115 - closed below
-    except FileNotFoundError:
-        raise BadInput(f"issuance log {path} not found") from None
-    except IsADirectoryError:
-        raise BadInput(f"issuance log {path} is a directory") from None
-    with handle:
+    with open_for_reading(path) as handle:
         if os.fstat(handle.fileno()).st_size == 0:
             return
         with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:

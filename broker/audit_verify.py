@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from broker.auditkeys import key_id_for
 from broker.errors import BadInput, LogVerificationError
-from broker.issuance_log import GENESIS, checkpoint_message
+from broker.issuance_log import GENESIS, checkpoint_message, open_for_reading
 
 
 @dataclass(frozen=True)
@@ -67,13 +67,7 @@ def parse_public_keys(text: str) -> dict[str, Ed25519PublicKey]:
 
 
 def _lines(path: Path) -> Iterator[bytes]:
-    try:
-        handle = open(path, "rb")  # noqa: SIM115 - closed below
-    except FileNotFoundError:
-        raise BadInput(f"issuance log {path} not found") from None
-    except IsADirectoryError:
-        raise BadInput(f"issuance log {path} is a directory") from None
-    with handle:
+    with open_for_reading(path) as handle:
         yield from handle
 
 

@@ -16,12 +16,12 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from filelock import FileLock, Timeout
 
 from broker.auditkeys import AuditKeys
-from broker.errors import LogVerificationError, StoreError
+from broker.errors import BadInput, LogVerificationError, StoreError
 from broker.timeutil import iso_precise, utcnow
 
 GENESIS = "0" * 64
@@ -159,3 +159,15 @@ class IssuanceLog:
             raise StoreError(f"issuance log {self.path} is locked by another process") from None
         self.appended = 0
         return record
+
+
+def open_for_reading(path: Path) -> BinaryIO:
+    """The log (or an auditor's copy of it) opened for reading; a one-line error when it is not there."""
+    try:
+        return open(path, "rb")
+    except FileNotFoundError:
+        raise BadInput(f"issuance log {path} not found") from None
+    except IsADirectoryError:
+        raise BadInput(f"issuance log {path} is a directory") from None
+    except OSError as exc:
+        raise BadInput(f"issuance log {path}: {exc.strerror}") from None

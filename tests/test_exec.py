@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.emulators.github_app import GitHubAppEmulator
 from tests.fixtures.brokerenv import BrokerEnv
 from tests.fixtures.openbao import VAULT_TASK, OpenBao
 from tests.fixtures.sandbox import python_runtime, sandbox_unavailable
@@ -233,3 +234,39 @@ def test_harden_process_marks_the_process_non_dumpable() -> None:
     script = "from broker.process_hardening import harden_process, is_dumpable; harden_process(); print(is_dumpable())"
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
+
+
+@needs_sandbox
+def test_exec_with_every_provider_inside_the_sandbox(
+    stack_env: BrokerEnv, openbao: OpenBao, github_emulator: GitHubAppEmulator, tmp_path: Path
+) -> None:
+    """Inside bubblewrap the hints point at readable files: AWS credentials and config, the git config and
+    the GitHub token, the Vault token; after the command every credential is revoked at its provider."""
+    from tests.fixtures.stack import STACK_TASK
+
+    script = (
+        'test -r "$AWS_SHARED_CREDENTIALS_FILE" && test -r "$AWS_CONFIG_FILE" && test -r /run/secrets/kv/token'
+        ' && git config --file "$GIT_CONFIG_GLOBAL" --get-regexp "credential.*helper" >/dev/null'
+        " && test -r /run/secrets/repo/token && echo all-readable"
+    )
+    result = stack_env.run_process(
+        "exec",
+        "--task",
+        str(stack_env.write_task(STACK_TASK)),
+        "--network",
+        "host",
+        "--workspace",
+        str(workspace(tmp_path)),
+        "--",
+        "sh",
+        "-c",
+        script,
+    )
+    assert result.code == 0, result.stdout + result.stderr
+    assert result.stdout.strip() == "all-readable"
+    issued = {r["credential"]: r for r in stack_env.log_records() if r["event"] == "credential.issued"}
+    outcomes = {r["credential"]: r["outcome"] for r in stack_env.log_records() if r["event"] == "credential.revoked"}
+    assert outcomes == {"repo": "revoked", "artifacts": "revoked", "kv": "revoked"}
+    assert not openbao.accessor_exists(issued["kv"]["reference"]["accessor"])
+    assert len(github_emulator.calls_to("revoke_token")) == 1
+    assert {github_emulator.token_state(token) for token in github_emulator.state.tokens} == {"revoked"}

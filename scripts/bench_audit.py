@@ -1,0 +1,288 @@
+"""The audit figures: build a million-record issuance log once, then time verify and lookup on it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench_common import ACCOUNT, BROKER, RESULTS, WORK, Report, Row, Settings, median, must, run, summary  # noqa: E402
+from bench_local import base_env  # noqa: E402
+
+# -- audit ---------------------------------------------------------------------------------
+
+NEEDLE_SECRET = b"bench-needle-token-5f1c0ffee"
+AUDIT_FORMAT = 1
+
+
+def audit_dir(records: int, every: int) -> Path:
+    return RESULTS / f"audit-{records}-cp{every}"
+
+
+def build_audit_log(records: int, every: int) -> tuple[Path, float, bool]:
+    """The cached log (built when absent): (directory, build seconds, reused)."""
+    directory = audit_dir(records, every)
+    meta_path = directory / "meta.json"
+    if meta_path.exists():
+        meta = json.loads(meta_path.read_text())
+        if meta.get("format") == AUDIT_FORMAT and meta.get("records") == records:
+            return directory, float(meta.get("build_seconds", 0)), True
+    shutil.rmtree(directory, ignore_errors=True)
+    directory.mkdir(parents=True)
+    start = time.perf_counter()
+    _write_audit_log(directory, records, every)
+    seconds = time.perf_counter() - start
+    meta_path.write_text(
+        json.dumps(
+            {"format": AUDIT_FORMAT, "records": records, "checkpoint_every": every, "build_seconds": round(seconds, 2)}
+        )
+    )
+    return directory, seconds, False
+
+
+def _write_audit_log(directory: Path, records: int, every: int) -> None:
+    """Records as ``broker issue``/``revoke`` append them, chained and checkpointed as broker/issuance_log.py does."""
+    from broker.auditkeys import load_or_create_keys
+    from broker.issuance_log import GENESIS, canonical, checkpoint_message, record_hash
+    from broker.secret import Secret
+
+    keys = load_or_create_keys(directory / "audit.key")
+    (directory / "broker.pub").write_text("\n".join(keys.public_key_lines()) + "\n")
+    (directory / "broker.toml").write_text(
+        f'state_dir = "{directory / "state"}"\nruntime_dir = "{WORK / "audit-run"}"\n'
+        f'policy_dir = "{directory / "policies"}"\naudit_key = "{directory / "audit.key"}"\n'
+    )
+    signer = keys.private_key()
+    hmac_key = keys.hmac_key
+    requester = "root(uid:0)"
+    needle_session = records // 2 // 10
+    clock = datetime(2026, 1, 1, tzinfo=UTC)
+    prev, seq, session_no = GENESIS, 0, 0
+    scopes = {
+        "repo": (
+            "github",
+            "github_app",
+            {"repositories": ["octo-org/widgets"], "permissions": {"contents": "write", "pull_requests": "write"}},
+        ),
+        "artifacts": (
+            "aws",
+            "aws_sts",
+            {
+                "role_arn": f"arn:aws:iam::{ACCOUNT}:role/agent-ci",
+                "policy_arns": [],
+                "session_policy": {
+                    "Version": "2012-10-17",
+                    "Statement": [
+                        {"Effect": "Allow", "Action": ["s3:GetObject"], "Resource": ["arn:aws:s3:::ci-artifacts/*"]}
+                    ],
+                },
+            },
+        ),
+        "kv": ("vault", "vault", {"policies": ["ci-read"], "num_uses": 20}),
+    }
+
+    def stamp() -> str:
+        return (clock + timedelta(milliseconds=seq * 37)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+    with open(directory / "issuance.jsonl", "wb", buffering=8 << 20) as out:
+
+        def emit(event: str, session: str | None, task: str | None, fields: dict[str, Any]) -> None:
+            nonlocal prev, seq
+            seq += 1
+            record: dict[str, Any] = {
+                "seq": seq,
+                "time": stamp(),
+                "event": event,
+                "session": session,
+                "task": task,
+                "requester": requester,
+                "prev": prev,
+                **fields,
+            }
+            record["hash"] = record_hash(record)
+            out.write(canonical(record) + b"\n")
+            prev = record["hash"]
+            if seq % every == 0 and seq < records:
+                signature = signer.sign(checkpoint_message(seq, prev))
+                import base64
+
+                seq_fields = {
+                    "head_seq": seq,
+                    "head_hash": prev,
+                    "key_id": keys.key_id,
+                    "signature": base64.b64encode(signature).decode(),
+                }
+                seq += 1
+                cp: dict[str, Any] = {
+                    "seq": seq,
+                    "time": stamp(),
+                    "event": "checkpoint",
+                    "session": None,
+                    "task": None,
+                    "requester": requester,
+                    "prev": prev,
+                    **seq_fields,
+                }
+                cp["hash"] = record_hash(cp)
+                out.write(canonical(cp) + b"\n")
+                prev = cp["hash"]
+
+        while seq < records:
+            session_no += 1
+            session = f"s-{session_no:012d}"[-14:]
+            task = f"fix-build-{session_no % 977}"
+            expires = (clock + timedelta(minutes=30)).strftime("%Y-%m-%dT%H:%M:%SZ")
+            names = ("repo", "artifacts", "kv")
+            for name in names:
+                provider, kind, scope = scopes[name]
+                secret = (
+                    NEEDLE_SECRET
+                    if (session_no == needle_session and name == "kv")
+                    else (f"{session}/{name}/{session_no * 7919}".encode())
+                )
+                emit(
+                    "credential.issued",
+                    session,
+                    task,
+                    {
+                        "credential": name,
+                        "provider": provider,
+                        "type": kind,
+                        "rule": "agents-widgets",
+                        "scope": scope,
+                        "expires_at": expires,
+                        "reference": {"id": f"{name}-{session_no}"},
+                        "fingerprint": Secret(secret).fingerprint(hmac_key),
+                    },
+                )
+            emit(
+                "session.issued",
+                session,
+                task,
+                {"expires_at": expires, "credentials": list(names), "dir": f"/run/broker/{session}"},
+            )
+            for name in names:
+                provider, kind, _ = scopes[name]
+                emit(
+                    "credential.revoked",
+                    session,
+                    task,
+                    {
+                        "credential": name,
+                        "provider": provider,
+                        "type": kind,
+                        "reference": {"id": f"{name}-{session_no}"},
+                        "reason": "revoke",
+                        "outcome": "revoked",
+                    },
+                )
+            emit(
+                "session.revoked",
+                session,
+                task,
+                {
+                    "credentials": [{"name": n, "provider": scopes[n][0], "outcome": "revoked"} for n in names],
+                    "dir_removed": True,
+                },
+            )
+        # the log ends with a checkpoint, as every broker command that appended leaves it
+        signature = signer.sign(checkpoint_message(seq, prev))
+        import base64
+
+        seq += 1
+        final: dict[str, Any] = {
+            "seq": seq,
+            "time": stamp(),
+            "event": "checkpoint",
+            "session": None,
+            "task": None,
+            "requester": requester,
+            "prev": prev,
+            "head_seq": seq - 1,
+            "head_hash": prev,
+            "key_id": keys.key_id,
+            "signature": base64.b64encode(signature).decode(),
+        }
+        final["hash"] = record_hash(final)
+        out.write(canonical(final) + b"\n")
+
+
+def figure_audit(settings: Settings, report: Report) -> None:
+    env = base_env()
+    n, every = settings.audit_records, settings.audit_checkpoint_every
+    print(f"     log of ~{n:,} records (a checkpoint every {every}) ...", flush=True)
+    directory, build, reused = build_audit_log(n, every)
+    log = directory / "issuance.jsonl"
+    lines = sum(1 for _ in open(log, "rb"))  # noqa: SIM115
+    size_mib = log.stat().st_size / 2**20
+    print(
+        f"     {'reused' if reused else 'built'} {log} ({lines:,} records, {size_mib:.0f} MiB, build {build:.1f} s)",
+        flush=True,
+    )
+    verify_cmd = [BROKER, "audit", "verify", "--log", str(log), "--public-key", str(directory / "broker.pub")]
+    lookup_cmd = [
+        BROKER,
+        "--config",
+        str(directory / "broker.toml"),
+        "audit",
+        "lookup",
+        "--secret-stdin",
+        "--log",
+        str(log),
+        "--json",
+    ]
+    must(run(verify_cmd, env=env), "audit verify (warm-up)")
+    verify_s: list[float] = []
+    lookup_s: list[float] = []
+    found: list[int] = []
+    for _ in range(settings.audit_reps):
+        verify_s.append(must(run(verify_cmd, env=env), "audit verify").seconds)
+        ran = must(run(lookup_cmd, env=env, stdin=NEEDLE_SECRET), "audit lookup")
+        lookup_s.append(ran.seconds)
+        found.append(len(json.loads(ran.stdout)))
+    full = lines >= 1_000_000  # the goals are for 1M records; smaller logs (--quick) get no verdict
+    verify = median(verify_s)
+    rate = lines / verify
+    meta = {
+        "log": str(log),
+        "records": lines,
+        "mib": round(size_mib, 1),
+        "build_seconds": build,
+        "reused": reused,
+        "checkpoint_every": every,
+    }
+    report.add(
+        Row(
+            "audit",
+            f"audit verify: {lines:,} records, throughput",
+            round(rate),
+            "records/s",
+            ">= 100,000 records/s",
+            rate >= 100_000 if full else None,
+            f"({verify:.2f} s total; goal 1M in < 10 s)",
+            {**meta, "verify": summary(verify_s)},
+        )
+    )
+    report.add(
+        Row("audit", "audit verify: total", round(verify, 2), "s", "< 10 s at 1M", verify < 10 if full else None, "")
+    )
+    lookup = median(lookup_s)
+    report.add(
+        Row(
+            "audit",
+            f"audit lookup --secret-stdin: {lines:,} records",
+            round(lookup, 2),
+            "s",
+            "< 2 s at 1M",
+            (lookup < 2 and all(f == 1 for f in found)) if full else None,
+            f"(matches found: {sorted(set(found))})",
+            {**meta, "lookup": summary(lookup_s)},
+        )
+    )

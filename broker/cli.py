@@ -134,7 +134,7 @@ def issue(
     Example: broker issue --task task.yaml --format docker --session-file /tmp/session
     """
     from broker.issuing import issue as issue_session
-    from broker.launch_formats import render
+    from broker.launch_formats import render, write_session_file
     from broker.manifest import load_manifest
 
     config = _config(ctx)
@@ -142,7 +142,7 @@ def issue(
     with _broker(config) as broker:
         document = issue_session(broker, manifest)
     if session_file is not None:
-        session_file.write_text(document["session"] + "\n", encoding="utf-8")
+        write_session_file(session_file, document["session"])
     if as_json or fmt is not None:
         typer.echo(render(document, (fmt or OutputFormat.json).value))
         return

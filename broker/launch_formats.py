@@ -5,9 +5,15 @@ Only paths, addresses and the session id appear here; never a secret.
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import shlex
+import stat
+from pathlib import Path
 from typing import Any
+
+from broker.errors import BadInput
 
 FORMATS = ("json", "env", "docker", "podman", "bwrap")
 
@@ -34,3 +40,25 @@ def render(document: dict[str, Any], fmt: str) -> str:
             args += ["--setenv", key, value]
         return shlex.join(args)
     raise ValueError(f"unknown format {fmt}")
+
+
+def write_session_file(path: Path, session_id: str) -> None:
+    """Write the session id for a launcher, never through a planted symlink or into someone else's file.
+
+    Launchers often name a path in a shared directory such as /tmp; as root, following a link
+    planted there would overwrite whatever it points at.
+    """
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise BadInput(f"--session-file {path} is a symbolic link; refusing to write through it") from None
+        raise BadInput(f"--session-file {path}: {exc.strerror}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
+            raise BadInput(f"--session-file {path} is not a regular file of the broker's user")
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{session_id}\n".encode())
+    finally:
+        os.close(fd)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import shlex
+from pathlib import Path
 
 import pytest
 
@@ -55,3 +57,30 @@ def test_values_are_quoted_for_the_shell() -> None:
     line = render(hostile, "env")
     assert shlex.split(line) == ["export", "VAULT_ADDR=http://x'; rm -rf / #"]
     assert shlex.split(render(hostile, "docker"))[-1] == "VAULT_ADDR=http://x'; rm -rf / #"
+
+
+def test_the_session_file_is_written_but_never_through_a_symlink(tmp_path: Path) -> None:
+    from broker.errors import BadInput
+    from broker.launch_formats import write_session_file
+
+    path = tmp_path / "session"
+    write_session_file(path, "s-4k2j9x7q3m1p")
+    write_session_file(path, "s-aaaaaaaaaaaa")  # replaced, not appended
+    assert path.read_text() == "s-aaaaaaaaaaaa\n"
+    assert path.stat().st_mode & 0o777 == 0o600
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    planted = tmp_path / "planted"
+    planted.symlink_to(victim)
+    with pytest.raises(BadInput, match="symbolic link"):
+        write_session_file(planted, "s-4k2j9x7q3m1p")
+    assert victim.read_text() == "precious"
+    with pytest.raises(BadInput, match="Is a directory"):
+        write_session_file(tmp_path, "s-4k2j9x7q3m1p")
+    if os.geteuid() == 0:  # a file another user left there is not written into
+        theirs = tmp_path / "theirs"
+        theirs.write_text("theirs")
+        os.chown(theirs, 1000, 1000)
+        with pytest.raises(BadInput, match="not a regular file of the broker's user"):
+            write_session_file(theirs, "s-4k2j9x7q3m1p")
+        assert theirs.read_text() == "theirs"

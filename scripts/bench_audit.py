@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import shutil
 import sys
@@ -93,7 +94,8 @@ def _write_audit_log(directory: Path, records: int, every: int) -> None:
 
     with open(directory / "issuance.jsonl", "wb", buffering=8 << 20) as out:
 
-        def emit(event: str, session: str | None, task: str | None, fields: dict[str, Any]) -> None:
+        def append(event: str, session: str | None, task: str | None, fields: dict[str, Any]) -> None:
+            """One record in the broker's own format (canonical JSON, hash chained to the previous)."""
             nonlocal prev, seq
             seq += 1
             record: dict[str, Any] = {
@@ -109,30 +111,22 @@ def _write_audit_log(directory: Path, records: int, every: int) -> None:
             record["hash"] = record_hash(record)
             out.write(canonical(record) + b"\n")
             prev = record["hash"]
-            if seq % every == 0 and seq < records:
-                signature = signer.sign(checkpoint_message(seq, prev))
-                import base64
 
-                seq_fields = {
-                    "head_seq": seq,
-                    "head_hash": prev,
-                    "key_id": keys.key_id,
-                    "signature": base64.b64encode(signature).decode(),
-                }
-                seq += 1
-                cp: dict[str, Any] = {
-                    "seq": seq,
-                    "time": stamp(),
-                    "event": "checkpoint",
-                    "session": None,
-                    "task": None,
-                    "requester": requester,
-                    "prev": prev,
-                    **seq_fields,
-                }
-                cp["hash"] = record_hash(cp)
-                out.write(canonical(cp) + b"\n")
-                prev = cp["hash"]
+        def checkpoint() -> None:
+            """A checkpoint signed over the head, as the broker appends at the end of a command."""
+            signature = signer.sign(checkpoint_message(seq, prev))
+            head = {
+                "head_seq": seq,
+                "head_hash": prev,
+                "key_id": keys.key_id,
+                "signature": base64.b64encode(signature).decode(),
+            }
+            append("checkpoint", None, None, head)
+
+        def emit(event: str, session: str | None, task: str | None, fields: dict[str, Any]) -> None:
+            append(event, session, task, fields)
+            if seq % every == 0 and seq < records:
+                checkpoint()
 
         while seq < records:
             session_no += 1
@@ -192,26 +186,7 @@ def _write_audit_log(directory: Path, records: int, every: int) -> None:
                     "dir_removed": True,
                 },
             )
-        # the log ends with a checkpoint, as every broker command that appended leaves it
-        signature = signer.sign(checkpoint_message(seq, prev))
-        import base64
-
-        seq += 1
-        final: dict[str, Any] = {
-            "seq": seq,
-            "time": stamp(),
-            "event": "checkpoint",
-            "session": None,
-            "task": None,
-            "requester": requester,
-            "prev": prev,
-            "head_seq": seq - 1,
-            "head_hash": prev,
-            "key_id": keys.key_id,
-            "signature": base64.b64encode(signature).decode(),
-        }
-        final["hash"] = record_hash(final)
-        out.write(canonical(final) + b"\n")
+        checkpoint()  # the log ends with a checkpoint, as every broker command that appended leaves it
 
 
 def figure_audit(settings: Settings, report: Report) -> None:

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 from broker import __version__
 from broker.cli_audit import audit_app
 from broker.cli_ops import register_ops
-from broker.errors import REPORT_URL, BrokerError, Interrupted, RevokeIncomplete
+from broker.errors import REPORT_URL, BrokerError, Interrupted, PolicyFileError, RevokeIncomplete
 from broker.process_hardening import harden_process
 
 app = typer.Typer(
@@ -397,6 +397,13 @@ def policy_lint(
 
     config = _config(ctx)
     policy = load_policy(directory or config.policy_dir, config)
+    idle = [rule.id for rule in policy.rules if rule.allows_no_sandbox]
+    if idle:
+        one = len(idle) == 1
+        raise PolicyFileError(
+            f"rule{'' if one else 's'} {', '.join(idle)} list{'s' if one else ''} no sandbox_uids/sandbox_gids"
+            f" and allow{'s' if one else ''} no session: add the uids and gids the sandbox may run as"
+        )
     typer.echo(f"ok: {len(policy.rules)} rules in {len(policy.files)} files")
 
 

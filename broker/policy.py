@@ -25,6 +25,22 @@ MAX_DENIAL_CHARS = 1000
 RULE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 TASK_GLOB = re.compile(r"[a-z0-9._*?-]{1,63}")
 REQUESTER_GLOB = re.compile(r"(uid:[0-9]{1,10}|[A-Za-z0-9._*?-]{1,64})")
+ID_RANGE = re.compile(r"([0-9]{1,10})-([0-9]{1,10})")
+MAX_ID = 2**32 - 2  # (uid_t)-1 is "no change" to chown and setuid
+
+
+@dataclass(frozen=True)
+class IdSet:
+    """The sandbox uids or gids a rule allows: single ids and inclusive ``A-B`` ranges."""
+
+    ranges: tuple[tuple[int, int], ...]
+
+    def __contains__(self, value: int) -> bool:
+        return any(low <= value <= high for low, high in self.ranges)
+
+    @property
+    def empty(self) -> bool:
+        return not self.ranges
 
 
 @dataclass(frozen=True)
@@ -53,6 +69,23 @@ class Rule:
     max_ttl: int | None
     grants: tuple[Grant, ...]
     allow_root_sandbox: bool = False
+    sandbox_uids: IdSet = IdSet(())
+    sandbox_gids: IdSet = IdSet(())
+
+    @property
+    def allows_no_sandbox(self) -> bool:
+        """A rule that lists no sandbox identities allows no session at all."""
+        return self.sandbox_uids.empty or self.sandbox_gids.empty
+
+    def sandbox_reason(self, uid: int, gid: int) -> str | None:
+        """Why this rule refuses the sandbox identity ``uid``/``gid``; None when it allows it."""
+        if self.sandbox_uids.empty or self.sandbox_gids.empty:
+            return f"rule {self.id}: lists no sandbox_uids/sandbox_gids, so it allows no session"
+        if uid not in self.sandbox_uids:
+            return f"rule {self.id}: sandbox uid {uid} is not in its sandbox_uids"
+        if gid not in self.sandbox_gids:
+            return f"rule {self.id}: sandbox gid {gid} is not in its sandbox_gids"
+        return None
 
     def applies_to(self, task: str, requester: Requester) -> bool:
         if not any_match(self.tasks, task):
@@ -179,10 +212,36 @@ def _compile_rule(fields: Fields, config: Config, source: str) -> Rule:
     )
     max_ttl = fields.duration("max_ttl")
     allow_root = fields.boolean("allow_root_sandbox", False)
+    uids = _id_set(fields, "sandbox_uids")
+    gids = _id_set(fields, "sandbox_gids")
     grants = tuple(_compile_grant(g, config) for g in fields.list_of_mappings("grants", max_items=100))
     fields.done()
     assert tasks is not None
-    return Rule(rule_id, source, description, tasks, requesters, max_ttl, grants, allow_root)
+    return Rule(rule_id, source, description, tasks, requesters, max_ttl, grants, allow_root, uids, gids)
+
+
+def _id_set(fields: Fields, key: str) -> IdSet:
+    """``sandbox_uids``/``sandbox_gids``: integers or ``"A-B"`` ranges; absent means none."""
+    value = fields.raw(key)
+    if value is None:
+        return IdSet(())
+    if not isinstance(value, list):
+        raise fields.fail(key, 'expected a list of ids or "A-B" ranges')
+    if len(value) > 100:
+        raise fields.fail(key, "has more than 100 items")
+    ranges: list[tuple[int, int]] = []
+    for index, item in enumerate(value):
+        where = f"{key}[{index}]"
+        if isinstance(item, int) and not isinstance(item, bool):
+            low = high = item
+        elif isinstance(item, str) and (match := ID_RANGE.fullmatch(item)):
+            low, high = int(match.group(1)), int(match.group(2))
+        else:
+            raise fields.fail(where, f'expected an id or an "A-B" range, got {shown(str(item))}')
+        if not 0 <= low <= high <= MAX_ID:
+            raise fields.fail(where, f"{low}-{high} is not a range of ids between 0 and {MAX_ID}")
+        ranges.append((low, high))
+    return IdSet(tuple(ranges))
 
 
 def _compile_grant(fields: Fields, config: Config) -> Grant:
@@ -212,6 +271,12 @@ def decide(policy: Policy, manifest: Manifest, requester: Requester, config: Con
         rules = [r for r in rules if r.allow_root_sandbox]
         if matching and not rules:
             root_reason = "sandbox uid/gid 0 (root) needs a rule with allow_root_sandbox: true"
+    if rules:
+        identity_reasons = [r.sandbox_reason(manifest.sandbox.uid, manifest.sandbox.gid) for r in rules]
+        allowing = [r for r, reason in zip(rules, identity_reasons, strict=True) if reason is None]
+        if not allowing:
+            root_reason = "; ".join(reason for reason in identity_reasons if reason)
+        rules = allowing
     requested_session_ttl = manifest.ttl or config.default_ttl
     session_cap = _smallest(requested_session_ttl, config.max_ttl)
     decisions: list[CredentialDecision] = []

@@ -188,6 +188,8 @@ POLICY = (
             Key("tasks", "list", True, "Globs on the task name (* stops at /)."),
             Key("requesters", "list", False, "User name globs or uid:N of the caller.", "anyone"),
             Key("max_ttl", DURATION, False, "Cap for sessions this rule allows."),
+            Key("sandbox_uids", "list", False, 'Sandbox uids allowed: integers or "A-B" ranges.', "none"),
+            Key("sandbox_gids", "list", False, 'Sandbox gids allowed: integers or "A-B" ranges.', "none"),
             Key("allow_root_sandbox", "boolean", False, "Allow a sandbox uid/gid of 0.", "false"),
             Key("grants", "list", True, "What the rule allows, per provider instance."),
         ),

@@ -34,7 +34,8 @@ RUNTIME_MODE = 0o711
 #: The repository's ``policies/default.yaml``, verbatim (a test keeps them equal).
 DEFAULT_POLICY = """\
 # A conservative starting point: read-only Vault access for tasks named
-# "fix-*" requested by the `ci` user, for at most 15 minutes and 50 uses.
+# "fix-*" requested by the `ci` user, for at most 15 minutes and 50 uses,
+# with the session files owned by uid/gid 1000.
 # Everything else is denied (the broker denies by default). Copy it to your
 # policy_dir (`broker init` does) and widen it one grant at a time.
 
@@ -44,6 +45,8 @@ rules:
     tasks: ["fix-*"]
     requesters: ["ci"]
     max_ttl: 15m
+    sandbox_uids: [1000]        # the sandbox user that owns the session files
+    sandbox_gids: [1000]
     grants:
       - provider: vault
         policies: ["ci-read"]

@@ -189,6 +189,20 @@ def test_a_root_sandbox_is_refused_unless_the_policy_allows_it(vault_env: Broker
     assert result.code == 3 and "allow_root_sandbox" in result.stderr
 
 
+def test_the_manifest_cannot_run_the_command_as_a_group_the_policy_does_not_list(vault_env: BrokerEnv) -> None:
+    """The attack: as root, ``exec --sandbox none`` ran the agent's command as gid 6 (disk)."""
+    narrow = vault_env.policy_dir / "agents.yaml"
+    narrow.write_text(narrow.read_text().replace('sandbox_gids: ["0-65534"]', 'sandbox_gids: [1000, "2000-2999"]'))
+    task = vault_env.write_task(VAULT_TASK.replace("uid: 1000, gid: 1000", "uid: 65534, gid: 6"))
+    result = vault_env.run("exec", "--task", str(task), "--sandbox", "none", "--", "id")
+    assert result.code == 3, result.stderr
+    assert "sandbox gid 6 is not in its sandbox_gids" in result.stderr
+    assert "uid=" not in result.stdout  # the command never ran
+    denied = [r for r in vault_env.log_records() if r["event"] != "checkpoint"]
+    assert [r["event"] for r in denied] == ["session.denied"]
+    assert any("sandbox gid 6" in reason for reason in denied[0]["reasons"])
+
+
 @needs_sandbox
 @pytest.mark.parametrize("exit_code", [0, 4])
 def test_the_sandbox_run_launcher_revokes_whatever_the_command_does(

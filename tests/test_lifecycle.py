@@ -193,6 +193,8 @@ def test_a_renewal_the_policy_no_longer_allows_changes_nothing(vault_env: Broker
         rules:
           - id: tightened
             tasks: ["fix-*"]
+            sandbox_uids: ["0-65534"]
+            sandbox_gids: ["0-65534"]
             grants:
               - {provider: vault, policies: ["team-*"], max_uses: 100}
         """

@@ -38,6 +38,8 @@ POLICY = """
 rules:
   - id: agents
     tasks: ["fix-*", "review-*"]
+    sandbox_uids: ["0-65534"]
+    sandbox_gids: ["0-65534"]
     requesters: ["ci", "uid:1000"]
     max_ttl: 1h
     grants:
@@ -130,6 +132,8 @@ def test_a_later_rule_can_cover_what_an_earlier_one_does_not(tmp_path: Path) -> 
         + """
   - id: prod-readers
     tasks: ["fix-*"]
+    sandbox_uids: ["0-65534"]
+    sandbox_gids: ["0-65534"]
     grants:
       - {provider: vault, policies: ["prod-*"], max_uses: 5}
 """
@@ -222,6 +226,15 @@ def test_policy_lint_and_check_commands(tmp_path: Path) -> None:
     (env.policy_dir / "bad.yaml").write_text("rules:\n  - id: x\n    tasks: ['*']\n    grants: [{provider: github}]\n")
     broken = env.run("policy", "lint")
     assert broken.code == 2 and "bad.yaml: rules[0].grants[0].provider" in broken.stderr
+    (env.policy_dir / "bad.yaml").write_text(
+        "rules:\n  - id: x\n    tasks: ['*']\n    grants: [{provider: vault, policies: [ci-read]}]\n"
+    )
+    idle = env.run("policy", "lint")
+    assert idle.code == 2
+    assert idle.stderr == (
+        "broker: error: rule x lists no sandbox_uids/sandbox_gids and allows no session:"
+        " add the uids and gids the sandbox may run as\n"
+    )
     assert not env.state_dir.exists()  # check and lint write nothing
 
 
@@ -256,3 +269,56 @@ def test_a_long_denial_stays_one_bounded_line(tmp_path: Path) -> None:
     assert len(message) < 1200 and "\n" not in message
     assert message.endswith("more (broker policy check --task ... lists them all)")
     assert "vault policy 'prod-000' is not granted" in message
+
+
+NARROW_IDS = POLICY.replace('sandbox_uids: ["0-65534"]', 'sandbox_uids: [1000, "2000-2999"]').replace(
+    'sandbox_gids: ["0-65534"]', 'sandbox_gids: [1000, "2000-2999"]'
+)
+
+
+@pytest.mark.parametrize(
+    ("uid", "gid", "allowed", "named"),
+    [
+        (1000, 1000, True, ""),
+        (2999, 2000, True, ""),
+        (65534, 1000, False, "sandbox uid 65534"),
+        (1000, 6, False, "sandbox gid 6"),  # gid 6 is "disk" on Debian: raw block devices
+        (3000, 1000, False, "sandbox uid 3000"),
+    ],
+)
+def test_the_manifest_cannot_choose_a_sandbox_identity_the_rule_does_not_list(
+    tmp_path: Path, uid: int, gid: int, allowed: bool, named: str
+) -> None:
+    text = manifest().replace("sandbox: {uid: 1000, gid: 1000}", f"sandbox: {{uid: {uid}, gid: {gid}}}")
+    result = decision(tmp_path, text, policy=NARROW_IDS)
+    assert result.allowed is allowed
+    if not allowed:
+        assert any(named in reason for reason in result.reasons), result.reasons
+
+
+def test_a_rule_without_sandbox_ids_allows_no_session(tmp_path: Path) -> None:
+    bare = POLICY.replace('    sandbox_uids: ["0-65534"]\n    sandbox_gids: ["0-65534"]\n', "")
+    result = decision(tmp_path, manifest(), policy=bare)
+    assert not result.allowed
+    assert result.reasons == ("kv: rule agents: lists no sandbox_uids/sandbox_gids, so it allows no session",)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ('"5-2"', "is not a range of ids"),
+        ('"x"', 'expected an id or an "A-B" range'),
+        ("-1", "is not a range of ids"),
+        ("4294967295", "is not a range of ids"),
+        ("true", 'expected an id or an "A-B" range'),
+    ],
+)
+def test_sandbox_id_lists_are_parsed_strictly(tmp_path: Path, value: str, message: str) -> None:
+    config = make_config(tmp_path)
+    write(tmp_path, POLICY.replace('sandbox_uids: ["0-65534"]', f"sandbox_uids: [{value}]"))
+    with pytest.raises(PolicyFileError, match="sandbox_uids"):
+        try:
+            load_policy(config.policy_dir, config)
+        except PolicyFileError as exc:
+            assert message in str(exc)
+            raise

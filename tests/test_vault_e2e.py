@@ -176,6 +176,8 @@ def test_second_credential_failing_rolls_back_the_first(vault_env: BrokerEnv, op
         rules:
           - id: wide
             tasks: ["fix-*"]
+            sandbox_uids: ["0-65534"]
+            sandbox_gids: ["0-65534"]
             grants:
               - {provider: vault, policies: ["*"]}
         """

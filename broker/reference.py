@@ -65,7 +65,7 @@ CONFIG = (
         "providers.vault",
         (
             Key("type", '"vault"', True, "Vault or OpenBao."),
-            Key("addr", "URL", True, "http(s)://host[:port]."),
+            Key("addr", "URL", True, "https://host[:port]; http only for 127.0.0.0/8, ::1 or localhost."),
             Key("token_file", "path", False, "The broker's own token (mode 0600); or the two AppRole files."),
             Key("approle_role_id_file", "path", False, "AppRole role id file, with approle_secret_id_file."),
             Key("approle_secret_id_file", "path", False, "AppRole secret id file (mode 0600)."),

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from broker.errors import BrokerError, ConfigError, ManifestError, ProviderError
 from broker.fields import Fields
@@ -32,13 +33,14 @@ from providers.base import (
     RevokeTarget,
     clock_check,
 )
+from providers.urls import is_loopback_host
 
 if TYPE_CHECKING:
     import hvac
 
 POLICY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 POLICY_GLOB = re.compile(r"[A-Za-z0-9_.*?-]{1,128}")
-ADDR = re.compile(r"https?://[A-Za-z0-9.\-]+(:[0-9]{1,5})?/?")
+ADDR = re.compile(r"https?://([A-Za-z0-9.\-]+|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?/?")
 MAX_USES = 1_000_000
 FORBIDDEN_POLICIES = frozenset({"root"})
 
@@ -100,7 +102,9 @@ class VaultProvider(Provider):
 
     @classmethod
     def from_config(cls, name: str, fields: Fields, config_dir: Path) -> VaultProvider:
-        addr = fields.req_string("addr", pattern=ADDR, hint="http(s)://host[:port]")
+        addr = fields.req_string("addr", pattern=ADDR, hint="https://host[:port]")
+        if not addr.startswith("https://") and not is_loopback_host(urlsplit(addr).hostname or ""):
+            raise fields.fail("addr", "must use https:// (plain http only for 127.0.0.0/8, ::1 or localhost)")
         token_file = fields.string("token_file", required=False, max_len=4096)
         role_id = fields.string("approle_role_id_file", required=False, max_len=4096)
         secret_id = fields.string("approle_secret_id_file", required=False, max_len=4096)

@@ -71,7 +71,12 @@ CONFIG = (
             Key("approle_secret_id_file", "path", False, "AppRole secret id file (mode 0600)."),
             Key("approle_mount", "string", False, "Mount path of the AppRole auth method.", "approle"),
             Key("namespace", "string", False, "Vault Enterprise / OpenBao namespace."),
-            Key("token_role", "string", False, "Token role to mint through; make it orphan=true."),
+            Key(
+                "token_role",
+                "string",
+                False,
+                "Orphan=true token role to mint through; without one, auth/token/create-orphan.",
+            ),
             Key("timeout", "seconds", False, "HTTP timeout.", "10"),
         ),
     ),

@@ -1,10 +1,13 @@
 """Vault / OpenBao tokens: one token per credential with exactly the requested policies.
 
-The broker authenticates with a token file or AppRole, mints through an
-optional token role (``token_role``; use an ``orphan=true`` role so session
-tokens do not die with the broker's own login token), sets ``ttl`` and
-``explicit_max_ttl`` to the capped TTL, ``num_uses``, metadata naming the task
-and session, and revokes by accessor. ``hvac`` is imported on first use.
+The broker authenticates with a token file or AppRole, mints orphans through
+``token_role`` (an ``orphan=true`` role) or ``auth/token/create-orphan``, sets
+``ttl`` and ``explicit_max_ttl`` to the capped TTL, ``num_uses``, metadata
+naming the task and session, and revokes by accessor. A child token would
+inherit the broker's entity, and with it every identity-group policy of the
+broker's login, so after each mint the broker looks the token up and revokes
+it unless it is an orphan with no entity, no identity policies and exactly
+the requested policies. ``hvac`` is imported on first use.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from providers.base import (
     clock_check,
 )
 from providers.urls import is_loopback_host
+from providers.vault_identity import minted_problems
 
 if TYPE_CHECKING:
     import hvac
@@ -42,6 +46,7 @@ POLICY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 POLICY_GLOB = re.compile(r"[A-Za-z0-9_.*?-]{1,128}")
 ADDR = re.compile(r"https?://([A-Za-z0-9.\-]+|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?/?")
 MAX_USES = 1_000_000
+_UNSEEN = "it cannot be looked up (the broker needs update on auth/token/lookup-accessor)"
 FORBIDDEN_POLICIES = frozenset({"root"})
 
 
@@ -189,8 +194,10 @@ class VaultProvider(Provider):
         assert isinstance(request, VaultRequest)
         client = self.client()
         ttl = f"{context.ttl}s"
+        # A child token inherits the broker's entity; an orphan does not (the role must be orphan=true).
+        create = client.auth.token.create if self.token_role else client.auth.token.create_orphan
         with self._errors("token create"):
-            response = client.auth.token.create(
+            response = create(
                 role_name=self.token_role,
                 policies=list(request.policies),
                 meta={
@@ -211,13 +218,7 @@ class VaultProvider(Provider):
         accessor = str(auth.get("accessor", ""))
         if not accessor or not len(token):
             raise ProviderError(f"vault {self.name}: token create returned no token or accessor")
-        granted = sorted(auth.get("token_policies") or auth.get("policies") or [])
-        if granted != sorted(request.policies):
-            self._revoke_accessor(accessor)
-            raise ProviderError(
-                f"vault {self.name}: token came back with policies {granted}, not the requested"
-                f" {sorted(request.policies)}; revoked it"
-            )
+        self.verify_minted(accessor, request.policies)
         lease = int(auth.get("lease_duration") or context.ttl)
         issued = datetime.now().astimezone()
         expires_at = min(issued + timedelta(seconds=min(lease, context.ttl)), context.session_expires_at)
@@ -228,6 +229,24 @@ class VaultProvider(Provider):
             expires_at=expires_at,
             scope=request.scope(),
             env={"VAULT_ADDR": self.addr},
+        )
+
+    def verify_minted(self, accessor: str, policies: tuple[str, ...]) -> None:
+        """Look the new token up; revoke it and fail unless it carries exactly ``policies`` and nothing else."""
+        try:
+            facts = self.lookup_accessor(accessor)
+            problems = minted_problems(facts, policies) if facts is not None else [_UNSEEN]
+        except ProviderError as exc:
+            problems = [exc.message]
+        if not problems:
+            return
+        try:
+            self._revoke_accessor(accessor)
+            outcome = "revoked it"
+        except ProviderError as exc:
+            outcome = f"revoking it failed too ({exc.message})"
+        raise ProviderError(
+            f"vault {self.name}: refused the new session token (accessor {accessor}): {'; '.join(problems)}; {outcome}"
         )
 
     def revoke(self, target: RevokeTarget, now: datetime) -> RevokeOutcome:
@@ -304,9 +323,9 @@ class VaultProvider(Provider):
         return results + ([clock] if clock else [])
 
     def _capabilities_check(self, client: hvac.Client) -> HealthCheck:
-        """Whether the broker's token may create session tokens and revoke them by accessor."""
-        create = f"auth/token/create/{self.token_role}" if self.token_role else "auth/token/create"
-        needed = (create, "auth/token/revoke-accessor")
+        """Whether the broker's token may create session tokens, and look them up and revoke them by accessor."""
+        create = f"auth/token/create/{self.token_role}" if self.token_role else "auth/token/create-orphan"
+        needed = (create, "auth/token/lookup-accessor", "auth/token/revoke-accessor")
         try:
             with self._errors("capabilities-self"):
                 answer = client.sys.get_capabilities(paths=[*needed, "auth/token/accessors"])

@@ -37,7 +37,7 @@ from providers.base import (
     clock_check,
 )
 from providers.urls import is_loopback_host
-from providers.vault_identity import minted_problems
+from providers.vault_identity import entity_check, minted_problems
 
 if TYPE_CHECKING:
     import hvac
@@ -300,7 +300,7 @@ class VaultProvider(Provider):
         return found
 
     def health(self) -> list[HealthCheck]:
-        """Login and lookup-self, the capabilities issue and revoke need, the clock; mints nothing."""
+        """Login and lookup-self, the capabilities issue and revoke need, entity inheritance, the clock; no mint."""
         import time
 
         from hvac.adapters import RawAdapter
@@ -319,6 +319,7 @@ class VaultProvider(Provider):
         lifetime = f"expires in {ttl} s" if ttl else "no expiry"
         results: list[HealthCheck] = [("login", True, f"token valid at {self.addr} (policies {policies}; {lifetime})")]
         results.append(self._capabilities_check(client))
+        results.append(self._entity_check(client, data))
         clock = clock_check(raw.headers.get("Date"), received, f"vault {self.addr}")
         return results + ([clock] if clock else [])
 
@@ -345,6 +346,14 @@ class VaultProvider(Provider):
         if not caps["auth/token/accessors"] & {"list", "root"}:
             shown += " (no list on auth/token/accessors: sweep cannot find tokens a crash left unrecorded)"
         return ("capabilities", True, shown)
+
+    def _entity_check(self, client: hvac.Client, self_facts: dict[str, Any]) -> HealthCheck:
+        def read_role(role: str) -> dict[str, Any]:
+            with self._errors("token role read"):
+                answer: dict[str, Any] = client.auth.token.read_role(role).get("data") or {}
+            return answer
+
+        return entity_check(self_facts, self.token_role, read_role)
 
     def _errors(self, action: str) -> _VaultErrors:
         return _VaultErrors(self, action)

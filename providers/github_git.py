@@ -13,11 +13,11 @@ from __future__ import annotations
 import re
 import shlex
 from dataclasses import dataclass
-from ipaddress import ip_address
 from pathlib import PurePosixPath
 from urllib.parse import urlsplit
 
-LOOPBACK_NAMES = frozenset({"localhost"})
+from providers.urls import is_loopback_host
+
 _HOST = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.\-]{0,251}[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\]")
 _PATH = re.compile(r"(/[A-Za-z0-9._~\-]+)*/?")
 _SAFE_PATH = re.compile(r"/[A-Za-z0-9._/\-]+")
@@ -49,18 +49,9 @@ def check_api_url(value: str) -> str | None:
         return "has no valid host"
     if not _PATH.fullmatch(parts.path):
         return "has an invalid path"
-    if parts.scheme == "http" and not _is_loopback(host):
+    if parts.scheme == "http" and not is_loopback_host(host):
         return "must use https:// (plain http only for a loopback test server)"
     return None
-
-
-def _is_loopback(host: str) -> bool:
-    if host in LOOPBACK_NAMES:
-        return True
-    try:
-        return ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def git_host(api_url: str) -> GitHost:

@@ -1,10 +1,13 @@
 """Vault / OpenBao tokens: one token per credential with exactly the requested policies.
 
-The broker authenticates with a token file or AppRole, mints through an
-optional token role (``token_role``; use an ``orphan=true`` role so session
-tokens do not die with the broker's own login token), sets ``ttl`` and
-``explicit_max_ttl`` to the capped TTL, ``num_uses``, metadata naming the task
-and session, and revokes by accessor. ``hvac`` is imported on first use.
+The broker authenticates with a token file or AppRole, mints orphans through
+``token_role`` (an ``orphan=true`` role) or ``auth/token/create-orphan``, sets
+``ttl`` and ``explicit_max_ttl`` to the capped TTL, ``num_uses``, metadata
+naming the task and session, and revokes by accessor. A child token would
+inherit the broker's entity, and with it every identity-group policy of the
+broker's login, so after each mint the broker looks the token up and revokes
+it unless it is an orphan with no entity, no identity policies and exactly
+the requested policies. ``hvac`` is imported on first use.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from broker.errors import BrokerError, ConfigError, ManifestError, ProviderError
 from broker.fields import Fields
@@ -32,14 +36,17 @@ from providers.base import (
     RevokeTarget,
     clock_check,
 )
+from providers.urls import is_loopback_host
+from providers.vault_identity import entity_check, minted_problems
 
 if TYPE_CHECKING:
     import hvac
 
 POLICY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 POLICY_GLOB = re.compile(r"[A-Za-z0-9_.*?-]{1,128}")
-ADDR = re.compile(r"https?://[A-Za-z0-9.\-]+(:[0-9]{1,5})?/?")
+ADDR = re.compile(r"https?://([A-Za-z0-9.\-]+|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?/?")
 MAX_USES = 1_000_000
+_UNSEEN = "it cannot be looked up (the broker needs update on auth/token/lookup-accessor)"
 FORBIDDEN_POLICIES = frozenset({"root"})
 
 
@@ -100,7 +107,9 @@ class VaultProvider(Provider):
 
     @classmethod
     def from_config(cls, name: str, fields: Fields, config_dir: Path) -> VaultProvider:
-        addr = fields.req_string("addr", pattern=ADDR, hint="http(s)://host[:port]")
+        addr = fields.req_string("addr", pattern=ADDR, hint="https://host[:port]")
+        if not addr.startswith("https://") and not is_loopback_host(urlsplit(addr).hostname or ""):
+            raise fields.fail("addr", "must use https:// (plain http only for 127.0.0.0/8, ::1 or localhost)")
         token_file = fields.string("token_file", required=False, max_len=4096)
         role_id = fields.string("approle_role_id_file", required=False, max_len=4096)
         secret_id = fields.string("approle_secret_id_file", required=False, max_len=4096)
@@ -185,8 +194,10 @@ class VaultProvider(Provider):
         assert isinstance(request, VaultRequest)
         client = self.client()
         ttl = f"{context.ttl}s"
+        # A child token inherits the broker's entity; an orphan does not (the role must be orphan=true).
+        create = client.auth.token.create if self.token_role else client.auth.token.create_orphan
         with self._errors("token create"):
-            response = client.auth.token.create(
+            response = create(
                 role_name=self.token_role,
                 policies=list(request.policies),
                 meta={
@@ -207,13 +218,7 @@ class VaultProvider(Provider):
         accessor = str(auth.get("accessor", ""))
         if not accessor or not len(token):
             raise ProviderError(f"vault {self.name}: token create returned no token or accessor")
-        granted = sorted(auth.get("token_policies") or auth.get("policies") or [])
-        if granted != sorted(request.policies):
-            self._revoke_accessor(accessor)
-            raise ProviderError(
-                f"vault {self.name}: token came back with policies {granted}, not the requested"
-                f" {sorted(request.policies)}; revoked it"
-            )
+        self.verify_minted(accessor, request.policies)
         lease = int(auth.get("lease_duration") or context.ttl)
         issued = datetime.now().astimezone()
         expires_at = min(issued + timedelta(seconds=min(lease, context.ttl)), context.session_expires_at)
@@ -224,6 +229,24 @@ class VaultProvider(Provider):
             expires_at=expires_at,
             scope=request.scope(),
             env={"VAULT_ADDR": self.addr},
+        )
+
+    def verify_minted(self, accessor: str, policies: tuple[str, ...]) -> None:
+        """Look the new token up; revoke it and fail unless it carries exactly ``policies`` and nothing else."""
+        try:
+            facts = self.lookup_accessor(accessor)
+            problems = minted_problems(facts, policies) if facts is not None else [_UNSEEN]
+        except ProviderError as exc:
+            problems = [exc.message]
+        if not problems:
+            return
+        try:
+            self._revoke_accessor(accessor)
+            outcome = "revoked it"
+        except ProviderError as exc:
+            outcome = f"revoking it failed too ({exc.message})"
+        raise ProviderError(
+            f"vault {self.name}: refused the new session token (accessor {accessor}): {'; '.join(problems)}; {outcome}"
         )
 
     def revoke(self, target: RevokeTarget, now: datetime) -> RevokeOutcome:
@@ -277,7 +300,7 @@ class VaultProvider(Provider):
         return found
 
     def health(self) -> list[HealthCheck]:
-        """Login and lookup-self, the capabilities issue and revoke need, the clock; mints nothing."""
+        """Login and lookup-self, the capabilities issue and revoke need, entity inheritance, the clock; no mint."""
         import time
 
         from hvac.adapters import RawAdapter
@@ -296,13 +319,14 @@ class VaultProvider(Provider):
         lifetime = f"expires in {ttl} s" if ttl else "no expiry"
         results: list[HealthCheck] = [("login", True, f"token valid at {self.addr} (policies {policies}; {lifetime})")]
         results.append(self._capabilities_check(client))
+        results.append(self._entity_check(client, data))
         clock = clock_check(raw.headers.get("Date"), received, f"vault {self.addr}")
         return results + ([clock] if clock else [])
 
     def _capabilities_check(self, client: hvac.Client) -> HealthCheck:
-        """Whether the broker's token may create session tokens and revoke them by accessor."""
-        create = f"auth/token/create/{self.token_role}" if self.token_role else "auth/token/create"
-        needed = (create, "auth/token/revoke-accessor")
+        """Whether the broker's token may create session tokens, and look them up and revoke them by accessor."""
+        create = f"auth/token/create/{self.token_role}" if self.token_role else "auth/token/create-orphan"
+        needed = (create, "auth/token/lookup-accessor", "auth/token/revoke-accessor")
         try:
             with self._errors("capabilities-self"):
                 answer = client.sys.get_capabilities(paths=[*needed, "auth/token/accessors"])
@@ -322,6 +346,14 @@ class VaultProvider(Provider):
         if not caps["auth/token/accessors"] & {"list", "root"}:
             shown += " (no list on auth/token/accessors: sweep cannot find tokens a crash left unrecorded)"
         return ("capabilities", True, shown)
+
+    def _entity_check(self, client: hvac.Client, self_facts: dict[str, Any]) -> HealthCheck:
+        def read_role(role: str) -> dict[str, Any]:
+            with self._errors("token role read"):
+                answer: dict[str, Any] = client.auth.token.read_role(role).get("data") or {}
+            return answer
+
+        return entity_check(self_facts, self.token_role, read_role)
 
     def _errors(self, action: str) -> _VaultErrors:
         return _VaultErrors(self, action)

@@ -50,7 +50,7 @@ def test_relative_paths_resolve_against_the_config_directory(tmp_path: Path) -> 
         ),
         (BASE + '[providers.v]\ntype = "vault"\naddr = "ftp://x"\ntoken_file = "t"\n', "providers.v.addr"),
         (
-            BASE + '[providers.v]\ntype = "vault"\naddr = "http://a:1"\ntoken_file = "t"\ntoken = "s.x"\n',
+            BASE + '[providers.v]\ntype = "vault"\naddr = "https://a:1"\ntoken_file = "t"\ntoken = "s.x"\n',
             "providers.v.token: unknown key",
         ),
         (BASE + 'mount_tmpfs = "sometimes"\n', "mount_tmpfs: must be one of"),
@@ -62,6 +62,52 @@ def test_malformed_configs_fail_with_one_line(tmp_path: Path, text: str, fragmen
         load(tmp_path, text)
     assert fragment in caught.value.message
     assert "\n" not in caught.value.message
+
+
+def vault_config(addr: str) -> str:
+    return BASE + f'[providers.v]\ntype = "vault"\naddr = "{addr}"\ntoken_file = "t"\n'
+
+
+@pytest.mark.parametrize(
+    "addr",
+    [
+        "http://vault.example.com:8200",
+        "http://10.0.0.7:8200",
+        "http://128.0.0.1:8200",
+        "http://[::2]:8200",
+        "http://localhost.example.com:8200",
+        "http://127.0.0.1.nip.io:8200",
+    ],
+)
+def test_vault_addr_must_be_https_unless_loopback(
+    tmp_path: Path, addr: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A token sent over plain http to a remote Vault can be read on the way; the config is refused (exit 2)."""
+    from broker.cli import main
+
+    path = tmp_path / "broker.toml"
+    path.write_text(vault_config(addr))
+    assert main(["--config", str(path), "status"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.startswith("broker: error: ") and captured.err.count("\n") == 1
+    assert "providers.v.addr: must use https:// (plain http only for 127.0.0.0/8, ::1 or localhost)" in captured.err
+
+
+@pytest.mark.parametrize(
+    "addr",
+    [
+        "https://vault.example.com:8200",
+        "https://10.0.0.7",
+        "http://127.0.0.1:8200",
+        "http://127.200.3.4:8200",
+        "http://[::1]:8200",
+        "http://localhost:8200",
+        "http://LocalHost",
+    ],
+)
+def test_vault_addr_accepts_https_and_loopback_http(tmp_path: Path, addr: str) -> None:
+    config = load(tmp_path, vault_config(addr))
+    assert config.providers["v"].addr == addr.rstrip("/")  # type: ignore[attr-defined]
 
 
 def test_missing_config_names_the_ways_to_set_it(tmp_path: Path) -> None:

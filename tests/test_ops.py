@@ -19,7 +19,7 @@ from tests.fixtures.aws import REGION, AwsRole
 from tests.fixtures.brokerenv import BrokerEnv, Result, toml_value
 from tests.fixtures.github import APP_ID, AppKeys, write_key
 from tests.fixtures.net import closed_port
-from tests.fixtures.openbao import ROOT_TOKEN, OpenBao
+from tests.fixtures.openbao import CHILD_ROLE, ROOT_TOKEN, OpenBao, admin_approle, approle_table
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 BASE_CHECKS = ["config", "policy", "runtime_dir", "state_dir", "audit_key"]
@@ -27,6 +27,7 @@ STACK_CHECKS = [
     *BASE_CHECKS,
     "providers.vault.login",
     "providers.vault.capabilities",
+    "providers.vault.entity",
     "providers.vault.clock",
     "providers.aws.identity",
     "providers.aws.clock",
@@ -243,6 +244,52 @@ def test_doctor_names_missing_vault_capabilities(installed: BrokerEnv, openbao: 
     assert capabilities.startswith("✗ ") and "lacks update on auth/token/create/broker-session" in capabilities
     assert "— fix: grant it in the broker's Vault policy" in capabilities
     assert weak["client_token"] not in result.stdout + result.stderr
+
+
+@pytest.mark.server
+@pytest.mark.parametrize(
+    ("token_role", "ok", "fragment"),
+    [
+        (CHILD_ROLE, False, f"token role {CHILD_ROLE} is not orphan=true: session tokens would inherit it"),
+        ("broker-session", True, "token role broker-session makes orphans, which do not inherit it"),
+        (None, True, "session tokens are orphans from create-orphan and do not inherit it"),
+    ],
+    ids=["non-orphan-role", "orphan-role", "create-orphan"],
+)
+def test_doctor_flags_a_login_whose_session_tokens_would_inherit_its_entity(
+    installed: BrokerEnv, openbao: OpenBao, token_role: str | None, ok: bool, fragment: str
+) -> None:
+    login = admin_approle(openbao)
+    append_providers(installed, {"vault": approle_table(installed, openbao, login, token_role)})
+    enable_default_policy(installed)
+    accessors = set(openbao.accessors())
+    result = installed.run("doctor")
+    lines = lines_by_name(result)
+    assert lines["providers.vault.capabilities"].startswith("✓ ")
+    entity = lines["providers.vault.entity"]
+    assert entity.startswith("✓ " if ok else "✗ "), entity
+    assert f"the broker's login has entity {login.entity_id!r} (identity policies prod-admin)" in entity
+    assert fragment in entity
+    assert result.code == (0 if ok else 2), result.stdout
+    if not ok:
+        assert entity.endswith(f"— fix: set orphan=true on token role {CHILD_ROLE}")
+    # Doctor logged in (one new AppRole token) and minted no session token.
+    new = [openbao.lookup(a) for a in set(openbao.accessors()) - accessors]
+    assert [facts["path"] for facts in new] == ["auth/approle/login"]
+
+
+@pytest.mark.server
+def test_doctor_fails_when_it_cannot_read_the_token_role_of_a_login_with_an_entity(
+    installed: BrokerEnv, openbao: OpenBao
+) -> None:
+    login = admin_approle(openbao, without="auth/token/roles/*")
+    append_providers(installed, {"vault": approle_table(installed, openbao, login, "broker-session")})
+    enable_default_policy(installed)
+    result = installed.run("doctor")
+    assert result.code == 2
+    entity = lines_by_name(result)["providers.vault.entity"]
+    assert entity.startswith("✗ ") and "cannot tell whether token_role broker-session makes orphans" in entity
+    assert entity.endswith("— fix: grant read on auth/token/roles/broker-session in the broker's Vault policy")
 
 
 # -- doctor: what it reports when something is wrong -------------------------------------

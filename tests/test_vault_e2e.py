@@ -14,7 +14,7 @@ import pytest
 from broker import mounts
 from tests.fixtures.brokerenv import BrokerEnv
 from tests.fixtures.net import closed_port
-from tests.fixtures.openbao import VAULT_TASK, OpenBao
+from tests.fixtures.openbao import CHILD_ROLE, VAULT_TASK, OpenBao, admin_approle, approle_table
 
 pytestmark = pytest.mark.server
 
@@ -250,3 +250,79 @@ def test_the_token_never_reaches_output_log_or_state(vault_env: BrokerEnv) -> No
     for path in vault_env.state_dir.rglob("*"):
         if path.is_file():
             assert token.encode() not in path.read_bytes(), path
+
+
+# -- the broker's identity never reaches a session token ------------------------------------
+
+
+@pytest.mark.parametrize("token_role", [None, "broker-session"], ids=["create-orphan", "orphan-role"])
+def test_session_token_does_not_inherit_the_brokers_entity(
+    tmp_path: Path, openbao: OpenBao, token_role: str | None
+) -> None:
+    """The broker's AppRole entity is in a prod-admin group; a ci-read session token must not read prod."""
+    from tests.fixtures.brokerenv import make_env
+
+    login = admin_approle(openbao)
+    env = make_env(tmp_path)
+    try:
+        env.add_provider("vault", approle_table(env, openbao, login, token_role))
+        document = issue(env)
+        accessor = next(r for r in env.log_records() if r["event"] == "credential.issued")["reference"]["accessor"]
+        facts = openbao.lookup(accessor)
+        assert facts["entity_id"] == ""
+        assert not facts.get("identity_policies")
+        assert sorted(facts["policies"]) == ["ci-read"] and facts["orphan"] is True
+        token = (Path(str(document["dir"])) / "kv" / "token").read_text()
+        with pytest.raises(hvac.exceptions.Forbidden):
+            openbao.client(token).secrets.kv.v2.read_secret_version(path="prod/db", raise_on_deleted_version=True)
+    finally:
+        env.cleanup()
+
+
+def test_a_session_token_carrying_the_brokers_entity_is_revoked_and_issue_exits_4(
+    tmp_path: Path, openbao: OpenBao
+) -> None:
+    """Through a token role left at orphan=false OpenBao hands the broker's entity to the token: refused."""
+    from tests.fixtures.brokerenv import make_env
+
+    login = admin_approle(openbao)
+    env = make_env(tmp_path)
+    try:
+        env.add_provider("vault", approle_table(env, openbao, login, CHILD_ROLE))
+        result = env.run("issue", "--task", str(env.write_task(VAULT_TASK)), "--json")
+        assert result.code == 4, result.stderr
+        assert result.stdout == "" and result.stderr.count("\n") == 1
+        message = result.stderr
+        assert message.startswith("broker: error: vault vault: refused the new session token (accessor ")
+        assert f"it carries entity {login.entity_id!r}" in message
+        assert "it carries identity policies ['prod-admin']" in message
+        assert "it is not an orphan" in message and message.endswith("; revoked it\n")
+        accessor = message.split("(accessor ", 1)[1].split(")", 1)[0]
+        assert not openbao.accessor_exists(accessor)  # revoked at OpenBao, not merely forgotten
+        assert not [r for r in env.log_records() if r["event"] == "credential.issued"]
+        assert env.session_dirs() == []
+        ended = env.run("status", "--all", "--json").json()
+        assert [(s["state"], s["credentials"][0]["state"]) for s in ended] == [("failed", "failed")]
+    finally:
+        env.cleanup()
+
+
+def test_a_session_token_the_broker_cannot_look_up_is_revoked_and_issue_exits_4(
+    tmp_path: Path, openbao: OpenBao
+) -> None:
+    """Without lookup-accessor the broker cannot tell what the token carries: it fails closed."""
+    from tests.fixtures.brokerenv import make_env
+
+    login = admin_approle(openbao, without="auth/token/lookup-accessor")
+    env = make_env(tmp_path)
+    try:
+        env.add_provider("vault", approle_table(env, openbao, login, "broker-session"))
+        result = env.run("issue", "--task", str(env.write_task(VAULT_TASK)))
+        assert result.code == 4, result.stderr
+        assert "it cannot be looked up (the broker needs update on auth/token/lookup-accessor)" in result.stderr
+        assert result.stderr.endswith("; revoked it\n")
+        accessor = result.stderr.split("(accessor ", 1)[1].split(")", 1)[0]
+        assert not openbao.accessor_exists(accessor)
+        assert env.session_dirs() == []
+    finally:
+        env.cleanup()

@@ -87,6 +87,7 @@ def test_boundary_check_passes_inside_the_sandbox_and_the_token_is_revoked_after
     assert result.code == 0, result.stdout + result.stderr
     assert lines and all(line.startswith(("PASS ", "SKIP ")) for line in lines), result.stdout
     assert any(line.startswith("PASS credentials-read-only") for line in lines)
+    assert any(line.startswith("PASS syscalls-refused") and "ptrace" in line for line in lines), result.stdout
     assert not openbao.accessor_exists(issued_accessor(vault_env))
     assert vault_env.session_dirs() == []
     assert vault_env.events()[-3:] == ["credential.revoked", "session.revoked", "checkpoint"]

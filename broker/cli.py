@@ -27,7 +27,7 @@ from broker import __version__
 from broker.cli_audit import audit_app
 from broker.cli_ops import register_ops
 from broker.errors import REPORT_URL, BrokerError, Interrupted, PolicyFileError, RevokeIncomplete
-from broker.process_hardening import harden_process
+from broker.process_hardening import MemoryLock, harden_process, lock_memory
 
 app = typer.Typer(
     name="broker",
@@ -84,10 +84,19 @@ def main_options(
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
     ] = False,
 ) -> None:
+    memory = ctx.obj if isinstance(ctx.obj, MemoryLock) else None  # from run(): this process's memory lock
     ctx.obj = Options(config=config, debug=debug)
-    from broker.logs import configure
+    import logging
+
+    from broker.logs import configure, event
 
     configure(verbose, log_format.value)
+    if memory is not None:
+        log = logging.getLogger("broker.process")
+        if memory.locked:
+            event(log, "memory locked")
+        else:
+            event(log, "memory not locked: secrets may reach swap", reason=memory.detail)
 
 
 def _options(ctx: typer.Context) -> Options:
@@ -424,14 +433,14 @@ def _error(message: str) -> None:
     sys.stderr.write(f"broker: error: {message}\n")
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, memory: MemoryLock | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
     harden_process()
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _raise_interrupted)
     try:
-        result = app(args=args, prog_name="broker", standalone_mode=False)
+        result = app(args=args, prog_name="broker", standalone_mode=False, obj=memory)
     except typer.Abort:
         _error("aborted")
         return 130
@@ -456,7 +465,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run() -> None:
-    sys.exit(main())
+    """The broker process: its memory is locked before anything is read (``main`` alone, in-process, is not)."""
+    sys.exit(main(memory=lock_memory()))
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from broker import mounts
 from broker.auditkeys import load_keys
 from broker.config import Config, load_config
 from broker.errors import REPORT_URL, BrokerError
@@ -123,8 +124,18 @@ def check_runtime_dir(config: Config) -> Check:
         else:
             fix = f"make {path} a directory owned by uid {os.geteuid()}, mode 0711, with no world-writable parent"
         return Check("runtime_dir", False, exc.message, fix)
-    how = "a tmpfs is mounted per session" if runtime.mount_per_session else "it is on tmpfs"
-    return Check("runtime_dir", True, f"{path} ({how})")
+    if not runtime.mount_per_session:
+        return Check("runtime_dir", True, f"{path} (it is on tmpfs)")
+    return Check("runtime_dir", True, f"{path} (a tmpfs is mounted per session, {_noswap_note()})")
+
+
+def _noswap_note() -> str:
+    accepted = mounts.tmpfs_accepts(mounts.NOSWAP)
+    if accepted:
+        return "with noswap: its pages never reach swap"
+    if accepted is False:
+        return "without noswap: this kernel (before Linux 6.4) refuses it, so its pages can reach swap"
+    return "noswap support could not be checked"
 
 
 def check_state_dir(config: Config) -> Check:

@@ -24,6 +24,9 @@ def run() -> None:
 
         sys.stdout.write(TOP_LEVEL_HELP)
         sys.exit(0)
+    from broker.process_hardening import lock_memory
+
+    memory = lock_memory()  # before a secret can be read; see broker.process_hardening
     from broker.cli import main
 
-    sys.exit(main(args))
+    sys.exit(main(args, memory=memory))

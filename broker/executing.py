@@ -3,11 +3,12 @@
 The command gets a clean environment (PATH, HOME, LANG, TERM, the session's
 hints and the manifest's ``sandbox.env``), never the broker's own. With
 ``--sandbox bwrap`` it runs inside bubblewrap as the manifest's sandbox user
-(``broker.sandbox``); with ``--sandbox none`` it runs on the host, as the
-sandbox user when the broker is root, and the hints point at the host
-directory. SIGINT, SIGTERM and SIGHUP are forwarded to the command; whatever
-happens, the session is revoked when the command ends, and a killed broker
-leaves the session to ``sweep``.
+(``broker.sandbox``), under the seccomp filter of ``broker.seccomp``; with
+``--sandbox none`` it runs on the host, as the sandbox user when the broker
+is root, and the hints point at the host directory. SIGINT, SIGTERM and
+SIGHUP are forwarded to the command; whatever happens, the session is
+revoked when the command ends, and a killed broker leaves the session to
+``sweep``.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from broker.locks import session_lock
 from broker.manifest import Manifest
 from broker.revoking import RevokeReport, revoke_locked
 from broker.sandbox import SANDBOX_PATH, SETPRIV, WORKSPACE, SandboxSpec, bwrap_command, bwrap_path, extra_binds
+from broker.seccomp import program_fd
 
 PASSED_THROUGH = ("LANG", "TERM")
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -124,8 +126,10 @@ def _run(document: Mapping[str, Any], manifest: Manifest, options: ExecOptions) 
             network=options.network == "host",
             read_only_binds=extra_binds(options.read_only),
         )
-        argv = [*bwrap_command(spec), *command]
-        return _spawn(argv, env={"PATH": SANDBOX_PATH}, cwd=None, manifest=manifest, drop=False)
+        with program_fd() as seccomp_fd:
+            argv = [*bwrap_command(spec, seccomp_fd=seccomp_fd), *command]
+            env = {"PATH": SANDBOX_PATH}
+            return _spawn(argv, env=env, cwd=None, manifest=manifest, drop=False, pass_fds=(seccomp_fd,))
     if _resolve(command[0], env["PATH"]) is None:
         return COMMAND_NOT_FOUND
     return _spawn(command, env=env, cwd=workspace, manifest=manifest, drop=os.geteuid() == 0)
@@ -137,12 +141,20 @@ def _resolve(program: str, path: str) -> str | None:
     return shutil.which(program, path=path)
 
 
-def _spawn(argv: list[str], *, env: dict[str, str], cwd: str | None, manifest: Manifest, drop: bool) -> int:
+def _spawn(
+    argv: list[str],
+    *,
+    env: dict[str, str],
+    cwd: str | None,
+    manifest: Manifest,
+    drop: bool,
+    pass_fds: tuple[int, ...] = (),
+) -> int:
     identity: dict[str, Any] = {}
     if drop:  # the host command never runs as root
         identity = {"user": manifest.sandbox.uid, "group": manifest.sandbox.gid, "extra_groups": []}
     try:
-        child = subprocess.Popen(argv, env=env, cwd=cwd, close_fds=True, **identity)
+        child = subprocess.Popen(argv, env=env, cwd=cwd, close_fds=True, pass_fds=pass_fds, **identity)
     except FileNotFoundError:
         return COMMAND_NOT_FOUND
     except PermissionError:

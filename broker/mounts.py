@@ -2,6 +2,10 @@
 
 Thin wrappers over libc (``mount(2)``, ``umount2(2)``, ``statfs(2)``) and
 ``/proc/self/mountinfo``; no shelling out.
+
+Session tmpfs mounts ask for ``noswap`` (Linux 6.4+) so their pages never
+reach a swap device; an older kernel refuses the option with EINVAL and the
+mount is retried without it. The caller learns which one it got.
 """
 
 from __future__ import annotations
@@ -18,6 +22,12 @@ MS_NOSUID = 0x2
 MS_NODEV = 0x4
 MS_NOEXEC = 0x8
 MNT_DETACH = 0x2
+EINVAL = 22
+NOSWAP = "noswap"
+SYS_FSOPEN = 430  # the same number on every architecture since Linux 5.1
+SYS_FSCONFIG = 431
+FSCONFIG_SET_FLAG = 0
+FSOPEN_CLOEXEC = 0x1
 
 
 _libc = libc
@@ -36,12 +46,44 @@ def is_tmpfs(path: Path) -> bool:
     return filesystem_type(path) == TMPFS_MAGIC
 
 
-def mount_tmpfs(path: Path, *, size: str, mode: int, uid: int, gid: int) -> None:
-    options = f"size={size},mode={mode:o},uid={uid},gid={gid}".encode()
+def mount_tmpfs(
+    path: Path, *, size: str, mode: int, uid: int, gid: int, preferred: tuple[str, ...] = (NOSWAP,)
+) -> tuple[str, ...]:
+    """Mount a ``nosuid,nodev,noexec`` tmpfs; returns the ``preferred`` options the kernel accepted.
+
+    Each preferred option is tried first; when the kernel refuses the mount
+    with EINVAL (an option it does not know), it is mounted without them.
+    """
+    base = f"size={size},mode={mode:o},uid={uid},gid={gid}"
     flags = MS_NOSUID | MS_NODEV | MS_NOEXEC
-    if _libc().mount(b"tmpfs", os.fsencode(path), b"tmpfs", flags, options) != 0:
+    attempts = [preferred, ()] if preferred else [()]
+    for extra in attempts:
+        options = ",".join([base, *extra]).encode()
+        if _libc().mount(b"tmpfs", os.fsencode(path), b"tmpfs", flags, options) == 0:
+            return extra
         err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err), str(path))
+        if err != EINVAL or not extra:
+            raise OSError(err, os.strerror(err), str(path))
+    raise AssertionError("unreachable")
+
+
+def tmpfs_accepts(option: str) -> bool | None:
+    """Whether this kernel's tmpfs knows the flag ``option``; None when it cannot be asked.
+
+    Asks through ``fsopen``/``fsconfig`` (Linux 5.2+, CAP_SYS_ADMIN): a
+    filesystem context is configured and closed, nothing is mounted.
+    """
+    syscall, long = _libc().syscall, ctypes.c_long
+    fd = int(syscall(long(SYS_FSOPEN), ctypes.c_char_p(b"tmpfs"), long(FSOPEN_CLOEXEC)))
+    if fd < 0:
+        return None
+    try:
+        key = ctypes.c_char_p(option.encode())
+        if int(syscall(long(SYS_FSCONFIG), long(fd), long(FSCONFIG_SET_FLAG), key, ctypes.c_void_p(), long(0))) == 0:
+            return True
+        return False if ctypes.get_errno() == EINVAL else None
+    finally:
+        os.close(fd)
 
 
 def unmount(path: Path) -> None:
@@ -68,6 +110,19 @@ def mount_points() -> set[str]:
             if len(parts) > 4:
                 points.add(_unescape(parts[4]))
     return points
+
+
+def super_options(path: Path) -> set[str]:
+    """The filesystem options (``size=...``, ``noswap``) of the mount at ``path``; empty when none."""
+    found: set[str] = set()
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as handle:
+        for line in handle:
+            before, _, after = line.rstrip("\n").partition(" - ")
+            parts = before.split(" ")
+            fields = after.split(" ")
+            if len(parts) > 4 and len(fields) > 2 and _unescape(parts[4]) == str(path):
+                found = set(fields[2].split(","))  # the last mount at a path is the visible one
+    return found
 
 
 def is_mount_point(path: Path) -> bool:

@@ -17,6 +17,10 @@ process, which is ``setpriv --reuid N --regid G --clear-groups
 with no capabilities. A broker that is not root uses a user namespace.
 As root, bwrap creates missing parents of mount points 0700; they are made
 0755 explicitly so the sandbox user can reach its mounts.
+
+With ``seccomp_fd`` bwrap installs the filter of ``broker.seccomp`` (read
+from that inherited descriptor) just before it executes the first process,
+so setpriv and everything after it run under it.
 """
 
 from __future__ import annotations
@@ -59,7 +63,7 @@ def _parents(dest: str) -> list[str]:
     return [str(parent) for parent in reversed(PurePosixPath(dest).parents)]
 
 
-def bwrap_command(spec: SandboxSpec, identity: str | None = None) -> list[str]:
+def bwrap_command(spec: SandboxSpec, identity: str | None = None, *, seccomp_fd: int | None = None) -> list[str]:
     """The argv prefix of the sandbox; the command to run inside is appended to it."""
     identity = identity or default_identity()
     if identity not in ("setpriv", "userns"):
@@ -102,6 +106,8 @@ def bwrap_command(spec: SandboxSpec, identity: str | None = None) -> list[str]:
                 made.add(parent)
         args += [option, src, dest]
         made.add(dest)
+    if seccomp_fd is not None:
+        args += ["--seccomp", str(seccomp_fd)]
     args.append("--clearenv")
     for key, value in spec.env.items():
         args += ["--setenv", key, value]

@@ -11,6 +11,7 @@ Directories end up 0500.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import secrets
 import stat
@@ -20,10 +21,12 @@ from pathlib import Path
 
 from broker import mounts
 from broker.errors import RuntimeDirError
+from broker.logs import event
 from broker.secret import Secret
 
 SESSION_TMPFS_SIZE = "4m"
 DIR_OPEN = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+LOG = logging.getLogger("broker.sessiondir")
 
 
 @dataclass(frozen=True)
@@ -106,10 +109,15 @@ class SessionDirectory:
                 raise RuntimeDirError(f"session directory {self.path} already exists") from None
         if self.runtime.mount_per_session:
             try:
-                mounts.mount_tmpfs(self.path, size=SESSION_TMPFS_SIZE, mode=0o700, uid=os.geteuid(), gid=os.getegid())
+                accepted = mounts.mount_tmpfs(
+                    self.path, size=SESSION_TMPFS_SIZE, mode=0o700, uid=os.geteuid(), gid=os.getegid()
+                )
             except OSError as exc:
                 os.rmdir(self.path)
                 raise RuntimeDirError(f"cannot mount a tmpfs at {self.path}: {exc.strerror}") from None
+            noswap = mounts.NOSWAP in accepted
+            message = "session tmpfs mounted" if noswap else "session tmpfs mounted without noswap (kernel < 6.4)"
+            event(LOG, message, session=self.session_id, noswap=noswap)
 
     def write_credential(self, name: str, files: Mapping[str, Secret | str]) -> list[str]:
         """Write ``name/<file>`` for every file; returns the relative paths written."""

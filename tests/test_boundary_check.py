@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from broker.seccomp import program_fd
 from tests.fixtures.sandbox import (
     SandboxSecrets,
     bwrap_command,
@@ -36,6 +37,20 @@ CHECKS = [
     "credentials-read-only",
     "secrets-dir-has-only-credentials",
     "network",
+    "syscalls-refused",
+]
+SYSCALL_PROBES = [
+    "ptrace(PTRACE_TRACEME)",
+    "unshare(CLONE_NEWUSER)",
+    "clone(CLONE_NEWUSER)",
+    "clone3",
+    "mount",
+    "umount2",
+    "setns",
+    "keyctl",
+    "bpf",
+    "perf_event_open",
+    "userfaultfd",
 ]
 LINE = re.compile(r"^(PASS|FAIL|SKIP) ([a-z-]+): (.*)$")
 CANARY = "canary-7Qz9xW2vLk4pR8sT1yU6"
@@ -211,23 +226,26 @@ def run_sandboxed(
     extra_binds: Sequence[tuple[Path | str, str]] = (),
     secrets_writable: bool = False,
     identity: str | None = None,
+    seccomp: bool = True,
 ) -> subprocess.CompletedProcess[str]:
     python, prefix = python_runtime()
     binds: list[tuple[Path | str, str]] = [(SCRIPT, SCRIPT_IN_SANDBOX), *extra_binds]
     if prefix != "/usr" and not prefix.startswith("/usr/"):  # /usr (and /usr/local) is bound already
         binds.append((prefix, prefix))
-    command = bwrap_command(
-        secrets.path,
-        host["workspace"],
-        binds,
-        {"BROKER_SESSION": secrets.session, **(env or {})},
-        False,
-        secrets_writable=secrets_writable,
-        identity=identity,
-    )
-    command += [python, SCRIPT_IN_SANDBOX, "--expect-no-network", "--loopback-port", str(port)]
-    command += ["--forbid", str(host["config"]), str(host["state"]), str(host["audit_key"])]
-    return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    with program_fd() as fd:
+        command = bwrap_command(
+            secrets.path,
+            host["workspace"],
+            binds,
+            {"BROKER_SESSION": secrets.session, **(env or {})},
+            False,
+            secrets_writable=secrets_writable,
+            identity=identity,
+            seccomp_fd=fd if seccomp else None,
+        )
+        command += [python, SCRIPT_IN_SANDBOX, "--expect-no-network", "--loopback-port", str(port)]
+        command += ["--forbid", str(host["config"]), str(host["state"]), str(host["audit_key"])]
+        return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False, pass_fds=(fd,))
 
 
 def explain(result: subprocess.CompletedProcess[str]) -> str:
@@ -246,6 +264,30 @@ def test_boundary_holds_in_bwrap(
     assert all(status == "PASS" for status, _ in checks.values()), explain(result)
     assert "uid=1000 euid=1000" in checks["not-root"][1]
     assert "ENETUNREACH" in checks["network"][1]
+    refused = checks["syscalls-refused"][1].split(", ")
+    assert all(probe.endswith(" EPERM") for probe in refused if not probe.startswith("clone3")), refused
+    assert "clone3 ENOSYS" in refused and len(refused) == len(SYSCALL_PROBES)
+
+
+@sandboxed
+@pytest.mark.root
+def test_without_the_seccomp_filter_every_syscall_probe_fails(
+    sandbox_secrets: SandboxSecrets, broker_host: dict[str, Path], host_listener: int
+) -> None:
+    """The same sandbox without ``--seccomp``: each probe reaches the kernel (so the check tests the filter,
+    not the sandbox user's missing privileges), and user namespaces, ptrace and userfaultfd even work."""
+    result = run_sandboxed(sandbox_secrets, broker_host, host_listener, seccomp=False)
+    checks = parse(result.stdout, result.stderr)
+    assert result.returncode == 1, explain(result)
+    status, detail = checks["syscalls-refused"]
+    assert status == "FAIL" and detail.endswith("; refused: -"), explain(result)
+    outcomes = dict(entry.split(" ", 1) for entry in detail.removesuffix("; refused: -").split("; "))
+    assert list(outcomes) == SYSCALL_PROBES, detail
+    for probe in ("ptrace(PTRACE_TRACEME)", "unshare(CLONE_NEWUSER)", "clone(CLONE_NEWUSER)", "userfaultfd"):
+        assert outcomes[probe] == "succeeded", detail
+    assert all(o == "succeeded" or o.startswith("reached the kernel") for o in outcomes.values()), detail
+    others = {name: status for name, (status, _) in checks.items() if name != "syscalls-refused"}
+    assert set(others.values()) == {"PASS"}, explain(result)
 
 
 @sandboxed

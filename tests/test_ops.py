@@ -209,6 +209,7 @@ def test_init_then_doctor_against_the_local_stack_passes_every_check(
     assert all(line.startswith("✓ ") and FIX_MARK not in line for line in lines.values())
     assert "1 rule(s) in 1 file(s)" in lines["policy"]
     assert "a tmpfs is mounted per session" in lines["runtime_dir"]
+    assert "noswap" in lines["runtime_dir"]  # with it, or why not
     assert "auth/token/create/broker-session: root" in lines["providers.vault.capabilities"]
     assert "arn:aws:sts::123456789012:" in lines["providers.aws.identity"]
     assert "1 installation(s): octo-org" in lines["providers.github.installations"]

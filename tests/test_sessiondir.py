@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import platform
 import stat
+import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -159,3 +162,49 @@ def test_remove_is_idempotent_and_leaves_nothing(tmp_path: Path) -> None:
     assert remove_session_path(runtime.path, "s-ffffffffffff")
     assert remove_session_path(runtime.path, "s-ffffffffffff")
     assert list(tmp_path.iterdir()) == []
+
+
+def kernel_tmpfs_takes_noswap(tmp_path: Path) -> bool:
+    """Asked the plain way, with mount(8): does this kernel's tmpfs accept ``noswap`` (Linux 6.4+)?"""
+    probe = tmp_path / "noswap-probe"
+    probe.mkdir()
+    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,noswap", "tmpfs", str(probe)], check=False)
+    if result.returncode == 0:
+        subprocess.run(["umount", str(probe)], check=True)
+    return result.returncode == 0
+
+
+@root_only
+def test_the_session_tmpfs_is_mounted_noswap_where_the_kernel_has_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Secrets on a session tmpfs must never be written to a swap device."""
+    supported = kernel_tmpfs_takes_noswap(tmp_path)
+    runtime = prepare_runtime_dir(tmp_path / "run", "auto")
+    directory = SessionDirectory(runtime, "s-bbbbbbbbbbbb", 1000, 1000)
+    with caplog.at_level(logging.INFO, logger="broker.sessiondir"):
+        directory.create()
+    try:
+        options = mounts.super_options(directory.path)
+        assert "size=4096k" in options, options
+        assert ("noswap" in options) is supported, (platform.release(), options)
+        assert mounts.tmpfs_accepts("noswap") is supported
+        [record] = [r for r in caplog.records if r.name == "broker.sessiondir"]
+        assert record.broker_fields == {"session": "s-bbbbbbbbbbbb", "noswap": supported}  # type: ignore[attr-defined]
+    finally:
+        assert directory.remove()
+
+
+@root_only
+def test_an_option_the_kernel_refuses_is_dropped_and_reported(tmp_path: Path) -> None:
+    """The fallback an older kernel takes for noswap: EINVAL, then the same mount without the option."""
+    target = tmp_path / "mnt"
+    target.mkdir()
+    assert mounts.tmpfs_accepts("no-such-tmpfs-option") is False
+    accepted = mounts.mount_tmpfs(target, size="64k", mode=0o700, uid=0, gid=0, preferred=("no-such-tmpfs-option",))
+    try:
+        assert accepted == ()
+        options = mounts.super_options(target)
+        assert "size=64k" in options and "no-such-tmpfs-option" not in options
+    finally:
+        mounts.unmount(target)

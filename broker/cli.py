@@ -170,9 +170,12 @@ def revoke(
     """
     from broker.errors import UsageError
     from broker.revoking import revoke_session, revoke_task
+    from broker.session_ids import check_session_id
 
     if (session is None) == (task is None):
         raise UsageError("revoke needs exactly one of --session ID or --task NAME")
+    if session is not None:
+        check_session_id(session)
     config = _config(ctx)
     with _broker(config) as broker:
         if session is not None:
@@ -243,7 +246,9 @@ def renew(
     Example: broker renew --session s-4k2j9x7q3m1p
     """
     from broker.renewing import renew_session
+    from broker.session_ids import check_session_id
 
+    check_session_id(session)
     config = _config(ctx)
     with _broker(config) as broker:
         renewals = renew_session(broker, session)

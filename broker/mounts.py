@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import os
 import struct
+from dataclasses import dataclass
 from pathlib import Path
 
 from broker.libc import libc
@@ -68,6 +69,38 @@ def mount_points() -> set[str]:
             if len(parts) > 4:
                 points.add(_unescape(parts[4]))
     return points
+
+
+@dataclass(frozen=True)
+class MountEntry:
+    """One line of ``/proc/self/mountinfo``: where, what, and with which options."""
+
+    point: str
+    fstype: str
+    source: str
+    options: frozenset[str]  # per mount: nosuid, nodev, noexec...
+    super_options: frozenset[str]  # per filesystem: size=..., mode=...
+
+
+def mount_entry(path: Path) -> MountEntry | None:
+    """The topmost mount at exactly ``path``, or None when ``path`` is not a mount point."""
+    found = None
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as handle:
+        for line in handle:
+            parts = line.rstrip("\n").split(" ")
+            if len(parts) < 10 or "-" not in parts[6:] or _unescape(parts[4]) != str(path):
+                continue
+            tail = parts[parts.index("-", 6) + 1 :]
+            if len(tail) < 3:
+                continue
+            found = MountEntry(
+                point=str(path),
+                fstype=tail[0],
+                source=_unescape(tail[1]),
+                options=frozenset(parts[5].split(",")),
+                super_options=frozenset(tail[2].split(",")),
+            )
+    return found
 
 
 def is_mount_point(path: Path) -> bool:

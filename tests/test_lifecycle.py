@@ -14,6 +14,7 @@ from urllib.parse import urlparse
 import pytest
 
 from broker import mounts
+from broker.sessiondir import SESSION_TMPFS_MODE, SESSION_TMPFS_SIZE
 from tests.fixtures.brokerenv import BrokerEnv
 from tests.fixtures.crash import (
     TWO_CREDENTIALS,
@@ -109,15 +110,25 @@ def test_outage_leaves_revocations_pending_until_sweep(vault_env: BrokerEnv, ope
 
 
 def test_sweep_removes_orphaned_directories_and_mounts(vault_env: BrokerEnv) -> None:
+    """Session directories the store no longer knows (a lost state_dir) that prove to be the broker's."""
     vault_env.runtime_dir.mkdir(mode=0o711, exist_ok=True)
-    orphan = vault_env.runtime_dir / "s-orphan000000"
-    orphan.mkdir()
-    if os.geteuid() == 0:
-        mounts.mount_tmpfs(orphan, size="1m", mode=0o700, uid=0, gid=0)
-        (orphan / "token").write_text("stale")
+    documented = vault_env.runtime_dir / "s-orphandoc000"  # a session.json naming it
+    documented.mkdir()
+    (documented / "session.json").write_text(json.dumps({"session": documented.name}))
+    (documented / "token").write_text("stale")
+    expected = [documented.name]
+    if os.geteuid() == 0:  # the broker's own tmpfs: mounted with its size, mode and flags
+        mounted = vault_env.runtime_dir / "s-orphan000000"
+        mounted.mkdir()
+        mounts.mount_tmpfs(mounted, size=SESSION_TMPFS_SIZE, mode=SESSION_TMPFS_MODE, uid=0, gid=0)
+        (mounted / "token").write_text("stale")
+        expected.insert(0, mounted.name)
     result = vault_env.run("sweep", "--json")
-    assert result.code == 0 and result.json()["orphans_removed"] == ["s-orphan000000"]
-    assert not os.path.lexists(orphan) and not mounts.is_mount_point(orphan)
+    assert result.code == 0 and result.json()["orphans_removed"] == expected
+    assert result.json()["foreign"] == []
+    for name in expected:
+        orphan = vault_env.runtime_dir / name
+        assert not os.path.lexists(orphan) and not mounts.is_mount_point(orphan)
 
 
 def test_sixteen_parallel_sessions_with_a_sweep_alongside(vault_env: BrokerEnv, openbao: OpenBao) -> None:

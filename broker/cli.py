@@ -179,9 +179,12 @@ def revoke(
     """
     from broker.errors import UsageError
     from broker.revoking import revoke_session, revoke_task
+    from broker.session_ids import check_session_id
 
     if (session is None) == (task is None):
         raise UsageError("revoke needs exactly one of --session ID or --task NAME")
+    if session is not None:
+        check_session_id(session)
     config = _config(ctx)
     with _broker(config) as broker:
         if session is not None:
@@ -252,7 +255,9 @@ def renew(
     Example: broker renew --session s-4k2j9x7q3m1p
     """
     from broker.renewing import renew_session
+    from broker.session_ids import check_session_id
 
+    check_session_id(session)
     config = _config(ctx)
     with _broker(config) as broker:
         renewals = renew_session(broker, session)
@@ -327,9 +332,11 @@ def sweep(
 ) -> None:
     """Revoke expired sessions, retry pending revocations, finish what a crash left, remove orphans.
 
-    Run it every minute (scripts/systemd/broker-sweep.timer). Exit 5 while something stays pending.
+    Only provable broker session directories are removed; anything else in runtime_dir is listed as foreign
+    and left alone. Run it every minute (scripts/systemd/broker-sweep.timer). Exit 5 while something stays pending.
     Example: broker sweep --json
     """
+    from broker.fields import shown
     from broker.output import progress_bar
     from broker.sweeping import sweep as run_sweep
 
@@ -341,10 +348,13 @@ def sweep(
     else:
         typer.echo(
             f"expired {len(report.expired)}, recovered {len(report.recovered)}, retried {len(report.retried)},"
-            f" orphans removed {len(report.orphans_removed)}, busy {len(report.busy)}, pending {len(report.pending)}"
+            f" orphans removed {len(report.orphans_removed)}, busy {len(report.busy)}, pending {len(report.pending)},"
+            f" foreign {len(report.foreign)}"
         )
         for item in report.pending:
             typer.echo(f"  pending: {item['session']} {item['credential']}")
+        for name in report.foreign:
+            typer.echo(f"  foreign, left alone: {shown(name, 80)}")
     if not report.complete:
         raise RevokeIncomplete(f"{len(report.pending)} credential(s) still pending; the next sweep retries them")
 

@@ -115,7 +115,10 @@ def list_records(
     """
     from broker.audit_query import RecordFilter
     from broker.audit_query import list_records as select
+    from broker.session_ids import check_session_id
 
+    if session is not None:
+        check_session_id(session)
     record_filter = RecordFilter(
         session=session,
         task=task,

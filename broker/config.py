@@ -8,6 +8,7 @@ Relative paths are taken relative to the config file's directory.
 from __future__ import annotations
 
 import os
+import pwd
 import re
 import tomllib
 from dataclasses import dataclass
@@ -26,6 +27,10 @@ CONFIG_ENV = "BROKER_CONFIG"
 MAX_CONFIG_BYTES = 256 * 1024
 INSTANCE_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
 MOUNT_MODES = ("auto", "always", "never")
+# Directories other software shares: sweep empties what it finds in runtime_dir, so neither may be one.
+SHARED_DIRECTORIES = ("/", "/run", "/tmp", "/var/run", "/dev/shm", "/var/tmp", "/home", "/root")
+FIRST_USER_UID = 1000
+NOBODY_UID = 65534
 
 
 @dataclass(frozen=True)
@@ -54,6 +59,29 @@ def config_path(explicit: str | None) -> Path:
         return Path(explicit)
     env = os.environ.get(CONFIG_ENV)
     return Path(env) if env else DEFAULT_CONFIG_PATH
+
+
+def check_own_directory(key: str, path: Path) -> Path:
+    """``path`` unless it is (or resolves to) a shared system directory or a home directory."""
+    try:
+        resolved = path.resolve()
+        shared = {Path(d) for d in SHARED_DIRECTORIES} | {Path(d).resolve() for d in SHARED_DIRECTORIES}
+        homes = _home_directories()
+    except (OSError, RuntimeError):  # a symbolic link loop
+        raise ConfigError(f"{key}: {shown(str(path), 80)} cannot be resolved (a symbolic link loop?)") from None
+    if resolved in shared or path in shared or resolved.parent == Path("/home") or resolved in homes:
+        via = "" if resolved == path else f" (resolves to {shown(str(resolved), 80)})"
+        raise ConfigError(
+            f"{key}: {shown(str(path), 80)}{via} is a shared system or home directory;"
+            " give the broker a directory of its own"
+        )
+    return path
+
+
+def _home_directories() -> set[Path]:
+    """The home directories of root and of every user account (uid 1000 and up, but not nobody)."""
+    accounts = [e for e in pwd.getpwall() if e.pw_uid == 0 or FIRST_USER_UID <= e.pw_uid < NOBODY_UID]
+    return {Path(e.pw_dir).resolve() for e in accounts if e.pw_dir.startswith("/") and e.pw_dir != "/nonexistent"}
 
 
 def load_config(path: Path) -> Config:
@@ -87,8 +115,8 @@ def parse_config(table: object, path: Path) -> Config:
         value = fields.string(key, required=False, max_len=4096) or default
         return resolve_path(base, value)
 
-    state_dir = path_field("state_dir", "/var/lib/broker")
-    runtime_dir = path_field("runtime_dir", "/run/broker")
+    state_dir = check_own_directory("state_dir", path_field("state_dir", "/var/lib/broker"))
+    runtime_dir = check_own_directory("runtime_dir", path_field("runtime_dir", "/run/broker"))
     policy_dir = path_field("policy_dir", "/etc/broker/policies")
     audit_key = path_field("audit_key", "/etc/broker/audit.key")
     default_ttl = fields.duration("default_ttl") or 30 * 60

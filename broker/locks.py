@@ -16,6 +16,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from broker.errors import StoreError
+from broker.session_ids import check_session_id
 
 
 def lock_dir(state_dir: Path) -> Path:
@@ -24,8 +25,14 @@ def lock_dir(state_dir: Path) -> Path:
     return path
 
 
+def _session_lock_path(state_dir: Path, session_id: str) -> Path:
+    """The lock file of a session; an id of any other shape never becomes a path."""
+    name = f"{check_session_id(session_id, 'session id')}.lock"
+    return lock_dir(state_dir) / name
+
+
 def session_lock(state_dir: Path, session_id: str) -> FileLock:
-    return FileLock(str(lock_dir(state_dir) / f"{session_id}.lock"), thread_local=False)
+    return FileLock(str(_session_lock_path(state_dir, session_id)), thread_local=False)
 
 
 @contextlib.contextmanager
@@ -55,4 +62,4 @@ def sweep_lock(state_dir: Path) -> FileLock:
 
 def remove_session_lock(state_dir: Path, session_id: str) -> None:
     with contextlib.suppress(FileNotFoundError):
-        os.unlink(lock_dir(state_dir) / f"{session_id}.lock")
+        os.unlink(_session_lock_path(state_dir, session_id))

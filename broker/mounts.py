@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import os
 import struct
+from dataclasses import dataclass
 from pathlib import Path
 
 from broker.libc import libc
@@ -112,17 +113,42 @@ def mount_points() -> set[str]:
     return points
 
 
-def super_options(path: Path) -> set[str]:
-    """The filesystem options (``size=...``, ``noswap``) of the mount at ``path``; empty when none."""
-    found: set[str] = set()
+@dataclass(frozen=True)
+class MountEntry:
+    """One line of ``/proc/self/mountinfo``: where, what, and with which options."""
+
+    point: str
+    fstype: str
+    source: str
+    options: frozenset[str]  # per mount: nosuid, nodev, noexec...
+    super_options: frozenset[str]  # per filesystem: size=..., mode=...
+
+
+def mount_entry(path: Path) -> MountEntry | None:
+    """The topmost mount at exactly ``path``, or None when ``path`` is not a mount point."""
+    found = None
     with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as handle:
         for line in handle:
-            before, _, after = line.rstrip("\n").partition(" - ")
-            parts = before.split(" ")
-            fields = after.split(" ")
-            if len(parts) > 4 and len(fields) > 2 and _unescape(parts[4]) == str(path):
-                found = set(fields[2].split(","))  # the last mount at a path is the visible one
+            parts = line.rstrip("\n").split(" ")
+            if len(parts) < 10 or "-" not in parts[6:] or _unescape(parts[4]) != str(path):
+                continue
+            tail = parts[parts.index("-", 6) + 1 :]
+            if len(tail) < 3:
+                continue
+            found = MountEntry(
+                point=str(path),
+                fstype=tail[0],
+                source=_unescape(tail[1]),
+                options=frozenset(parts[5].split(",")),
+                super_options=frozenset(tail[2].split(",")),
+            )
     return found
+
+
+def super_options(path: Path) -> set[str]:
+    """The filesystem options (``size=...``, ``noswap``) of the mount at ``path``; empty when none."""
+    entry = mount_entry(path)
+    return set(entry.super_options) if entry else set()
 
 
 def is_mount_point(path: Path) -> bool:

@@ -39,10 +39,18 @@ CONFIG = (
                 "state_dir",
                 "path",
                 False,
-                "Session store and issuance log (persistent, no secrets).",
+                "Session store and issuance log (persistent, no secrets). A directory of its own: not a"
+                " shared system directory (/, /run, /tmp, /var/run, /dev/shm, /var/tmp) or a home directory.",
                 "/var/lib/broker",
             ),
-            Key("runtime_dir", "path", False, "Per-session tmpfs directories.", "/run/broker"),
+            Key(
+                "runtime_dir",
+                "path",
+                False,
+                "Per-session tmpfs directories. A directory of its own, like state_dir: sweep removes the"
+                " session directories it finds there and reports anything else as foreign.",
+                "/run/broker",
+            ),
             Key("policy_dir", "path", False, "Directory of *.yaml policy files.", "/etc/broker/policies"),
             Key(
                 "audit_key", "path", False, "HMAC and Ed25519 keys; created 0400 on first use.", "/etc/broker/audit.key"

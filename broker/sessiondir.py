@@ -11,6 +11,7 @@ Directories end up 0500.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import secrets
@@ -24,7 +25,10 @@ from broker.errors import RuntimeDirError
 from broker.logs import event
 from broker.secret import Secret
 
-SESSION_TMPFS_SIZE = "4m"
+SESSION_TMPFS_SIZE = "4096k"  # as /proc/self/mountinfo shows it, so sweep can recognise the broker's mounts
+SESSION_TMPFS_MODE = 0o700
+SESSION_TMPFS_FLAGS = frozenset({"nosuid", "nodev", "noexec"})
+MAX_SESSION_DOCUMENT_BYTES = 64 * 1024
 DIR_OPEN = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 LOG = logging.getLogger("broker.sessiondir")
 
@@ -110,7 +114,7 @@ class SessionDirectory:
         if self.runtime.mount_per_session:
             try:
                 accepted = mounts.mount_tmpfs(
-                    self.path, size=SESSION_TMPFS_SIZE, mode=0o700, uid=os.geteuid(), gid=os.getegid()
+                    self.path, size=SESSION_TMPFS_SIZE, mode=SESSION_TMPFS_MODE, uid=os.geteuid(), gid=os.getegid()
                 )
             except OSError as exc:
                 os.rmdir(self.path)
@@ -184,6 +188,44 @@ class SessionDirectory:
     def remove(self) -> bool:
         """Wipe and unmount; True when nothing is left. Safe to call again."""
         return remove_session_path(self.runtime.path, self.session_id)
+
+
+def is_broker_session_dir(runtime_dir: Path, name: str) -> bool:
+    """Whether ``runtime_dir/name`` is provably a session directory this broker made.
+
+    Either the tmpfs the broker mounts for a session (mounted right there, with
+    the broker's size, mode and flags), or a directory that is no mount point
+    and holds a ``session.json`` naming it. Anything else (another mount, a
+    file, a symbolic link, a directory of someone else's) is not.
+    """
+    entry = mounts.mount_entry(runtime_dir / name)
+    if entry is not None:
+        return (
+            entry.fstype == "tmpfs"
+            and entry.source == "tmpfs"
+            and entry.options >= SESSION_TMPFS_FLAGS
+            and entry.super_options >= {f"size={SESSION_TMPFS_SIZE}", f"mode={SESSION_TMPFS_MODE:o}"}
+        )
+    try:
+        document = json.loads(_read_session_document(runtime_dir, name))
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(document, dict) and document.get("session") == name
+
+
+def _read_session_document(runtime_dir: Path, name: str) -> bytes:
+    """``name/session.json``, a small regular file, read without following a symbolic link anywhere."""
+    with _dir_fd(runtime_dir) as parent, _dir_fd(name, dir_fd=parent) as top:
+        fd = os.open("session.json", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=top)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise ValueError("session.json is not a regular file")
+            data = os.read(fd, MAX_SESSION_DOCUMENT_BYTES + 1)
+        finally:
+            os.close(fd)
+    if len(data) > MAX_SESSION_DOCUMENT_BYTES:
+        raise ValueError("session.json is too large")
+    return data
 
 
 def remove_session_path(runtime_dir: Path, name: str) -> bool:

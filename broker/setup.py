@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from broker.auditkeys import load_keys, load_or_create_keys
+from broker.config import check_own_directory
 from broker.errors import BadInput, ConfigError
 
 CONFIG_NAME = "broker.toml"
@@ -140,7 +141,8 @@ def render_config(directory: Path, state_dir: Path, runtime_dir: Path) -> str:
 
 def initialise(options: InitOptions) -> InitResult:
     directory = options.directory.absolute()
-    state_dir, runtime_dir = options.state_dir.absolute(), options.runtime_dir.absolute()
+    state_dir = check_own_directory("--state-dir", options.state_dir.absolute())
+    runtime_dir = check_own_directory("--runtime-dir", options.runtime_dir.absolute())
     config, policies = directory / CONFIG_NAME, directory / "policies"
     example, audit_key = policies / POLICY_EXAMPLE_NAME, directory / "audit.key"
     for path in (config, example):

@@ -11,7 +11,11 @@ is working on are skipped (their session lock is held). In order:
    credentials of live sessions past their own ``expires_at``: revoke;
 4. ended sessions with ``pending`` credentials: retry;
 5. directories and tmpfs mounts under ``runtime_dir`` that belong to no live
-   session, and kept revocation secrets nobody needs any more.
+   session, and kept revocation secrets nobody needs any more. Only what is
+   provably the broker's goes: a session the store knows, or one whose
+   directory proves it (see ``is_broker_session_dir``). Every other entry is
+   reported as ``foreign`` and left alone, since ``runtime_dir`` may be shared
+   with something the broker knows nothing about.
 """
 
 from __future__ import annotations
@@ -25,7 +29,8 @@ from broker.core import Broker
 from broker.keepsafe import KEEP_DIR
 from broker.locks import holding, remove_session_lock, session_lock, sweep_lock, try_lock
 from broker.revoking import RevokeReport, revoke_credential, revoke_locked
-from broker.sessiondir import remove_session_path
+from broker.session_ids import is_session_id
+from broker.sessiondir import is_broker_session_dir, remove_session_path
 from broker.store import LIVE_SESSION_STATES, SessionRecord
 
 
@@ -37,6 +42,7 @@ class SweepReport:
     pending: list[dict[str, str]] = field(default_factory=list)
     busy: list[str] = field(default_factory=list)
     orphans_removed: list[str] = field(default_factory=list)
+    foreign: list[str] = field(default_factory=list)
 
     @property
     def complete(self) -> bool:
@@ -50,6 +56,7 @@ class SweepReport:
             "pending": self.pending,
             "busy": self.busy,
             "orphans_removed": self.orphans_removed,
+            "foreign": self.foreign,
         }
 
 
@@ -130,26 +137,36 @@ def _remove_orphans(broker: Broker, report: SweepReport) -> None:
         names = os.listdir(runtime_dir)
     except FileNotFoundError:
         return
-    live = {s.id for s in broker.store.sessions(states=LIVE_SESSION_STATES)}
+    live = {s.id for s in broker.store.sessions(states=LIVE_SESSION_STATES)}  # read after listing the names
     for name in sorted(names):
         if name == KEEP_DIR or name in live:
             continue
-        lock = session_lock(broker.config.state_dir, name) if _looks_like_session(name) else None
-        if lock is not None and not try_lock(lock):
+        if not is_session_id(name):
+            report.foreign.append(name)
+            continue
+        lock = session_lock(broker.config.state_dir, name)
+        if not try_lock(lock):
             continue  # an issue is creating it right now
         try:
-            if remove_session_path(runtime_dir, name):
-                report.orphans_removed.append(name)
+            _remove_orphan(broker, name, report)
         except OSError:
             pass
         finally:
-            if lock is not None:
-                lock.release()
+            lock.release()
     pending = {(c.session_id, c.name) for c in broker.store.unsettled_credentials()}
     for session_id, name in broker.keepsafe.held():
         if (session_id, name) not in pending:
             broker.keepsafe.drop(session_id, name)
 
 
-def _looks_like_session(name: str) -> bool:
-    return name.startswith("s-") and name.replace("-", "").isalnum()
+def _remove_orphan(broker: Broker, name: str, report: SweepReport) -> None:
+    """Remove ``runtime_dir/name`` (its session lock held) when it is provably the broker's own."""
+    runtime_dir = broker.config.runtime_dir
+    known = broker.store.get_session(name)
+    if known is not None and known.state in LIVE_SESSION_STATES:
+        return  # issued after the listing above
+    if known is None and not is_broker_session_dir(runtime_dir, name):
+        report.foreign.append(name)
+        return
+    if remove_session_path(runtime_dir, name):
+        report.orphans_removed.append(name)

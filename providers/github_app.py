@@ -10,7 +10,9 @@ else extra makes the broker revoke the token at once and fail). Tokens live
 one hour at GitHub and cannot be shortened; the credential's ``expires_at``
 is capped at the session's, and the core revokes then. Revocation is
 ``DELETE /installation/token`` with the token itself, which the core keeps on
-tmpfs only. ``requests`` and ``jwt`` are imported on first use.
+tmpfs only; a token whose kept copy a reboot lost stays pending until
+GitHub's hour is over (its end is recorded at minting), then settles as
+expired. ``requests`` and ``jwt`` are imported on first use.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from urllib.parse import quote
 from broker.errors import BrokerError, ProviderError
 from broker.fields import Fields, describe, shown
 from broker.secret import Secret
+from broker.timeutil import iso
 from providers.base import (
     FIX_MARK,
     CredentialRequest,
@@ -143,7 +146,13 @@ class GitHubAppProvider(Provider):
         now = datetime.fromtimestamp(self.clock(), UTC)
         expires_at = min(github_expiry, _aware(context.session_expires_at), now + timedelta(seconds=context.ttl))
         return MintedCredential(
-            reference={"installation_id": installation, "owner": request.owner},
+            reference={
+                "installation_id": installation,
+                "owner": request.owner,
+                # GitHub's own end of the token (whole seconds, rounded up): a token whose kept copy
+                # is lost is live until then, whatever the session's end.
+                "token_expires_at": iso(github_expiry + timedelta(microseconds=999_999)),
+            },
             secret=token,
             files={"token": token, "gitconfig": config},
             expires_at=expires_at,
@@ -298,10 +307,14 @@ class GitHubAppProvider(Provider):
         raise ProviderError(f"github {self.name}: GitHub returned a token but {why}; {outcome}")
 
     def revoke(self, target: RevokeTarget, now: datetime) -> RevokeOutcome:
-        if target.revoke_secret is None:
+        if target.revoke_secret is None:  # the keep-safe was lost (a reboot): only GitHub's hour ends it
+            ends = self._token_end(target)
+            if ends is not None and _aware(now) >= ends:
+                return RevokeOutcome.EXPIRED
+            until = f"GitHub's one-hour expiry at {iso(ends)}" if ends else "GitHub's one-hour expiry"
             raise ProviderError(
                 f"github {self.name}: no token kept for {target.name}, so it cannot be revoked;"
-                " it stays valid until GitHub's one-hour expiry",
+                f" it stays valid until {until}",
                 retryable=False,
             )
         response = self.api.call("DELETE", "/installation/token", what="token revoke", token=target.revoke_secret)
@@ -311,6 +324,19 @@ class GitHubAppProvider(Provider):
             past = target.expires_at is not None and _aware(target.expires_at) <= _aware(now)
             return RevokeOutcome.EXPIRED if past else RevokeOutcome.REVOKED
         raise self._failure(response, f"token revoke for {target.name}", retryable=True)
+
+    def _token_end(self, target: RevokeTarget) -> datetime | None:
+        """When the token dies at GitHub: as GitHub said at minting, else an hour after its ``expires_at``.
+
+        (Credentials recorded before the broker kept GitHub's own expiry were minted before their
+        ``expires_at``, so their hour is over an hour after it at the latest.)
+        """
+        recorded = _parse_time(target.reference.get("token_expires_at"))
+        if recorded is not None:
+            return recorded
+        if target.expires_at is None:
+            return None
+        return _aware(target.expires_at) + timedelta(seconds=self.fixed_lifetime or 0)
 
     def _failure(self, response: ApiResponse, action: str, *, retryable: bool = False) -> ProviderError:
         """A one-line error quoting GitHub's message; retryable for outages and rate limits."""

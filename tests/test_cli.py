@@ -110,3 +110,45 @@ def test_the_console_script_entry_point(args: list[str]) -> None:
     assert (fast.returncode, fast.stdout) == (full.returncode, full.stdout if args != ["-h"] else fast.stdout)
     if args == ["--version"]:
         assert fast.stdout == f"broker {__version__}\n"
+
+
+def tree_of(path: Path) -> list[str]:
+    return sorted(str(Path(top, name).relative_to(path)) for top, dirs, files in os.walk(path) for name in dirs + files)
+
+
+SESSION_COMMANDS = [["revoke", "--session"], ["renew", "--session"], ["audit", "list", "--session"]]
+BAD_SESSION_IDS = [
+    "../../x",
+    "../../../x",
+    "s-aaaaaaaaaaaa/../../../x",
+    "ABSOLUTE",
+    "s-" + "a" * 33,
+    "s-aaaaaaaaaaa",
+    "S-AAAAAAAAAAAA",
+    "s-aaaaaaaaaaaa\n",
+    "",
+]
+
+
+@pytest.mark.parametrize("command", SESSION_COMMANDS, ids=lambda c: c[0] if c[0] != "audit" else "audit-list")
+@pytest.mark.parametrize("session", BAD_SESSION_IDS)
+def test_a_malformed_session_id_is_refused_before_any_file_is_touched(
+    broker_env: BrokerEnv, tmp_path: Path, command: list[str], session: str
+) -> None:
+    """``renew --session ../../x`` used to create ``x.lock`` wherever the id pointed, before any lookup."""
+    if session == "ABSOLUTE":
+        session = str(tmp_path / "anywhere")
+    before = tree_of(tmp_path)
+    result = broker_env.run(*command, session)
+    assert result.code == 2, result.stderr
+    assert result.stderr.startswith("broker: error: --session ") and result.stderr.count("\n") == 1
+    assert "is not a session id" in result.stderr
+    assert tree_of(tmp_path) == before  # no lock file at the target, not even the state_dir
+    assert not broker_env.state_dir.exists()
+
+
+@pytest.mark.parametrize("session", ["s-aaaaaaaaaaaa", "s-" + "0123456789abcdef" * 2])
+def test_a_well_formed_unknown_session_is_looked_up(broker_env: BrokerEnv, session: str) -> None:
+    for command in SESSION_COMMANDS[:2]:
+        result = broker_env.run(*command, session)
+        assert result.code == 2 and result.stderr == f"broker: error: unknown session {session!r}\n"

@@ -24,8 +24,10 @@ from pathlib import Path
 import pytest
 
 from broker import mounts
+from broker.config import check_own_directory
 from broker.errors import RuntimeDirError
 from broker.keepsafe import KeepSafe
+from broker.libc import libc
 from broker.secret import Secret
 from broker.sessiondir import RuntimeDir, SessionDirectory, prepare_runtime_dir, remove_session_path
 from tests.fixtures.brokerenv import BrokerEnv, make_env
@@ -427,3 +429,107 @@ def test_a_symlinked_state_dir_is_used_today(tmp_path: Path) -> None:
     assert result.code == 3, result.stderr
     assert (target / "issuance.jsonl").exists()
     assert CANARY not in (target / "issuance.jsonl").read_text()
+
+
+# -- sweep removes only the broker's own -------------------------------------------------------
+
+
+MS_BIND = 4096
+
+
+def snapshot(path: Path) -> dict[str, str]:
+    """Every entry below ``path``: a symbolic link's target, a file's text, or "dir" (links not followed)."""
+    entries = {}
+    for top, dirs, files in os.walk(path):
+        for name in dirs + files:
+            entry = Path(top) / name
+            relative = str(entry.relative_to(path))
+            if entry.is_symlink():
+                entries[relative] = "-> " + os.readlink(entry)
+            else:
+                entries[relative] = entry.read_text() if entry.is_file() else "dir"
+    return entries
+
+
+def test_sweep_leaves_alone_and_reports_what_is_not_provably_a_broker_session(tmp_path: Path, outside: Path) -> None:
+    env = vault_env(tmp_path)
+    run = env.runtime_dir
+    run.mkdir(mode=0o711)
+    (outside / "precious").write_text(CANARY)
+    (outside / "session.json").write_text('{"session": "s-eeeeeeeeeeee"}')
+    (run / "project").mkdir()
+    (run / "project" / "data.txt").write_text("someone else's")
+    (run / "notes.txt").write_text("someone else's")
+    (run / "link").symlink_to(outside)
+    (run / "s-aaaaaaaaaaaa").mkdir()  # the shape of a session id, but nothing proves it is one
+    (run / "s-aaaaaaaaaaaa" / "data.txt").write_text("someone else's")
+    (run / "s-bbbbbbbbbbbb").mkdir()  # a session.json naming another session
+    (run / "s-bbbbbbbbbbbb" / "session.json").write_text('{"session": "s-cccccccccccc"}')
+    (run / "s-dddddddddddd").symlink_to(outside)
+    (run / "s-eeeeeeeeeeee").mkdir()  # its session.json is a symbolic link to one naming it
+    (run / "s-eeeeeeeeeeee" / "session.json").symlink_to(outside / "session.json")
+    (run / "s-nothex-with-dash").mkdir()
+    planted = sorted(os.listdir(run))
+    mounted: list[Path] = []
+    if os.geteuid() == 0:
+        other_tmpfs = run / "s-ffffffffffff"  # a tmpfs, but not one the broker mounts
+        other_tmpfs.mkdir()
+        mounts.mount_tmpfs(other_tmpfs, size="1m", mode=0o700, uid=0, gid=0)
+        mounted.append(other_tmpfs)
+        (other_tmpfs / "data.txt").write_text("someone else's")
+        bound = run / "s-gggggggggggg"  # another directory bound here, holding a session.json naming it
+        bound.mkdir()
+        (outside / "bound").mkdir()
+        (outside / "bound" / "session.json").write_text('{"session": "s-gggggggggggg"}')
+        assert libc().mount(os.fsencode(outside / "bound"), os.fsencode(bound), None, MS_BIND, None) == 0
+        mounted.append(bound)
+        planted = sorted(os.listdir(run))
+    before, outside_before = snapshot(run), snapshot(outside)
+    try:
+        result = env.run("sweep", "--json")
+        assert result.code == 0, result.stderr
+        assert result.json()["foreign"] == planted and result.json()["orphans_removed"] == []
+        human = env.run("sweep")
+        assert human.code == 0 and f"foreign {len(planted)}" in human.stdout
+        assert all(f"foreign, left alone: '{name}'" in human.stdout for name in planted)
+        assert snapshot(run) == before and snapshot(outside) == outside_before
+        assert all(mounts.is_mount_point(path) for path in mounted)
+    finally:
+        for path in mounted:
+            if mounts.is_mount_point(path):
+                mounts.unmount(path)
+
+
+SHARED_DIRECTORIES = ["/", "/run", "/tmp", "/var/run", "/dev/shm", "/var/tmp", "/root", "/home", "/home/someone"]
+
+
+@pytest.mark.parametrize("key", ["runtime_dir", "state_dir"])
+@pytest.mark.parametrize("directory", [*SHARED_DIRECTORIES, "/var/run/", "/run/broker/..", "alias-of-run"])
+def test_a_shared_system_or_home_directory_is_refused_before_anything_touches_the_disk(
+    tmp_path: Path, key: str, directory: str
+) -> None:
+    env = make_env(tmp_path)
+    if directory == "alias-of-run":
+        (tmp_path / directory).symlink_to("/run")
+        directory = str(tmp_path / directory)
+    env.settings[key] = directory
+    env.write_config()
+    before = snapshot(tmp_path)
+    result = env.run("status")  # the config is refused as it loads: every command stops there (never try sweep)
+    assert result.code == 2, result.stderr
+    assert result.stderr.startswith(f"broker: error: {key}: ") and result.stderr.count("\n") == 1
+    assert "shared system or home directory" in result.stderr
+    assert snapshot(tmp_path) == before  # not even the state_dir or the audit key
+
+
+def test_init_refuses_a_shared_runtime_dir_before_writing_anything(tmp_path: Path) -> None:
+    env = make_env(tmp_path)
+    config_dir = tmp_path / "etc"
+    result = env.run("init", "--dir", str(config_dir), "--state-dir", str(tmp_path / "state"), "--runtime-dir", "/run")
+    assert result.code == 2 and "--runtime-dir: '/run' is a shared system or home directory" in result.stderr
+    assert not config_dir.exists() and not (tmp_path / "state").exists()
+
+
+@pytest.mark.parametrize("directory", ["/run/broker", "/var/lib/broker", "/run/user/1000/broker", "/home/x/broker"])
+def test_a_directory_of_its_own_is_accepted(directory: str) -> None:
+    assert check_own_directory("runtime_dir", Path(directory)) == Path(directory)

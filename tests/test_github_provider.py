@@ -18,6 +18,7 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 from broker.errors import ConfigError, ManifestError, PolicyFileError, ProviderError
 from broker.fields import Fields
 from broker.secret import Secret
+from broker.timeutil import iso
 from providers.base import MintContext, MintedCredential, RevokeOutcome, RevokeTarget
 from providers.github_app import GitHubAppProvider, GitHubGrant, GitHubRequest
 from providers.github_git import GitHost, git_host, gitconfig
@@ -363,7 +364,12 @@ def test_conformance_mint_check_revoke(make_github_provider: MakeProvider, githu
     credential = provider.mint(parse(ASK), ctx)
     token = credential.secret.reveal()
     installation = github_emulator.state.installations[int(credential.reference["installation_id"])]
-    assert credential.reference == {"installation_id": str(installation.id), "owner": "octo-org"}
+    github_end = iso(datetime.fromtimestamp(github_emulator.state.tokens[token].expires_at, UTC))
+    assert credential.reference == {
+        "installation_id": str(installation.id),
+        "owner": "octo-org",
+        "token_expires_at": github_end,  # GitHub's own end, for a token whose kept copy is lost
+    }
     assert credential.revoke_secret == credential.secret == credential.files["token"]
     assert credential.env == {"GIT_CONFIG_GLOBAL": "/run/secrets/repo/gitconfig"}
     assert credential.scope == parse(ASK).scope()

@@ -8,13 +8,20 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import datetime, timedelta
 from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
 
 from broker import mounts
-from tests.fixtures.brokerenv import BrokerEnv
+from broker.config import load_config
+from broker.core import Broker
+from broker.sessiondir import SESSION_TMPFS_MODE, SESSION_TMPFS_SIZE
+from broker.sweeping import SweepReport, sweep
+from broker.timeutil import parse_iso
+from tests.emulators.github_app import GitHubAppEmulator
+from tests.fixtures.brokerenv import BrokerEnv, make_env
 from tests.fixtures.crash import (
     TWO_CREDENTIALS,
     add_slow_vault,
@@ -23,6 +30,7 @@ from tests.fixtures.crash import (
     tokens_of,
     wait_for,
 )
+from tests.fixtures.github import APP_ID, AppKeys, write_key
 from tests.fixtures.openbao import VAULT_TASK, OpenBao
 from tests.fixtures.slowproxy import slow_proxy
 
@@ -109,15 +117,25 @@ def test_outage_leaves_revocations_pending_until_sweep(vault_env: BrokerEnv, ope
 
 
 def test_sweep_removes_orphaned_directories_and_mounts(vault_env: BrokerEnv) -> None:
+    """Session directories the store no longer knows (a lost state_dir) that prove to be the broker's."""
     vault_env.runtime_dir.mkdir(mode=0o711, exist_ok=True)
-    orphan = vault_env.runtime_dir / "s-orphan000000"
-    orphan.mkdir()
-    if os.geteuid() == 0:
-        mounts.mount_tmpfs(orphan, size="1m", mode=0o700, uid=0, gid=0)
-        (orphan / "token").write_text("stale")
+    documented = vault_env.runtime_dir / "s-orphandoc000"  # a session.json naming it
+    documented.mkdir()
+    (documented / "session.json").write_text(json.dumps({"session": documented.name}))
+    (documented / "token").write_text("stale")
+    expected = [documented.name]
+    if os.geteuid() == 0:  # the broker's own tmpfs: mounted with its size, mode and flags
+        mounted = vault_env.runtime_dir / "s-orphan000000"
+        mounted.mkdir()
+        mounts.mount_tmpfs(mounted, size=SESSION_TMPFS_SIZE, mode=SESSION_TMPFS_MODE, uid=0, gid=0)
+        (mounted / "token").write_text("stale")
+        expected.insert(0, mounted.name)
     result = vault_env.run("sweep", "--json")
-    assert result.code == 0 and result.json()["orphans_removed"] == ["s-orphan000000"]
-    assert not os.path.lexists(orphan) and not mounts.is_mount_point(orphan)
+    assert result.code == 0 and result.json()["orphans_removed"] == expected
+    assert result.json()["foreign"] == []
+    for name in expected:
+        orphan = vault_env.runtime_dir / name
+        assert not os.path.lexists(orphan) and not mounts.is_mount_point(orphan)
 
 
 def test_sixteen_parallel_sessions_with_a_sweep_alongside(vault_env: BrokerEnv, openbao: OpenBao) -> None:
@@ -245,3 +263,80 @@ def test_sigkill_after_a_mint_before_its_log_record_and_files(vault_env: BrokerE
     revoked = [r for r in vault_env.log_records() if r["event"] == "credential.revoked"]
     assert [(r["session"], r["reason"]) for r in revoked] == [(session, "crash recovery")]
     assert vault_env.run("audit", "verify").code == 0
+
+
+GITHUB_POLICY = """
+rules:
+  - id: agents-widgets
+    tasks: ["fix-*"]
+    sandbox_uids: ["0-65534"]
+    sandbox_gids: ["0-65534"]
+    max_ttl: 1h
+    grants:
+      - provider: github
+        repositories: ["octo-org/widgets"]
+        permissions: {contents: write}
+"""
+GITHUB_TASK = """
+version: 1
+task: fix-build-9
+ttl: 10m
+sandbox: {uid: 1000, gid: 1000, mount_path: /run/secrets}
+credentials:
+  - {name: repo, provider: github, repositories: [octo-org/widgets], permissions: {contents: write}}
+"""
+
+
+def _sweep_at(env: BrokerEnv, moment: datetime) -> SweepReport:
+    """One sweep by the broker's own code with its clock set to ``moment`` (the CLI always uses now)."""
+    broker = Broker.open(load_config(env.config_path))
+    broker.clock = lambda: moment
+    try:
+        return sweep(broker)
+    finally:
+        broker.close()
+
+
+def test_a_github_token_whose_kept_copy_is_lost_settles_as_expired_after_its_hour(
+    tmp_path: Path, github_emulator: GitHubAppEmulator, github_app_keys: AppKeys
+) -> None:
+    """The keep-safe is gone (a reboot): pending while GitHub still honours the token, expired after."""
+    env = make_env(tmp_path)
+    key = write_key(env.root / "github-app.pem", github_app_keys.private_pem)
+    env.add_provider(
+        "github",
+        {"type": "github_app", "app_id": str(APP_ID), "private_key_file": str(key), "api_url": github_emulator.api_url},
+    )
+    env.write_policy(GITHUB_POLICY)
+    try:
+        document = env.run("issue", "--task", str(env.write_task(GITHUB_TASK)), "--json").json()
+        session = document["session"]
+        token = (Path(document["dir"]) / "repo" / "token").read_text()
+        kept = env.runtime_dir / ".keep" / f"{session}.repo"
+        assert kept.exists()
+        kept.unlink()  # what a reboot does to the tmpfs keep-safe
+        revoked = env.run("revoke", "--session", session, "--json")
+        assert revoked.code == 5 and revoked.json()["credentials"][0]["outcome"] == "pending"
+        still = env.run("sweep", "--json")
+        assert still.code == 5 and still.json()["pending"] == [{"session": session, "credential": "repo"}]
+        assert github_emulator.token_state(token) == "valid"
+        [issued] = [r for r in env.log_records() if r["event"] == "credential.issued"]
+        credential_end = parse_iso(document["credentials"][0]["expires_at"])  # the session's end: 10 minutes
+        github_end = parse_iso(issued["reference"]["token_expires_at"])  # GitHub's hour
+        assert credential_end < github_end
+        # Past the credential's own end but inside GitHub's hour: the token still works, so not settled.
+        assert _sweep_at(env, credential_end + timedelta(minutes=5)).pending == [
+            {"session": session, "credential": "repo"}
+        ]
+        github_emulator.advance(3601)
+        assert github_emulator.token_state(token) == "expired"
+        settled = _sweep_at(env, github_end + timedelta(seconds=1))
+        assert settled.pending == [] and settled.recovered == [session]
+        assert env.run("sweep", "--json").code == 0
+        records = [r for r in env.log_records() if r["event"] == "credential.revoked"]
+        assert [(r["session"], r["credential"], r["outcome"]) for r in records] == [(session, "repo", "expired")]
+        [status] = env.run("status", "--all", "--json").json()
+        assert status["state"] == "revoked" and status["credentials"][0]["state"] == "expired"
+        assert env.run("audit", "verify").code == 0
+    finally:
+        env.cleanup()

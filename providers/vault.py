@@ -27,6 +27,7 @@ from providers.base import (
     HealthCheck,
     MintContext,
     MintedCredential,
+    MintRejected,
     Provider,
     RevokeOutcome,
     RevokeTarget,
@@ -34,6 +35,8 @@ from providers.base import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     import hvac
 
 POLICY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
@@ -207,17 +210,10 @@ class VaultProvider(Provider):
         accessor = str(auth.get("accessor", ""))
         if not accessor or not len(token):
             raise ProviderError(f"vault {self.name}: token create returned no token or accessor")
-        granted = sorted(auth.get("token_policies") or auth.get("policies") or [])
-        if granted != sorted(request.policies):
-            self._revoke_accessor(accessor)
-            raise ProviderError(
-                f"vault {self.name}: token came back with policies {granted}, not the requested"
-                f" {sorted(request.policies)}; revoked it"
-            )
         lease = int(auth.get("lease_duration") or context.ttl)
         issued = datetime.now().astimezone()
         expires_at = min(issued + timedelta(seconds=min(lease, context.ttl)), context.session_expires_at)
-        return MintedCredential(
+        minted = MintedCredential(
             reference={"accessor": accessor},
             secret=token,
             files={"token": token},
@@ -225,6 +221,14 @@ class VaultProvider(Provider):
             scope=request.scope(),
             env={"VAULT_ADDR": self.addr},
         )
+        granted = sorted(auth.get("token_policies") or auth.get("policies") or [])
+        if granted != sorted(request.policies):
+            raise MintRejected(
+                f"vault {self.name}: token came back with policies {granted}, not the requested"
+                f" {sorted(request.policies)}",
+                minted,
+            )
+        return minted
 
     def revoke(self, target: RevokeTarget, now: datetime) -> RevokeOutcome:
         accessor = target.reference.get("accessor", "")
@@ -263,7 +267,7 @@ class VaultProvider(Provider):
         result: dict[str, Any] = data.get("data") or {}
         return result
 
-    def find_minted(self, session_id: str, credential: str) -> list[dict[str, str]]:
+    def find_minted(self, session_id: str, credential: str, planned: Mapping[str, str]) -> list[dict[str, str]]:
         """Tokens carrying this session's metadata (needs ``list`` on ``auth/token/accessors``)."""
         client = self.client()
         with self._errors("list accessors"):

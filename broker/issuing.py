@@ -376,28 +376,32 @@ def withhold(
     provider = broker.config.providers[request.provider]
     fields = _issued(broker, manifest, decision, request, credential, session_id)
     event(LOG, "withheld", credential=request.name, fingerprint=fields["fingerprint"], why=why)
-    try:
-        broker.store.credential_minted(
+    steps = (
+        lambda: broker.store.credential_minted(
             session_id,
             request.name,
             reference=credential.reference,
             scope=credential.scope,
             expires_at=credential.expires_at,
             fingerprint=fields["fingerprint"],
-        )
-        broker.log.append("credential.issued", **fields, withheld=why)
-    except (BrokerError, OSError) as exc:
-        LOG.warning(
-            "withheld credential not recorded",
-            extra={
-                "broker_fields": {
-                    "session": session_id,
-                    "credential": request.name,
-                    "fingerprint": fields["fingerprint"],
-                    "error": _cause(exc),
-                }
-            },
-        )
+        ),
+        lambda: broker.log.append("credential.issued", **fields, withheld=why),
+    )
+    for step in steps:  # each on its own: a store that refuses must not keep the log from saying so
+        try:
+            step()
+        except (BrokerError, OSError) as exc:
+            LOG.warning(
+                "withheld credential not recorded",
+                extra={
+                    "broker_fields": {
+                        "session": session_id,
+                        "credential": request.name,
+                        "fingerprint": fields["fingerprint"],
+                        "error": _cause(exc),
+                    }
+                },
+            )
     record = CredentialRecord(
         session_id=session_id,
         name=request.name,

@@ -151,7 +151,7 @@ def revoke_credential(
             name=record.name,
             reference=record.reference,
             expires_at=record.expires_at,
-            revoke_secret=revoke_secret or broker.keepsafe.get(session_id, record.name),
+            revoke_secret=revoke_secret if revoke_secret is not None else broker.keepsafe.get(session_id, record.name),
         )
         outcome, error = _attempt(provider.revoke, target, now)
         if outcome != "pending":

@@ -898,7 +898,10 @@ def test_canary_secrets_never_in_errors_or_reprs(
     texts = [str(error), repr(error), error.message, repr(error.__cause__), repr(error.__context__), repr(rejected)]
     assert all(secret not in text for secret in seen for text in texts)
     # The session exists at AWS: the rejection carries what the core needs to deny it at once.
-    assert rejected.reference["assumed_role_id"] == f"{aws_role.role_id}:{role_session_name('s-4k2j9x7q3m1p', 'artifacts')}"
+    assert (
+        rejected.reference["assumed_role_id"]
+        == f"{aws_role.role_id}:{role_session_name('s-4k2j9x7q3m1p', 'artifacts')}"
+    )
     target = RevokeTarget(name="artifacts", reference=rejected.reference, expires_at=rejected.expires_at)
     assert aws_provider.revoke(target, datetime.now(UTC)) == RevokeOutcome.REVOKED
     assert denied(aws_role).values(SOURCE_IDENTITY) == ["s-4k2j9x7q3m1p"]

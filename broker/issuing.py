@@ -5,8 +5,8 @@ credential as ``minting`` (with the part of its reference known in advance)
 before the provider call and ``active`` with its reference right after, the
 log records the issuance, then its files are written. A credential the
 provider returned but that cannot be recorded, or that fails a check after
-minting, is withheld: logged with its fingerprint and revoked at once, or
-kept ``pending`` for ``sweep``. Once anything is minted, ``issue`` either
+minting, is withheld (``broker.withholding``): logged with its fingerprint
+and revoked at once, or kept ``pending`` for ``sweep``. Once anything is minted, ``issue`` either
 completes (checkpoint, ``--session-file``, the printed document: ``deliver``)
 or revokes everything and fails with exit 4.
 """
@@ -41,8 +41,9 @@ from broker.manifest import Manifest
 from broker.policy import Decision, decide
 from broker.revoking import SETTLED_OUTCOMES, revoke_credential
 from broker.sessiondir import SessionDirectory
-from broker.store import CredentialRecord, SessionRecord
+from broker.store import SessionRecord
 from broker.timeutil import iso
+from broker.withholding import cause_text, fate, issued_fields, withhold
 from providers.base import CredentialRequest, MintContext, MintedCredential, MintRejected
 
 LOG = logging.getLogger("broker.issue")
@@ -173,7 +174,7 @@ def _issue_locked(
                 any_minted, pending = _roll_back(broker, manifest, session_id, directory, exc)
             except BaseException as failure:  # the store or the log is unusable: sweep finishes the job
                 raise IssueRolledBack(
-                    f"issue failed ({_cause(exc)}) and rolling back failed too ({_cause(failure)});"
+                    f"issue failed ({cause_text(exc)}) and rolling back failed too ({cause_text(failure)});"
                     " run broker sweep: it revokes whatever this session minted"
                 ) from None
         if any_minted:
@@ -181,14 +182,6 @@ def _issue_locked(
         if isinstance(exc, BrokerError | KeyboardInterrupt | SystemExit):
             raise
         raise InternalError(f"issue failed unexpectedly ({type(exc).__name__}); nothing was left behind") from exc
-
-
-def _cause(exc: BaseException) -> str:
-    if isinstance(exc, BrokerError):
-        return exc.message
-    if isinstance(exc, KeyboardInterrupt):
-        return "interrupted"
-    return f"{type(exc).__name__}: {exc.strerror}" if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
 
 
 def _after_mint(exc: BaseException, pending: list[str]) -> BrokerError:
@@ -203,7 +196,7 @@ def _after_mint(exc: BaseException, pending: list[str]) -> BrokerError:
         return exc
     if isinstance(exc, Interrupted):
         return IssueRolledBack(f"interrupted by signal {exc.signum}; {fate}")
-    return IssueRolledBack(f"issue failed after minting ({_cause(exc)}); {fate}")
+    return IssueRolledBack(f"issue failed after minting ({cause_text(exc)}); {fate}")
 
 
 @contextlib.contextmanager
@@ -270,7 +263,7 @@ def mint_one(
         minted = provider.mint(request, context)
     except MintRejected as exc:
         outcome = withhold(broker, manifest, decision, request, exc.credential, session_id, why=exc.message)
-        raise ProviderError(f"{exc.message}; {_fate(outcome)}", retryable=False) from None
+        raise ProviderError(f"{exc.message}; {fate(outcome)}", retryable=False) from None
     except BrokerError as exc:
         broker.store.set_credential_state(session_id, request.name, "failed")
         event(
@@ -292,14 +285,6 @@ def mint_one(
         ms=round((time.monotonic() - started) * 1000),
     )
     return minted
-
-
-def _fate(outcome: str) -> str:
-    if outcome in ("revoked", "expired"):
-        return "revoked it"
-    if outcome == "valid-until-expiry":
-        return "it stays valid until it expires (revoke = expire)"
-    return "revoking it failed; it stays pending for broker sweep"
 
 
 def record_minted(
@@ -325,104 +310,11 @@ def record_minted(
             fingerprint=fingerprint,
         )
         broker.log.append(
-            "credential.issued", **_issued(broker, manifest, decision, request, credential, session_id), **extra
+            "credential.issued", **issued_fields(broker, manifest, decision, request, credential, session_id), **extra
         )
     except BaseException as exc:
-        withhold(broker, manifest, decision, request, credential, session_id, why=f"not recorded: {_cause(exc)}")
+        withhold(broker, manifest, decision, request, credential, session_id, why=f"not recorded: {cause_text(exc)}")
         raise
-
-
-def _issued(
-    broker: Broker,
-    manifest: Manifest,
-    decision: Decision,
-    request: CredentialRequest,
-    credential: MintedCredential,
-    session_id: str,
-) -> dict[str, Any]:
-    """The fields of a ``credential.issued`` record."""
-    provider = broker.config.providers[request.provider]
-    return {
-        "session": session_id,
-        "task": manifest.task,
-        "requester": str(broker.requester),
-        "credential": request.name,
-        "provider": provider.name,
-        "type": provider.type_name,
-        "rule": decision.credential(request.name).rule,
-        "scope": dict(credential.scope),
-        "expires_at": iso(credential.expires_at),
-        "reference": dict(credential.reference),
-        "fingerprint": broker.keys.fingerprint(credential.secret),
-    }
-
-
-def withhold(
-    broker: Broker,
-    manifest: Manifest,
-    decision: Decision,
-    request: CredentialRequest,
-    credential: MintedCredential,
-    session_id: str,
-    *,
-    why: str,
-) -> str:
-    """A credential the provider returned that is not handed out: log it with its fingerprint, then revoke it.
-
-    Every write here is best effort (the failure being handled may be the
-    store's or the log's); the revocation itself happens whatever they do,
-    and when it fails the credential stays ``pending`` for ``sweep``.
-    """
-    provider = broker.config.providers[request.provider]
-    fields = _issued(broker, manifest, decision, request, credential, session_id)
-    event(LOG, "withheld", credential=request.name, fingerprint=fields["fingerprint"], why=why)
-    steps = (
-        lambda: broker.store.credential_minted(
-            session_id,
-            request.name,
-            reference=credential.reference,
-            scope=credential.scope,
-            expires_at=credential.expires_at,
-            fingerprint=fields["fingerprint"],
-        ),
-        lambda: broker.log.append("credential.issued", **fields, withheld=why),
-    )
-    for step in steps:  # each on its own: a store that refuses must not keep the log from saying so
-        try:
-            step()
-        except (BrokerError, OSError) as exc:
-            LOG.warning(
-                "withheld credential not recorded",
-                extra={
-                    "broker_fields": {
-                        "session": session_id,
-                        "credential": request.name,
-                        "fingerprint": fields["fingerprint"],
-                        "error": _cause(exc),
-                    }
-                },
-            )
-    record = CredentialRecord(
-        session_id=session_id,
-        name=request.name,
-        provider=provider.name,
-        type=provider.type_name,
-        state="active",
-        reference=credential.reference,
-        scope=credential.scope,
-        expires_at=credential.expires_at,
-        fingerprint=fields["fingerprint"],
-    )
-    return revoke_credential(
-        broker,
-        session_id,
-        manifest.task,
-        record,
-        broker.clock(),
-        reason="withheld",
-        revoke_secret=credential.revoke_secret,
-        best_effort=True,
-    )
 
 
 def _roll_back(

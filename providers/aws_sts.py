@@ -4,7 +4,10 @@ Mint checks the role with ``iam:GetRole`` (its ``RoleId`` keys revocation, its
 ``MaxSessionDuration`` caps the lifetime: moto does not enforce it, AWS does),
 assumes it with a session name unique per credential, the broker session id
 as ``SourceIdentity`` and ``broker:*`` session tags, then proves the new
-credentials with ``GetCallerIdentity``. Revocation with ``revoke =
+credentials with ``GetCallerIdentity``; an answer that fails that proof is
+raised as ``MintRejected`` so the core denies it like any other. The session
+name is known before AssumeRole and stored with the ``minting`` state, so a
+broker killed before the answer leaves ``sweep`` enough to deny the session. Revocation with ``revoke =
 "deny-policy"`` adds the session to the role's ``BrokerRevokedSessions``
 inline policy (layout in ``providers.aws_deny``, IAM writes in
 ``providers.aws_revoke``). botocore is imported on first use; manifest and grant
@@ -303,8 +306,10 @@ class AwsStsProvider(Provider):
         if not ROLE_ARN.fullmatch(role_arn) or session_name != role_session_name(session_id, credential):
             return []
         role_name = role_arn.rsplit("/", 1)[-1]
-        with AwsErrors(self, "GetRole"):
+        with AwsErrors(self, "GetRole", missing_ok=True) as errors:
             role_id = str(self.client("iam").get_role(RoleName=role_name)["Role"]["RoleId"])
+        if errors.missing:  # the role is gone, and its sessions with it
+            return []
         return [
             {
                 "role_arn": role_arn,

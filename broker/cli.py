@@ -117,8 +117,12 @@ def _broker(config: Config) -> Iterator[Any]:
     broker = Broker.open(config)
     try:
         yield broker
-    finally:
-        broker.close()
+    except BaseException:
+        # The command's own failure is what to report; a checkpoint that fails now is signed by the next command.
+        with contextlib.suppress(BrokerError):
+            broker.close()
+        raise
+    broker.close()
 
 
 def _print_json(data: Any) -> None:
@@ -143,27 +147,42 @@ def issue(
     Example: broker issue --task task.yaml --format docker --session-file /tmp/session
     """
     from broker.issuing import issue as issue_session
-    from broker.launch_formats import render, write_session_file
+    from broker.launch_formats import SessionFile, emit, render
     from broker.manifest import load_manifest
 
     config = _config(ctx)
     manifest = load_manifest(task, config)
-    with _broker(config) as broker:
-        document = issue_session(broker, manifest)
-    if session_file is not None:
-        write_session_file(session_file, document["session"])
-    if as_json or fmt is not None:
-        typer.echo(render(document, (fmt or OutputFormat.json).value))
-        return
-    typer.echo(f"session {document['session']}  task {document['task']}  expires {document['expires_at']}")
-    typer.echo(f"dir {document['dir']}  (mount it read-only at {document['mount_path']})")
+    target = SessionFile.open(session_file) if session_file is not None else None  # before anything is minted
+
+    def deliver(document: dict[str, Any]) -> None:
+        """Runs while the session can still be rolled back: any failure here revokes it (exit 4)."""
+        if target is not None:
+            target.write(document["session"])
+        if as_json or fmt is not None:
+            emit(render(document, (fmt or OutputFormat.json).value))
+        else:
+            emit(_issue_text(document))
+
+    try:
+        with _broker(config) as broker:
+            issue_session(broker, manifest, deliver)
+    finally:
+        if target is not None:
+            target.close()
+
+
+def _issue_text(document: dict[str, Any]) -> str:
+    lines = [
+        f"session {document['session']}  task {document['task']}  expires {document['expires_at']}",
+        f"dir {document['dir']}  (mount it read-only at {document['mount_path']})",
+    ]
     for credential in document["credentials"]:
-        typer.echo(
+        lines.append(
             f"  {credential['name']}: {credential['type']} via {credential['provider']},"
             f" expires {credential['expires_at']}, files {', '.join(credential['files'])}"
         )
-    for key, value in document["env"].items():
-        typer.echo(f"  {key}={value}")
+    lines += [f"  {key}={value}" for key, value in document["env"].items()]
+    return "\n".join(lines)
 
 
 @app.command()

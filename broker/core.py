@@ -100,12 +100,16 @@ class Broker:
     def keepsafe(self) -> KeepSafe:
         return KeepSafe(self.config.runtime_dir)
 
+    def checkpoint(self) -> None:
+        """Sign the log head if this command appended since its last checkpoint."""
+        checkpoint = self.log.checkpoint(str(self.requester))
+        if checkpoint is not None:
+            self.store.set_log_head(int(checkpoint["seq"]), str(checkpoint["hash"]))
+
     def close(self) -> None:
         """Sign the log head if this command appended, then release everything."""
         try:
-            checkpoint = self.log.checkpoint(str(self.requester))
-            if checkpoint is not None:
-                self.store.set_log_head(int(checkpoint["seq"]), str(checkpoint["hash"]))
+            self.checkpoint()
         finally:
             self.store.close()
             for provider in self.config.providers.values():

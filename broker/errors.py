@@ -60,6 +60,10 @@ class StoreError(BadInput):
     """The session store is corrupt, locked or unreadable."""
 
 
+class OutputError(BrokerError):
+    """What the command had to print could not be delivered (exit 1 unless a command says otherwise)."""
+
+
 class PolicyDenied(BrokerError):
     """The policy denies the request; nothing was minted (exit 3)."""
 
@@ -80,6 +84,12 @@ class ProviderError(BrokerError):
         self.retryable = retryable
 
 
+class IssueRolledBack(BrokerError):
+    """``issue`` failed after minting; what was minted was revoked again, or is named as pending (exit 4)."""
+
+    exit_code = 4
+
+
 class RevokeIncomplete(BrokerError):
     """Some credentials could not be revoked now and stay pending (exit 5)."""
 
@@ -97,4 +107,5 @@ class Interrupted(BrokerError):
 
     def __init__(self, signum: int) -> None:
         super().__init__(f"interrupted by signal {signum}; what was minted has been rolled back")
+        self.signum = signum
         self.exit_code = 128 + signum

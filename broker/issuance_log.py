@@ -116,6 +116,14 @@ class IssuanceLog:
         self.appended += 1
         return record
 
+    def head(self) -> tuple[int, str]:
+        """The last record's ``seq`` and ``hash``; raises when the log could not take another record."""
+        fd = _open_log(self.path, os.O_RDONLY | os.O_CREAT)
+        try:
+            return self._head(fd)
+        finally:
+            os.close(fd)
+
     def _head(self, fd: int) -> tuple[int, str]:
         size = os.fstat(fd).st_size
         if size == 0:

@@ -1,10 +1,14 @@
 """``issue``: decide, mint, inject, log; and roll everything back when any step fails.
 
 The order keeps every minted credential reachable: the store records a
-credential as ``minting`` before the provider call and ``active`` with its
-reference right after, the log records the issuance, then its files are
-written. Any failure (a provider error, a full tmpfs, SIGTERM) revokes what
-was minted, removes the directory and marks the session ``failed``.
+credential as ``minting`` (with the part of its reference known in advance)
+before the provider call and ``active`` with its reference right after, the
+log records the issuance, then its files are written. A credential the
+provider returned but that cannot be recorded, or that fails a check after
+minting, is withheld (``broker.withholding``): logged with its fingerprint
+and revoked at once, or kept ``pending`` for ``sweep``. Once anything is minted, ``issue`` either
+completes (checkpoint, ``--session-file``, the printed document: ``deliver``)
+or revokes everything and fails with exit 4.
 """
 
 from __future__ import annotations
@@ -15,23 +19,32 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from datetime import datetime, timedelta
 from pathlib import PurePosixPath
 from typing import Any
 
 from broker.core import Broker, new_session_id, preload_providers
-from broker.errors import BadInput, BrokerError, InternalError, PolicyDenied, ProviderError
+from broker.errors import (
+    BadInput,
+    BrokerError,
+    InternalError,
+    Interrupted,
+    IssueRolledBack,
+    PolicyDenied,
+    ProviderError,
+)
 from broker.locks import session_lock
 from broker.logs import event
 from broker.manifest import Manifest
 from broker.policy import Decision, decide
-from broker.revoking import revoke_credential
+from broker.revoking import SETTLED_OUTCOMES, revoke_credential
 from broker.sessiondir import SessionDirectory
 from broker.store import SessionRecord
 from broker.timeutil import iso
-from providers.base import CredentialRequest, MintContext, MintedCredential
+from broker.withholding import cause_text, fate, issued_fields, withhold
+from providers.base import CredentialRequest, MintContext, MintedCredential, MintRejected
 
 LOG = logging.getLogger("broker.issue")
 
@@ -51,8 +64,16 @@ def check(broker: Broker, manifest: Manifest) -> Decision:
     return decision
 
 
-def issue(broker: Broker, manifest: Manifest) -> dict[str, Any]:
-    """Issue a session for ``manifest``; returns the session document."""
+Deliver = Callable[[dict[str, Any]], None]
+
+
+def issue(broker: Broker, manifest: Manifest, deliver: Deliver | None = None) -> dict[str, Any]:
+    """Issue a session for ``manifest``; returns the session document.
+
+    ``deliver`` hands the document to the caller (``--session-file``, stdout)
+    while the session can still be rolled back: if it raises, or a signal
+    arrives first, every credential is revoked again.
+    """
     decision = check(broker, manifest)
     if not decision.allowed:
         broker.log.append(
@@ -65,6 +86,7 @@ def issue(broker: Broker, manifest: Manifest) -> dict[str, Any]:
         )
         raise PolicyDenied(decision.denial_message(), decision.reasons)
     _check_sandbox_owner(manifest)
+    broker.log.head()  # a log that cannot take records (torn, unreadable) fails the issue before anything is minted
     runtime = broker.runtime
     now = broker.clock().replace(microsecond=0)
     expires_at = now + timedelta(seconds=decision.session_ttl)
@@ -74,7 +96,7 @@ def issue(broker: Broker, manifest: Manifest) -> dict[str, Any]:
     lock.acquire()  # held until the session is complete or rolled back: sweep leaves it alone
     try:
         _record_session(broker, manifest, session_id, now, expires_at, directory)
-        return _issue_locked(broker, manifest, decision, session_id, expires_at, directory)
+        return _issue_locked(broker, manifest, decision, session_id, expires_at, directory, deliver)
     finally:
         lock.release()
 
@@ -113,6 +135,7 @@ def _issue_locked(
     session_id: str,
     expires_at: datetime,
     directory: SessionDirectory,
+    deliver: Deliver | None,
 ) -> dict[str, Any]:
     preload_providers(broker, {request.provider for request in manifest.credentials})
     pool = ThreadPoolExecutor(max_workers=len(manifest.credentials), thread_name_prefix="mint")
@@ -140,14 +163,40 @@ def _issue_locked(
             credentials=[r.name for r, _ in minted],
             dir=str(directory.path),
         )
+        broker.checkpoint()
+        if deliver is not None:
+            deliver(document)
         return document
     except BaseException as exc:
         with signals_blocked():
             pool.shutdown(wait=True, cancel_futures=True)  # nothing may still be minting while we roll back
-            _roll_back(broker, manifest, session_id, directory, exc)
+            try:
+                any_minted, pending = _roll_back(broker, manifest, session_id, directory, exc)
+            except BaseException as failure:  # the store or the log is unusable: sweep finishes the job
+                raise IssueRolledBack(
+                    f"issue failed ({cause_text(exc)}) and rolling back failed too ({cause_text(failure)});"
+                    " run broker sweep: it revokes whatever this session minted"
+                ) from None
+        if any_minted:
+            raise _after_mint(exc, pending) from None
         if isinstance(exc, BrokerError | KeyboardInterrupt | SystemExit):
             raise
         raise InternalError(f"issue failed unexpectedly ({type(exc).__name__}); nothing was left behind") from exc
+
+
+def _after_mint(exc: BaseException, pending: list[str]) -> BrokerError:
+    """The exit-4 error once something was minted; its message says truly what became of it."""
+    if pending:
+        fate = f"rollback left {', '.join(pending)} pending for broker sweep"
+    else:
+        fate = "what was minted has been rolled back"
+    if isinstance(exc, ProviderError):  # the message names the provider's failure already
+        if pending:
+            exc.message += f" ({fate})"
+        return exc
+    if isinstance(exc, Interrupted):
+        return IssueRolledBack(f"interrupted by signal {exc.signum}; {fate}")
+    return IssueRolledBack(f"issue failed after minting ({cause_text(exc)}); {fate}")
 
 
 @contextlib.contextmanager
@@ -194,7 +243,6 @@ def mint_one(
     ttl_cap: int | None = None,
 ) -> MintedCredential:
     provider = broker.config.providers[request.provider]
-    broker.store.add_credential(session_id, request.name, provider.name, provider.type_name)
     ttl = decision.credential(request.name).ttl
     assert ttl is not None
     if ttl_cap is not None:
@@ -207,10 +255,15 @@ def mint_one(
         session_expires_at=expires_at,
         mount_dir=manifest.sandbox.mount_path / request.name,
     )
+    planned = provider.planned_reference(request, context)
+    broker.store.add_credential(session_id, request.name, provider.name, provider.type_name, planned)
     started = time.monotonic()
     event(LOG, "mint", credential=request.name, provider=provider.name, type=provider.type_name, ttl=ttl)
     try:
         minted = provider.mint(request, context)
+    except MintRejected as exc:
+        outcome = withhold(broker, manifest, decision, request, exc.credential, session_id, why=exc.message)
+        raise ProviderError(f"{exc.message}; {fate(outcome)}", retryable=False) from None
     except BrokerError as exc:
         broker.store.set_credential_state(session_id, request.name, "failed")
         event(
@@ -243,52 +296,46 @@ def record_minted(
     session_id: str,
     **extra: Any,
 ) -> None:
-    provider = broker.config.providers[request.provider]
+    """Keep its revocation secret, store its reference, log it; if any of that fails, withhold it."""
     fingerprint = broker.keys.fingerprint(credential.secret)
-    if credential.revoke_secret is not None:
-        broker.keepsafe.put(broker.runtime, session_id, request.name, credential.revoke_secret)
-    broker.store.credential_minted(
-        session_id,
-        request.name,
-        reference=credential.reference,
-        scope=credential.scope,
-        expires_at=credential.expires_at,
-        fingerprint=fingerprint,
-    )
-    broker.log.append(
-        "credential.issued",
-        session=session_id,
-        task=manifest.task,
-        requester=str(broker.requester),
-        credential=request.name,
-        provider=provider.name,
-        type=provider.type_name,
-        rule=decision.credential(request.name).rule,
-        scope=dict(credential.scope),
-        expires_at=iso(credential.expires_at),
-        reference=dict(credential.reference),
-        fingerprint=fingerprint,
-        **extra,
-    )
+    try:
+        if credential.revoke_secret is not None:
+            broker.keepsafe.put(broker.runtime, session_id, request.name, credential.revoke_secret)
+        broker.store.credential_minted(
+            session_id,
+            request.name,
+            reference=credential.reference,
+            scope=credential.scope,
+            expires_at=credential.expires_at,
+            fingerprint=fingerprint,
+        )
+        broker.log.append(
+            "credential.issued", **issued_fields(broker, manifest, decision, request, credential, session_id), **extra
+        )
+    except BaseException as exc:
+        withhold(broker, manifest, decision, request, credential, session_id, why=f"not recorded: {cause_text(exc)}")
+        raise
 
 
 def _roll_back(
     broker: Broker, manifest: Manifest, session_id: str, directory: SessionDirectory, cause: BaseException
-) -> None:
-    """Revoke whatever was minted, remove the directory, mark the session failed."""
+) -> tuple[bool, list[str]]:
+    """Revoke whatever was minted, remove the directory, mark the session failed.
+
+    Returns whether anything had been minted and which credentials stay pending.
+    A credential still ``minting`` (its provider call ended without an answer
+    the broker kept) is looked for at its provider, as ``sweep`` does.
+    """
     requester = str(broker.requester)
     now = broker.clock()
-    pending = []
     for record in broker.store.credentials(session_id):
-        if record.state == "minting":
-            broker.store.set_credential_state(session_id, record.name, "failed")
-        elif record.state == "active":
-            outcome = revoke_credential(broker, session_id, manifest.task, record, now, reason="rollback")
-            if outcome == "pending":
-                pending.append(record.name)
+        if record.state in ("minting", "active"):
+            revoke_credential(broker, session_id, manifest.task, record, now, reason="rollback")
     with contextlib.suppress(OSError):  # sweep removes orphaned directories
         directory.remove()
     broker.store.set_session_state(session_id, "failed")
+    records = broker.store.credentials(session_id)
+    pending = [r.name for r in records if r.state not in (*SETTLED_OUTCOMES, "failed")]
     reason = cause.message if isinstance(cause, BrokerError) else type(cause).__name__
     broker.log.append(
         "session.revoked",
@@ -298,8 +345,7 @@ def _roll_back(
         reason=f"issue failed: {reason}",
         pending=pending,
     )
-    if pending and isinstance(cause, ProviderError):
-        cause.message += f" (rollback left {', '.join(pending)} pending for broker sweep)"
+    return any(r.state != "failed" for r in records), pending
 
 
 def session_document(

@@ -74,7 +74,7 @@ class KeepSafe:
     def get(self, session_id: str, name: str) -> Secret | None:
         try:
             fd = os.open(self.path / self._file(session_id, name), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # nothing kept, or no usable keep-safe to keep it in
             return None
         try:
             data = os.read(fd, 64 * 1024)
@@ -87,7 +87,7 @@ class KeepSafe:
             os.rename(self.path / self._file(session_id, name), self.path / self._file(session_id, new_name))
 
     def drop(self, session_id: str, name: str) -> None:
-        with contextlib.suppress(FileNotFoundError):
+        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
             os.unlink(self.path / self._file(session_id, name))
 
     def held(self) -> list[tuple[str, str]]:

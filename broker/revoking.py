@@ -17,9 +17,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from broker.core import Broker, preload_providers
-from broker.errors import ProviderError, UnknownSession
+from broker.errors import BrokerError, ProviderError, UnknownSession
 from broker.locks import holding, session_lock
 from broker.logs import event
+from broker.secret import Secret
 from broker.sessiondir import remove_session_path
 from broker.store import UNSETTLED_CREDENTIAL_STATES, CredentialRecord, SessionRecord
 from broker.timeutil import iso
@@ -120,9 +121,23 @@ def _remove_directory(broker: Broker, session: SessionRecord) -> bool:
 
 
 def revoke_credential(
-    broker: Broker, session_id: str, task: str, record: CredentialRecord, now: datetime, *, reason: str
+    broker: Broker,
+    session_id: str,
+    task: str,
+    record: CredentialRecord,
+    now: datetime,
+    *,
+    reason: str,
+    revoke_secret: Secret | None = None,
+    best_effort: bool = False,
 ) -> str:
-    """Revoke one credential with bounded retries; store and log the outcome."""
+    """Revoke one credential with bounded retries; store and log the outcome.
+
+    ``revoke_secret`` is one still held in memory (a credential the store may
+    not know yet); kept on the keep-safe when the revocation stays pending.
+    With ``best_effort`` a store or log that cannot be written does not hide
+    the outcome: it is returned all the same (and said on stderr).
+    """
     provider = broker.config.providers.get(record.provider)
     requester = str(broker.requester)
     error = ""
@@ -136,12 +151,13 @@ def revoke_credential(
             name=record.name,
             reference=record.reference,
             expires_at=record.expires_at,
-            revoke_secret=broker.keepsafe.get(session_id, record.name),
+            revoke_secret=revoke_secret if revoke_secret is not None else broker.keepsafe.get(session_id, record.name),
         )
         outcome, error = _attempt(provider.revoke, target, now)
         if outcome != "pending":
             broker.keepsafe.drop(session_id, record.name)
-    broker.store.set_credential_state(session_id, record.name, outcome)
+        elif revoke_secret is not None:
+            _keep(broker, session_id, record.name, revoke_secret)
     common = {
         "session": session_id,
         "task": task,
@@ -152,11 +168,30 @@ def revoke_credential(
         "reference": dict(record.reference),
         "reason": reason,
     }
-    if outcome == "pending":
-        broker.log.append("credential.revoke_failed", error=error, **common)  # type: ignore[arg-type]
-    else:
-        broker.log.append("credential.revoked", outcome=outcome, **common)  # type: ignore[arg-type]
+    try:
+        broker.store.set_credential_state(session_id, record.name, outcome)
+        if outcome == "pending":
+            broker.log.append("credential.revoke_failed", error=error, **common)  # type: ignore[arg-type]
+        else:
+            broker.log.append("credential.revoked", outcome=outcome, **common)  # type: ignore[arg-type]
+    except (BrokerError, OSError) as exc:
+        if not best_effort:
+            raise
+        LOG.warning(
+            "revocation outcome not recorded",
+            extra={
+                "broker_fields": {**common, "outcome": outcome, "fingerprint": record.fingerprint, "error": str(exc)}
+            },
+        )
     return outcome
+
+
+def _keep(broker: Broker, session_id: str, name: str, revoke_secret: Secret) -> None:
+    """Put a revocation secret on the keep-safe so sweep can retry; without it the credential waits out its life."""
+    try:
+        broker.keepsafe.put(broker.runtime, session_id, name, revoke_secret)
+    except (BrokerError, OSError) as exc:
+        LOG.warning("revocation secret not kept", extra={"broker_fields": {"credential": name, "error": str(exc)}})
 
 
 def _settle_minting(
@@ -164,14 +199,15 @@ def _settle_minting(
 ) -> tuple[str, str]:
     """A credential the broker stopped minting: did the provider mint it after all?
 
-    Providers that can search (Vault, by token metadata) answer; whatever they
-    find is revoked. For the others the credential stays pending until it must
-    have expired: the session's end, plus the provider's fixed lifetime for
+    Providers that can search (Vault, by token metadata) answer, AWS names the
+    session from the reference planned before the call; whatever they find is
+    revoked. For the others the credential stays pending until it must have
+    expired: the session's end, plus the provider's fixed lifetime for
     credentials that cannot be shortened (GitHub's hour).
     """
     provider = broker.config.providers[record.provider]
     try:
-        found = provider.find_minted(session_id, record.name)
+        found = provider.find_minted(session_id, record.name, record.reference)
     except ProviderError as exc:
         return "pending", f"could not search the provider: {exc.message}"
     outcomes = []

@@ -4,8 +4,9 @@
 is the embedded implementation in ``state_dir/sessions.db`` (WAL, one
 transaction per step, synchronous=FULL so each step is durable before the
 next begins). A credential is recorded as ``minting`` before the provider
-call and ``active`` with its non-secret reference after, so nothing minted is
-ever forgotten.
+call (with what its reference will hold that is known before: an AWS session
+name) and ``active`` with its non-secret reference after, so nothing minted
+is ever forgotten.
 """
 
 from __future__ import annotations
@@ -84,7 +85,10 @@ class SessionStore(ABC):
     def set_session_document(self, session_id: str, document: Mapping[str, Any]) -> None: ...
 
     @abstractmethod
-    def add_credential(self, session_id: str, name: str, provider: str, type_name: str) -> None: ...
+    def add_credential(
+        self, session_id: str, name: str, provider: str, type_name: str, planned: Mapping[str, str]
+    ) -> None:
+        """Record a credential as ``minting``; ``planned`` is the part of its reference known before the call."""
 
     @abstractmethod
     def credential_minted(
@@ -256,11 +260,13 @@ class SqliteSessionStore(SessionStore):
         with self._tx() as conn:
             conn.execute("UPDATE sessions SET document=? WHERE id=?", (json.dumps(document), session_id))
 
-    def add_credential(self, session_id: str, name: str, provider: str, type_name: str) -> None:
+    def add_credential(
+        self, session_id: str, name: str, provider: str, type_name: str, planned: Mapping[str, str]
+    ) -> None:
         with self._tx() as conn:
             conn.execute(
-                "INSERT INTO credentials (session_id, name, provider, type, state) VALUES (?,?,?,?,?)",
-                (session_id, name, provider, type_name, "minting"),
+                "INSERT INTO credentials (session_id, name, provider, type, state, reference) VALUES (?,?,?,?,?,?)",
+                (session_id, name, provider, type_name, "minting", json.dumps(dict(planned))),
             )
 
     def credential_minted(

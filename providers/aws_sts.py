@@ -4,7 +4,10 @@ Mint checks the role with ``iam:GetRole`` (its ``RoleId`` keys revocation, its
 ``MaxSessionDuration`` caps the lifetime: moto does not enforce it, AWS does),
 assumes it with a session name unique per credential, the broker session id
 as ``SourceIdentity`` and ``broker:*`` session tags, then proves the new
-credentials with ``GetCallerIdentity``. Revocation with ``revoke =
+credentials with ``GetCallerIdentity``; an answer that fails that proof is
+raised as ``MintRejected`` so the core denies it like any other. The session
+name is known before AssumeRole and stored with the ``minting`` state, so a
+broker killed before the answer leaves ``sweep`` enough to deny the session. Revocation with ``revoke =
 "deny-policy"`` adds the session to the role's ``BrokerRevokedSessions``
 inline policy (layout in ``providers.aws_deny``, IAM writes in
 ``providers.aws_revoke``). botocore is imported on first use; manifest and grant
@@ -17,6 +20,7 @@ import contextlib
 import hashlib
 import re
 import threading
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -42,6 +46,7 @@ from providers.base import (
     HealthCheck,
     MintContext,
     MintedCredential,
+    MintRejected,
     Provider,
     RevokeOutcome,
     RevokeTarget,
@@ -245,28 +250,35 @@ class AwsStsProvider(Provider):
             problem = "AssumeRole returned malformed credentials"
         else:
             problem = self._verify_identity(credentials, assumed_role_id, (secret, token))
-        if problem:
-            self._cut_off(assumed_role_id, context, role, session_name)
-            raise ProviderError(f"aws {self.name}: {problem}; the session was not handed out")
-        assert isinstance(expiration, datetime)
-        expires_at = min(_aware(expiration), _aware(context.session_expires_at))
         digest = hashlib.sha256(request.policy_json.encode()).hexdigest() if request.policy_json else ""
+        reference = {
+            "access_key_id": access_key_id,
+            "assumed_role_id": assumed_role_id,
+            "role_arn": request.role_arn,
+            "role_id": str(role["RoleId"]),
+            "role_session_name": session_name,
+            "source_identity": context.session_id,
+            "policy_digest": f"sha256:{digest}" if digest else "",
+        }
+        if problem:  # the session exists at AWS: the core denies it by the name the broker chose
+            ends = _aware(expiration) if isinstance(expiration, datetime) else None
+            rejected = MintedCredential(
+                reference={**reference, "assumed_role_id": expected_id},
+                secret=secret,
+                files={},
+                expires_at=ends or datetime.now(UTC) + timedelta(seconds=context.ttl),
+                scope=request.scope(),
+            )
+            raise MintRejected(f"aws {self.name}: {problem}; the session was not handed out", rejected)
+        assert isinstance(expiration, datetime)
         return MintedCredential(
-            reference={
-                "access_key_id": access_key_id,
-                "assumed_role_id": assumed_role_id,
-                "role_arn": request.role_arn,
-                "role_id": str(role["RoleId"]),
-                "role_session_name": session_name,
-                "source_identity": context.session_id,
-                "policy_digest": f"sha256:{digest}" if digest else "",
-            },
+            reference=reference,
             secret=secret,
             files={
                 "credentials": self._credentials_file(access_key_id, secret, token),
                 "config": self._config_file(),
             },
-            expires_at=expires_at,
+            expires_at=min(_aware(expiration), _aware(context.session_expires_at)),
             scope=request.scope(),
             env={
                 "AWS_SHARED_CREDENTIALS_FILE": str(context.mount_dir / "credentials"),
@@ -274,6 +286,39 @@ class AwsStsProvider(Provider):
                 "AWS_REGION": self.region,
             },
         )
+
+    def planned_reference(self, request: CredentialRequest, context: MintContext) -> dict[str, str]:
+        """The role and the session name: enough to deny a session whose AssumeRole answer never arrived."""
+        assert isinstance(request, AwsStsRequest)
+        return {
+            "role_arn": request.role_arn,
+            "role_session_name": role_session_name(context.session_id, request.name),
+            "source_identity": context.session_id,
+        }
+
+    def find_minted(self, session_id: str, credential: str, planned: Mapping[str, str]) -> list[dict[str, str]]:
+        """The session a crashed broker may have assumed, named from ``planned`` (AWS cannot list sessions).
+
+        It is returned whether or not AssumeRole ever ran: denying a session
+        name that was never used costs one deny entry until it would have expired.
+        """
+        role_arn, session_name = planned.get("role_arn", ""), planned.get("role_session_name", "")
+        if not ROLE_ARN.fullmatch(role_arn) or session_name != role_session_name(session_id, credential):
+            return []
+        role_name = role_arn.rsplit("/", 1)[-1]
+        with AwsErrors(self, "GetRole", missing_ok=True) as errors:
+            role_id = str(self.client("iam").get_role(RoleName=role_name)["Role"]["RoleId"])
+        if errors.missing:  # the role is gone, and its sessions with it
+            return []
+        return [
+            {
+                "role_arn": role_arn,
+                "role_id": role_id,
+                "assumed_role_id": f"{role_id}:{session_name}",
+                "role_session_name": session_name,
+                "source_identity": session_id,
+            }
+        ]
 
     def _role(self, role_name: str, role_arn: str) -> dict[str, Any]:
         with AwsErrors(self, "GetRole"):
@@ -299,15 +344,6 @@ class AwsStsProvider(Provider):
         if identity.get("UserId") != assumed_role_id:
             return "GetCallerIdentity with the new credentials names another identity"
         return ""
-
-    def _cut_off(self, assumed_role_id: str, context: MintContext, role: dict[str, Any], session_name: str) -> None:
-        """Best effort: deny a session that is not handed out (its credentials exist at AWS)."""
-        if self.revoke_mode != "deny-policy":
-            return
-        user_id = assumed_role_id or f"{role['RoleId']}:{session_name}"
-        expires = datetime.now(UTC) + timedelta(seconds=context.ttl)
-        with contextlib.suppress(ProviderError):
-            self._update_deny(str(role["RoleName"]), entries_for(user_id, context.session_id, expires))
 
     def _credentials_file(self, access_key_id: str, secret: Secret, token: Secret) -> Secret:
         return Secret(

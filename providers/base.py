@@ -31,6 +31,7 @@ __all__ = [
     "Grant",
     "HealthCheck",
     "MintContext",
+    "MintRejected",
     "MintedCredential",
     "Provider",
     "ProviderError",
@@ -125,6 +126,19 @@ class MintedCredential:
     revoke_secret: Secret | None = None
 
 
+class MintRejected(ProviderError):
+    """The provider returned a credential that fails a check after minting: it must not be handed out.
+
+    It exists at the provider all the same, so the provider does not drop it:
+    it raises this with the credential, and the core logs its fingerprint and
+    revokes it (or keeps it pending for ``sweep``) like any other.
+    """
+
+    def __init__(self, message: str, credential: MintedCredential) -> None:
+        super().__init__(message, retryable=False)
+        self.credential = credential
+
+
 @dataclass(frozen=True)
 class RevokeTarget:
     """What the store remembers about a credential, enough to revoke it."""
@@ -197,13 +211,17 @@ class Provider(ABC):
         for module in self.sdk_modules:
             importlib.import_module(module)
 
-    def find_minted(self, session_id: str, credential: str) -> list[dict[str, str]]:
+    def planned_reference(self, request: CredentialRequest, context: MintContext) -> dict[str, str]:
+        """What the reference will hold that is known before minting (stored with the ``minting`` state)."""
+        return {}
+
+    def find_minted(self, session_id: str, credential: str, planned: Mapping[str, str]) -> list[dict[str, str]]:
         """References of credentials this provider minted for a session that the store never heard of.
 
         ``sweep`` asks after a crash between the provider call and the store
-        update. Providers that cannot search (GitHub, AWS) return nothing:
-        their credentials expire on their own (an hour at most for GitHub;
-        AWS sessions are found by the deny list's session name on revoke).
+        update; ``planned`` is what ``planned_reference`` said before the call.
+        Vault searches token metadata; AWS names the session from ``planned``;
+        GitHub cannot search and returns nothing: its tokens expire within the hour.
         """
         return []
 

@@ -6,7 +6,7 @@ owner), and mints with an explicit repository list and explicit permissions,
 never an empty list, never without permissions, since either would widen the
 token to everything the installation has. The answer is compared with the
 request (GitHub adds ``metadata: read`` to every token on its own; anything
-else extra makes the broker revoke the token at once and fail). Tokens live
+else extra fails the mint, and the core revokes the token at once). Tokens live
 one hour at GitHub and cannot be shortened; the credential's ``expires_at``
 is capped at the session's, and the core revokes then. Revocation is
 ``DELETE /installation/token`` with the token itself, which the core keeps on
@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 from urllib.parse import quote
 
 from broker.errors import BrokerError, ProviderError
@@ -36,6 +36,7 @@ from providers.base import (
     HealthCheck,
     MintContext,
     MintedCredential,
+    MintRejected,
     Provider,
     RevokeOutcome,
     RevokeTarget,
@@ -142,16 +143,17 @@ class GitHubAppProvider(Provider):
         if response.status != 201:
             raise self._failure(response, f"token create for {request.owner}")
         token, github_expiry = self._read_token(response)
-        self._check_granted(request, response, token)
         now = datetime.fromtimestamp(self.clock(), UTC)
-        expires_at = min(github_expiry, _aware(context.session_expires_at), now + timedelta(seconds=context.ttl))
-        return MintedCredential(
+        latest = now + timedelta(seconds=self.fixed_lifetime)
+        token_end = github_expiry or latest
+        expires_at = min(token_end, _aware(context.session_expires_at), now + timedelta(seconds=context.ttl))
+        minted = MintedCredential(
             reference={
                 "installation_id": installation,
                 "owner": request.owner,
                 # GitHub's own end of the token (whole seconds, rounded up): a token whose kept copy
                 # is lost is live until then, whatever the session's end.
-                "token_expires_at": iso(github_expiry + timedelta(microseconds=999_999)),
+                "token_expires_at": iso(token_end + timedelta(microseconds=999_999)),
             },
             secret=token,
             files={"token": token, "gitconfig": config},
@@ -160,6 +162,12 @@ class GitHubAppProvider(Provider):
             env={"GIT_CONFIG_GLOBAL": str(context.mount_dir / "gitconfig")},
             revoke_secret=token,
         )
+        problem = (
+            self._granted_problem(request, response) if github_expiry else "its expires_at is missing or unreadable"
+        )
+        if problem:  # the core revokes it (one path for every provider), never handed out
+            raise MintRejected(f"github {self.name}: GitHub returned a token but {problem}", minted)
+        return minted
 
     def installation_id(self, owner: str, repo: str) -> str:
         """The App's installation on ``owner`` (cached per owner for this object's lifetime)."""
@@ -259,24 +267,20 @@ class GitHubAppProvider(Provider):
         listed = ", ".join(accounts[:5]) + (", ..." if len(accounts) > 5 else "")
         return ("installations", True, f"{len(accounts)} installation(s): {listed}")
 
-    def _read_token(self, response: ApiResponse) -> tuple[Secret, datetime]:
+    def _read_token(self, response: ApiResponse) -> tuple[Secret, datetime | None]:
         body = response.body if isinstance(response.body, dict) else {}
         raw = body.get("token")
         if not isinstance(raw, str) or not TOKEN.fullmatch(raw):
             raise ProviderError(f"github {self.name}: token create returned no usable token")
-        token = Secret(raw)
-        expiry = _parse_time(body.get("expires_at"))
-        if expiry is None:
-            self._revoke_now(token, "its expires_at is missing or unreadable")
-        return token, expiry
+        return Secret(raw), _parse_time(body.get("expires_at"))
 
-    def _check_granted(self, request: GitHubRequest, response: ApiResponse, token: Secret) -> None:
-        """Revoke and fail unless GitHub granted exactly what was asked (plus metadata: read)."""
+    def _granted_problem(self, request: GitHubRequest, response: ApiResponse) -> str:
+        """Why the token is not exactly what was asked (plus metadata: read), or "" when it is."""
         body: dict[str, Any] = response.body
         asked = request.permission_map()
         granted = body.get("permissions")
         if not isinstance(granted, dict):
-            self._revoke_now(token, "the answer does not say which permissions it carries")
+            return "the answer does not say which permissions it carries"
         implicit_name, implicit_level = IMPLICIT_PERMISSION
         if implicit_name not in asked and granted.get(implicit_name) == implicit_level:
             granted = {k: v for k, v in granted.items() if k != implicit_name}
@@ -285,7 +289,7 @@ class GitHubAppProvider(Provider):
                 [f"+{k}: {v}" for k, v in granted.items() if asked.get(k) != v]
                 + [f"-{k}: {v}" for k, v in asked.items() if granted.get(k) != v]
             )
-            self._revoke_now(token, f"its permissions differ from the request ({', '.join(diff)[:200]})")
+            return f"its permissions differ from the request ({', '.join(diff)[:200]})"
         repos = body.get("repositories")
         names = (
             {str(r.get("full_name", "")).lower() for r in repos if isinstance(r, dict)}
@@ -293,18 +297,8 @@ class GitHubAppProvider(Provider):
             else None
         )
         if body.get("repository_selection") != "selected" or names != {r.lower() for r in request.repositories}:
-            self._revoke_now(token, "its repositories differ from the request")
-
-    def _revoke_now(self, token: Secret, why: str) -> NoReturn:
-        """Revoke a token that must not be handed out, then fail naming why (never the token)."""
-        outcome = "revoked it"
-        try:
-            response = self.api.call("DELETE", "/installation/token", what="token revoke", token=token)
-            if response.status not in (204, 401):
-                outcome = f"revoking it failed ({response.message()}); it stays valid up to one hour"
-        except ProviderError:
-            outcome = "revoking it failed (unreachable); it stays valid up to one hour"
-        raise ProviderError(f"github {self.name}: GitHub returned a token but {why}; {outcome}")
+            return "its repositories differ from the request"
+        return ""
 
     def revoke(self, target: RevokeTarget, now: datetime) -> RevokeOutcome:
         if target.revoke_secret is None:  # the keep-safe was lost (a reboot): only GitHub's hour ends it

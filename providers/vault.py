@@ -31,6 +31,7 @@ from providers.base import (
     HealthCheck,
     MintContext,
     MintedCredential,
+    MintRejected,
     Provider,
     RevokeOutcome,
     RevokeTarget,
@@ -40,6 +41,8 @@ from providers.urls import is_loopback_host
 from providers.vault_identity import entity_check, minted_problems
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     import hvac
 
 POLICY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
@@ -218,11 +221,10 @@ class VaultProvider(Provider):
         accessor = str(auth.get("accessor", ""))
         if not accessor or not len(token):
             raise ProviderError(f"vault {self.name}: token create returned no token or accessor")
-        self.verify_minted(accessor, request.policies)
         lease = int(auth.get("lease_duration") or context.ttl)
         issued = datetime.now().astimezone()
         expires_at = min(issued + timedelta(seconds=min(lease, context.ttl)), context.session_expires_at)
-        return MintedCredential(
+        minted = MintedCredential(
             reference={"accessor": accessor},
             secret=token,
             files={"token": token},
@@ -230,24 +232,22 @@ class VaultProvider(Provider):
             scope=request.scope(),
             env={"VAULT_ADDR": self.addr},
         )
+        problems = self.minted_problems(accessor, request.policies)
+        if problems:
+            # The core logs its fingerprint and revokes it (or keeps it pending for sweep).
+            raise MintRejected(
+                f"vault {self.name}: refused the new session token (accessor {accessor}): {'; '.join(problems)}",
+                minted,
+            )
+        return minted
 
-    def verify_minted(self, accessor: str, policies: tuple[str, ...]) -> None:
-        """Look the new token up; revoke it and fail unless it carries exactly ``policies`` and nothing else."""
+    def minted_problems(self, accessor: str, policies: tuple[str, ...]) -> list[str]:
+        """What is wrong with a new token, looked up by accessor: anything but exactly ``policies``, no entity."""
         try:
             facts = self.lookup_accessor(accessor)
-            problems = minted_problems(facts, policies) if facts is not None else [_UNSEEN]
         except ProviderError as exc:
-            problems = [exc.message]
-        if not problems:
-            return
-        try:
-            self._revoke_accessor(accessor)
-            outcome = "revoked it"
-        except ProviderError as exc:
-            outcome = f"revoking it failed too ({exc.message})"
-        raise ProviderError(
-            f"vault {self.name}: refused the new session token (accessor {accessor}): {'; '.join(problems)}; {outcome}"
-        )
+            return [exc.message]
+        return minted_problems(facts, policies) if facts is not None else [_UNSEEN]
 
     def revoke(self, target: RevokeTarget, now: datetime) -> RevokeOutcome:
         accessor = target.reference.get("accessor", "")
@@ -286,7 +286,7 @@ class VaultProvider(Provider):
         result: dict[str, Any] = data.get("data") or {}
         return result
 
-    def find_minted(self, session_id: str, credential: str) -> list[dict[str, str]]:
+    def find_minted(self, session_id: str, credential: str, planned: Mapping[str, str]) -> list[dict[str, str]]:
         """Tokens carrying this session's metadata (needs ``list`` on ``auth/token/accessors``)."""
         client = self.client()
         with self._errors("list accessors"):

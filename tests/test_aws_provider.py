@@ -40,7 +40,7 @@ from providers.aws_errors import AwsErrors
 from providers.aws_request import AwsStsGrant, AwsStsRequest
 from providers.aws_session_policy import pattern_within
 from providers.aws_sts import AwsStsProvider, role_session_name
-from providers.base import MintContext, MintedCredential, RevokeOutcome, RevokeTarget
+from providers.base import MintContext, MintedCredential, MintRejected, RevokeOutcome, RevokeTarget
 from providers.registry import provider_class
 from tests.fixtures.aws import (
     ACCOUNT,
@@ -893,9 +893,17 @@ def test_canary_secrets_never_in_errors_or_reprs(
         aws_provider.mint(parse({"role_arn": ROLE_ARN}), context())
     error = caught.value
     assert "not handed out" in error.message
-    texts = [str(error), repr(error), error.message, repr(error.__cause__), repr(error.__context__)]
+    assert isinstance(error, MintRejected)
+    rejected = error.credential
+    texts = [str(error), repr(error), error.message, repr(error.__cause__), repr(error.__context__), repr(rejected)]
     assert all(secret not in text for secret in seen for text in texts)
-    # The session exists at AWS, so it was denied at once.
+    # The session exists at AWS: the rejection carries what the core needs to deny it at once.
+    assert (
+        rejected.reference["assumed_role_id"]
+        == f"{aws_role.role_id}:{role_session_name('s-4k2j9x7q3m1p', 'artifacts')}"
+    )
+    target = RevokeTarget(name="artifacts", reference=rejected.reference, expires_at=rejected.expires_at)
+    assert aws_provider.revoke(target, datetime.now(UTC)) == RevokeOutcome.REVOKED
     assert denied(aws_role).values(SOURCE_IDENTITY) == ["s-4k2j9x7q3m1p"]
 
     monkeypatch.setattr(AwsStsProvider, "_make_client", real)

@@ -19,7 +19,7 @@ from broker.errors import ConfigError, ManifestError, PolicyFileError, ProviderE
 from broker.fields import Fields
 from broker.secret import Secret
 from broker.timeutil import iso
-from providers.base import MintContext, MintedCredential, RevokeOutcome, RevokeTarget
+from providers.base import MintContext, MintedCredential, MintRejected, RevokeOutcome, RevokeTarget
 from providers.github_app import GitHubAppProvider, GitHubGrant, GitHubRequest
 from providers.github_git import GitHost, git_host, gitconfig
 from providers.github_http import RetryPolicy
@@ -468,10 +468,15 @@ def test_more_than_the_installation_has_is_refused(
 def test_a_wider_token_than_asked_is_revoked(
     make_github_provider: MakeProvider, github_emulator: GitHubAppEmulator, wider: str
 ) -> None:
+    """The provider refuses to hand it out and passes it on, so the core can revoke it like any other."""
     github_emulator.state.overgrant = wider
-    with pytest.raises(ProviderError, match=f"its {wider} differ from the request.*revoked it"):
-        make_github_provider().mint(parse(ASK), context())
+    provider = make_github_provider()
+    with pytest.raises(MintRejected, match=f"its {wider} differ from the request") as caught:
+        provider.mint(parse(ASK), context())
     [token] = github_emulator.state.tokens
+    rejected = caught.value.credential
+    assert rejected.secret.reveal() == token and token not in str(caught.value) + repr(rejected)
+    assert provider.revoke(target(rejected), datetime.now(UTC)) == RevokeOutcome.REVOKED
     assert github_emulator.token_state(token) == "revoked"
 
 

@@ -81,6 +81,6 @@ def test_the_session_file_is_written_but_never_through_a_symlink(tmp_path: Path)
         theirs = tmp_path / "theirs"
         theirs.write_text("theirs")
         os.chown(theirs, 1000, 1000)
-        with pytest.raises(BadInput, match="not a regular file of the broker's user"):
+        with pytest.raises(BadInput, match="belongs to another user"):
             write_session_file(theirs, "s-4k2j9x7q3m1p")
         assert theirs.read_text() == "theirs"

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 import pytest
@@ -21,10 +24,13 @@ from broker.sessiondir import SESSION_TMPFS_MODE, SESSION_TMPFS_SIZE
 from broker.sweeping import SweepReport, sweep
 from broker.timeutil import parse_iso
 from tests.emulators.github_app import GitHubAppEmulator
+from tests.fixtures.aws import ACCOUNT, ROLE_ARN, AwsRole, iam_client
 from tests.fixtures.brokerenv import BrokerEnv, make_env
 from tests.fixtures.crash import (
     TWO_CREDENTIALS,
+    add_github,
     add_slow_vault,
+    github_tokens,
     issuing_session,
     start_issue,
     tokens_of,
@@ -81,6 +87,7 @@ def test_sigkill_between_two_mints_is_finished_by_sweep(vault_env: BrokerEnv, op
 
 
 def test_sigterm_during_issue_rolls_back(vault_env: BrokerEnv, openbao: OpenBao) -> None:
+    """One credential is minted when the signal comes: everything is revoked and the exit is 4."""
     with slow_proxy(urlparse(openbao.addr).port or 0, delay=2) as proxy:
         add_slow_vault(vault_env, proxy.addr)
         process = start_issue(vault_env, vault_env.write_task(TWO_CREDENTIALS))
@@ -88,8 +95,8 @@ def test_sigterm_during_issue_rolls_back(vault_env: BrokerEnv, openbao: OpenBao)
         session = issuing_session(vault_env)
         process.send_signal(signal.SIGTERM)
         _, stderr = process.communicate(timeout=30)
-    assert process.returncode == 128 + signal.SIGTERM, stderr
-    assert "interrupted by signal" in stderr
+    assert process.returncode == 4, stderr
+    assert stderr == "broker: error: interrupted by signal 15; what was minted has been rolled back\n"
     assert tokens_of(openbao, session) == []
     assert vault_env.session_dirs() == []
     assert vault_env.run("status", "--all", "--json").json()[0]["state"] == "failed"
@@ -340,3 +347,165 @@ def test_a_github_token_whose_kept_copy_is_lost_settles_as_expired_after_its_hou
         assert env.run("audit", "verify").code == 0
     finally:
         env.cleanup()
+
+
+# -- credentials minted but not recorded -------------------------------------------------
+
+
+def _withheld(env: BrokerEnv) -> dict[str, Any]:
+    [record] = [r for r in env.log_records() if r["event"] == "credential.issued" and "withheld" in r]
+    return record
+
+
+def _lookup(env: BrokerEnv, secret: str) -> list[dict[str, Any]]:
+    leaked = env.root / "leaked"
+    leaked.write_text(secret)
+    result = env.run("audit", "lookup", "--secret-file", str(leaked), "--json")
+    assert result.code == 0, result.stderr
+    found: list[dict[str, Any]] = result.json()
+    return found
+
+
+@pytest.mark.server
+def test_a_token_the_keep_safe_cannot_hold_is_revoked_at_once(
+    broker_env: BrokerEnv, github_emulator: GitHubAppEmulator, github_app_keys: AppKeys
+) -> None:
+    task = add_github(broker_env, github_emulator, github_app_keys)
+    broker_env.runtime_dir.mkdir(mode=0o711)
+    (broker_env.runtime_dir / ".keep").write_text("not a directory")  # the keep-safe write fails after the mint
+    result = broker_env.run("issue", "--task", str(task), "--json")
+    assert result.code == 4, result.stderr
+    assert "what was minted has been rolled back" in result.stderr
+    [(token, state)] = github_tokens(github_emulator).items()
+    assert state == "revoked"
+    record = _withheld(broker_env)
+    assert record["withheld"].startswith("not recorded: ") and record["fingerprint"].startswith("hmac-sha256:")
+    assert [m["credential"] for m in _lookup(broker_env, token)] == ["repo"]  # found by its fingerprint
+    revoked = [r for r in broker_env.log_records() if r["event"] == "credential.revoked"]
+    assert [(r["reason"], r["outcome"]) for r in revoked] == [("withheld", "revoked")]
+    assert broker_env.run("audit", "verify").code == 0
+
+
+@pytest.mark.server
+def test_a_store_write_failing_after_a_mint_still_revokes_it(vault_env: BrokerEnv, openbao: OpenBao) -> None:
+    """The store refuses to record the minted token (a trigger in its database makes the write fail)."""
+    assert vault_env.run("status").code == 0  # creates the store
+    with contextlib.closing(sqlite3.connect(vault_env.state_dir / "sessions.db")) as db:
+        db.execute(
+            "CREATE TRIGGER refuse_active BEFORE UPDATE ON credentials WHEN NEW.state = 'active'"
+            " BEGIN SELECT RAISE(ABORT, 'disk I/O error'); END"
+        )
+        db.commit()
+    result = vault_env.run("issue", "--task", str(vault_env.write_task(VAULT_TASK)), "--json")
+    assert result.code == 4, result.stderr
+    assert "session store" in result.stderr and "what was minted has been rolled back" in result.stderr
+    record = _withheld(vault_env)
+    assert record["reference"]["accessor"] and record["fingerprint"].startswith("hmac-sha256:")
+    assert not openbao.accessor_exists(record["reference"]["accessor"])
+    assert tokens_of(openbao, record["session"]) == []
+    [session] = vault_env.run("status", "--all", "--json").json()
+    assert session["state"] == "failed" and session["credentials"][0]["state"] == "revoked"
+
+
+@pytest.mark.server
+def test_a_rejected_token_whose_revocation_fails_stays_pending_until_sweep(
+    broker_env: BrokerEnv, github_emulator: GitHubAppEmulator, github_app_keys: AppKeys
+) -> None:
+    task = add_github(broker_env, github_emulator, github_app_keys)
+    github_emulator.state.overgrant = "permissions"  # fails the post-mint check
+    github_emulator.fail_revocations = True  # and the immediate revoke
+    result = broker_env.run("issue", "--task", str(task), "--json")
+    assert result.code == 4, result.stderr
+    assert "its permissions differ from the request" in result.stderr
+    assert "revoking it failed; it stays pending for broker sweep" in result.stderr
+    [(token, state)] = github_tokens(github_emulator).items()
+    assert state == "valid"
+    assert token not in result.stderr
+    [session] = broker_env.run("status", "--all", "--json").json()
+    assert session["credentials"][0]["state"] == "pending"
+    assert [m["credential"] for m in _lookup(broker_env, token)] == ["repo"]
+    assert "credential.revoke_failed" in broker_env.events()
+    assert broker_env.run("sweep", "--json").code == 5  # GitHub still refuses
+    github_emulator.fail_revocations = False
+    swept = broker_env.run("sweep", "--json")
+    assert swept.code == 0, swept.stderr
+    assert github_emulator.token_state(token) == "revoked"
+    assert broker_env.run("status", "--all", "--json").json()[0]["credentials"][0]["state"] == "revoked"
+    assert broker_env.run("audit", "verify").code == 0
+
+
+AWS_POLICY = f"""
+rules:
+  - id: agents
+    tasks: ["fix-*"]
+    sandbox_uids: ["0-65534"]
+    sandbox_gids: ["0-65534"]
+    grants:
+      - {{provider: aws, roles: ["{ROLE_ARN}"], actions: ["s3:GetObject"]}}
+"""
+AWS_TASK = f"""
+version: 1
+task: fix-build-5
+ttl: 20m
+sandbox: {{uid: 1000, gid: 1000, mount_path: /run/secrets}}
+credentials:
+  - name: artifacts
+    provider: aws
+    role_arn: {ROLE_ARN}
+    ttl: 15m
+    session_policy:
+      Version: "2012-10-17"
+      Statement:
+        - {{Effect: Allow, Action: ["s3:GetObject"], Resource: ["arn:aws:s3:::ci-artifacts/*"]}}
+"""
+
+
+@pytest.mark.server
+@pytest.mark.skipif(os.geteuid() != 0, reason="issues files for uid 1000")
+def test_sigkill_before_the_assume_role_answer_is_denied_by_sweep(broker_env: BrokerEnv, aws_role: AwsRole) -> None:
+    """AWS has assumed the role, the broker is killed before it hears back: the store knows only the
+    credential's name, and sweep denies the session by the name the broker gave it."""
+    moto_port = urlparse(aws_role.endpoint_url).port or 0
+    with slow_proxy(moto_port, delay=60, hold=b"Action=AssumeRole") as proxy:
+        broker_env.add_provider(
+            "aws", {"type": "aws_sts", "region": "us-east-1", "endpoint_url": proxy.addr, "timeout": 90}
+        )
+        broker_env.write_policy(AWS_POLICY)
+        process = start_issue(broker_env, broker_env.write_task(AWS_TASK))
+        try:
+            wait_for(lambda: bool(_assumed_sessions()) or process.poll() is not None)
+            assert process.poll() is None, process.communicate()
+            [session_name] = _assumed_sessions()
+            process.send_signal(signal.SIGKILL)
+            process.wait(10)
+        finally:
+            process.kill()
+        session = session_name.split(".")[0]
+        [live] = broker_env.run("status", "--json").json()
+        assert (live["session"], live["state"], live["credentials"][0]["state"]) == (session, "issuing", "minting")
+        result = broker_env.run("sweep", "--json")
+    assert result.code == 0, result.stderr
+    assert result.json()["recovered"] == [session]
+    document = json.dumps(deny_document(aws_role))
+    assert f"{aws_role.role_id}:{session_name}" in document
+    assert credential_state(broker_env) == "revoked"
+    assert broker_env.run("audit", "verify").code == 0
+
+
+def _assumed_sessions() -> list[str]:
+    from moto.sts.models import sts_backends
+
+    return [role.session_name for role in sts_backends[ACCOUNT]["aws"].assumed_roles]
+
+
+def deny_document(role: AwsRole) -> dict[str, Any]:
+    from providers.aws_deny import POLICY_NAME
+
+    response = iam_client(role.endpoint_url).get_role_policy(RoleName=role.name, PolicyName=POLICY_NAME)
+    document: dict[str, Any] = response["PolicyDocument"]
+    return document
+
+
+def credential_state(env: BrokerEnv) -> str:
+    [session] = env.run("status", "--all", "--json").json()
+    return str(session["credentials"][0]["state"])

@@ -299,10 +299,13 @@ def test_a_session_token_carrying_the_brokers_entity_is_revoked_and_issue_exits_
         assert "it is not an orphan" in message and message.endswith("; revoked it\n")
         accessor = message.split("(accessor ", 1)[1].split(")", 1)[0]
         assert not openbao.accessor_exists(accessor)  # revoked at OpenBao, not merely forgotten
-        assert not [r for r in env.log_records() if r["event"] == "credential.issued"]
+        # Logged as withheld, with its fingerprint (audit lookup finds it), then revoked.
+        [issued] = [r for r in env.log_records() if r["event"] == "credential.issued"]
+        assert "refused the new session token" in issued["withheld"]
+        assert issued["fingerprint"].startswith("hmac-sha256:")
         assert env.session_dirs() == []
         ended = env.run("status", "--all", "--json").json()
-        assert [(s["state"], s["credentials"][0]["state"]) for s in ended] == [("failed", "failed")]
+        assert [(s["state"], s["credentials"][0]["state"]) for s in ended] == [("failed", "revoked")]
     finally:
         env.cleanup()
 

@@ -166,8 +166,8 @@ MANIFEST = (
         (
             Key("Sid", "string", False, "Statement id."),
             Key("Effect", "Allow | Deny", True, "Deny statements are always allowed by policy."),
-            Key("Action", "string or list", True, "NotAction is refused."),
-            Key("Resource", "string or list", True, "NotResource is refused."),
+            Key("Action", "string or list", True, "NotAction is denied by every grant (exit 3, logged)."),
+            Key("Resource", "string or list", True, "NotResource is denied by every grant (exit 3, logged)."),
             Key("Condition", "table", False, "IAM condition block."),
         ),
     ),

@@ -39,7 +39,7 @@ class Config:
     audit_key: Path
     default_ttl: int
     max_ttl: int
-    mount_tmpfs: str  # auto: mount a tmpfs per session when running as root
+    mount_tmpfs: str  # auto: mount a tmpfs per session when the broker holds CAP_SYS_ADMIN
     providers: dict[str, Provider]
 
     def provider(self, name: str) -> Provider:

@@ -53,7 +53,8 @@ CONFIG = (
                 "mount_tmpfs",
                 "auto | always | never",
                 False,
-                "auto: a tmpfs per session when running as root; never: runtime_dir itself must be tmpfs.",
+                "auto: a tmpfs per session when the broker holds CAP_SYS_ADMIN (else runtime_dir must be tmpfs);"
+                " never: runtime_dir itself must be tmpfs.",
                 "auto",
             ),
             Key("providers", "table", False, "One [providers.NAME] table per provider instance."),

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 
 from broker.errors import ConfigError
 from broker.fields import Fields, shown
+from broker.inputfiles import read_regular_file, shown_path
+from broker.strictdata import elided
 from providers.registry import known_types, provider_class
 
 if TYPE_CHECKING:
@@ -42,7 +44,7 @@ class Config:
     audit_key: Path
     default_ttl: int
     max_ttl: int
-    mount_tmpfs: str  # auto: mount a tmpfs per session when running as root
+    mount_tmpfs: str  # auto: mount a tmpfs per session when the broker holds CAP_SYS_ADMIN
     providers: dict[str, Provider]
 
     def provider(self, name: str) -> Provider:
@@ -85,26 +87,32 @@ def _home_directories() -> set[Path]:
 
 
 def load_config(path: Path) -> Config:
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read(MAX_CONFIG_BYTES + 1)
-    except FileNotFoundError:
-        raise ConfigError(f"config file {path} not found (use --config or BROKER_CONFIG)") from None
-    except IsADirectoryError:
-        raise ConfigError(f"config file {path} is a directory") from None
-    except OSError as exc:
-        raise ConfigError(f"config file {path}: {exc.strerror}") from None
-    if len(data) > MAX_CONFIG_BYTES:
-        raise ConfigError(f"config file {path} is larger than 256 KiB")
+    hint = " (use --config or BROKER_CONFIG)"
+    data, _ = read_regular_file(
+        path, what="config file", max_bytes=MAX_CONFIG_BYTES, error=ConfigError, missing_hint=hint
+    )
+    name = f"config file {shown_path(path)}"
     try:
         table = tomllib.loads(data.decode("utf-8"))
     except UnicodeDecodeError:
-        raise ConfigError(f"config file {path} is not valid UTF-8") from None
+        raise ConfigError(f"{name} is not valid UTF-8") from None
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+        raise ConfigError(f"{name} is not valid TOML{_toml_problem(str(exc))}") from None
     except (RecursionError, ValueError):  # nesting too deep, an integer of thousands of digits
-        raise ConfigError(f"config file {path} is not valid TOML: too deeply nested or a number too large") from None
+        raise ConfigError(f"{name} is not valid TOML: too deeply nested or a number too large") from None
     return parse_config(table, path)
+
+
+_TOML_WHERE = re.compile(r"(.*?) \((?:at line (\d+), column \d+|at end of document)\)")
+
+
+def _toml_problem(message: str) -> str:
+    """`` at line N: problem`` from tomllib's message, with any content it quotes elided."""
+    where = _TOML_WHERE.fullmatch(" ".join(message.split()))
+    if where is None:
+        return ": malformed"
+    line = f" at line {where.group(2)}" if where.group(2) else " at the end"
+    return f"{line}: {elided(where.group(1))}"
 
 
 def parse_config(table: object, path: Path) -> Config:

@@ -118,7 +118,7 @@ def check_runtime_dir(config: Config) -> Check:
     except BrokerError as exc:
         if "tmpfs" in exc.message:
             fix = (
-                'run the broker as root with mount_tmpfs = "auto" (a tmpfs per session),'
+                'run the broker as root with CAP_SYS_ADMIN and mount_tmpfs = "auto" (a tmpfs per session),'
                 f" or mount one there: mount -t tmpfs -o mode=0711,size=64m tmpfs {path}"
             )
         else:

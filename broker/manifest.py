@@ -17,6 +17,7 @@ from pathlib import Path, PurePosixPath
 from broker.config import Config
 from broker.errors import ManifestError
 from broker.fields import Fields, shown
+from broker.inputfiles import read_regular_file, shown_path
 from broker.strictdata import parse_document
 from providers.base import CredentialRequest
 
@@ -89,29 +90,26 @@ class Manifest:
 
 
 def read_manifest_bytes(source: str) -> tuple[bytes, bool]:
-    """The manifest's bytes (``-`` reads stdin) and whether to parse it as JSON."""
+    """The manifest's bytes (``-`` reads stdin) and whether to parse it as JSON.
+
+    A file must be a regular file (a symbolic link to one is followed: its
+    content is never echoed); a FIFO, a device or a directory is refused
+    without reading it.
+    """
     if source == "-":
         return sys.stdin.buffer.read(MAX_MANIFEST_BYTES + 1), False
-    path = Path(source)
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read(MAX_MANIFEST_BYTES + 1)
-    except FileNotFoundError:
-        raise ManifestError(f"task file {source} not found") from None
-    except IsADirectoryError:
-        raise ManifestError(f"task file {source} is a directory") from None
-    except OSError as exc:
-        raise ManifestError(f"task file {source}: {exc.strerror}") from None
-    return data, path.suffix.lower() == ".json"
+    data, _ = read_regular_file(source, what="task file", max_bytes=MAX_MANIFEST_BYTES, error=ManifestError)
+    return data, Path(source).suffix.lower() == ".json"
 
 
 def load_manifest(source: str, config: Config) -> Manifest:
     data, as_json = read_manifest_bytes(source)
-    return parse_manifest(data, config, as_json=as_json)
+    what = "manifest" if source == "-" else f"task file {shown_path(source)}"
+    return parse_manifest(data, config, as_json=as_json, what=what)
 
 
-def parse_manifest(data: bytes, config: Config, *, as_json: bool = False) -> Manifest:
-    document = parse_document(data, what="manifest", max_bytes=MAX_MANIFEST_BYTES, as_json=as_json, error=ManifestError)
+def parse_manifest(data: bytes, config: Config, *, as_json: bool = False, what: str = "manifest") -> Manifest:
+    document = parse_document(data, what=what, max_bytes=MAX_MANIFEST_BYTES, as_json=as_json, error=ManifestError)
     fields = Fields(document, "", ManifestError)
     version = fields.integer("version", required=True)
     if version != 1:

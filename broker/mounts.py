@@ -155,6 +155,25 @@ def is_mount_point(path: Path) -> bool:
     return str(path) in mount_points()
 
 
+CAP_SYS_ADMIN = 21
+
+
+def effective_capabilities() -> int:
+    """The ``CapEff`` bit mask of this process (0 when ``/proc`` does not say)."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as handle:
+            for line in handle:
+                if line.startswith("CapEff:"):
+                    return int(line.split()[1], 16)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
 def can_mount() -> bool:
-    """Whether this process may mount (it runs as root)."""
-    return os.geteuid() == 0
+    """Whether this process may mount: CAP_SYS_ADMIN is in its effective set.
+
+    Not the uid: root in an unprivileged container lacks CAP_SYS_ADMIN, and
+    must then use a ``runtime_dir`` that is already a tmpfs.
+    """
+    return bool(effective_capabilities() >> CAP_SYS_ADMIN & 1)

@@ -16,6 +16,7 @@ from broker.config import Config
 from broker.errors import PolicyFileError
 from broker.fields import Fields, shown
 from broker.globs import any_match
+from broker.inputfiles import read_regular_file
 from broker.manifest import Manifest
 from broker.strictdata import parse_document
 from providers.base import CredentialRequest, Grant
@@ -182,11 +183,7 @@ def load_policy(directory: Path, config: Config) -> Policy:
 
 
 def load_policy_file(path: Path, config: Config) -> list[Rule]:
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read(MAX_POLICY_BYTES + 1)
-    except OSError as exc:
-        raise PolicyFileError(f"{path}: {exc.strerror}") from None
+    data, _ = read_regular_file(path, what="policy file", max_bytes=MAX_POLICY_BYTES, error=PolicyFileError)
 
     class FileError(PolicyFileError):
         def __init__(self, message: str) -> None:

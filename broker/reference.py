@@ -61,7 +61,8 @@ CONFIG = (
                 "mount_tmpfs",
                 "auto | always | never",
                 False,
-                "auto: a tmpfs per session when running as root; never: runtime_dir itself must be tmpfs.",
+                "auto: a tmpfs per session when the broker holds CAP_SYS_ADMIN (else runtime_dir must be tmpfs);"
+                " never: runtime_dir itself must be tmpfs.",
                 "auto",
             ),
             Key("providers", "table", False, "One [providers.NAME] table per provider instance."),
@@ -179,8 +180,8 @@ MANIFEST = (
         (
             Key("Sid", "string", False, "Statement id."),
             Key("Effect", "Allow | Deny", True, "Deny statements are always allowed by policy."),
-            Key("Action", "string or list", True, "NotAction is refused."),
-            Key("Resource", "string or list", True, "NotResource is refused."),
+            Key("Action", "string or list", True, "NotAction is denied by every grant (exit 3, logged)."),
+            Key("Resource", "string or list", True, "NotResource is denied by every grant (exit 3, logged)."),
             Key("Condition", "table", False, "IAM condition block."),
         ),
     ),

@@ -62,7 +62,7 @@ def prepare_runtime_dir(path: Path, mount_mode: str) -> RuntimeDir:
     _check_parents(path)
     mount = mount_mode == "always" or (mount_mode == "auto" and mounts.can_mount())
     if mount and not mounts.can_mount():
-        raise RuntimeDirError('mount_tmpfs = "always" but the broker cannot mount (not root)')
+        raise RuntimeDirError('mount_tmpfs = "always" but the broker cannot mount (it lacks CAP_SYS_ADMIN)')
     if not mount:
         try:
             on_tmpfs = mounts.is_tmpfs(path)

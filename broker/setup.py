@@ -72,8 +72,9 @@ audit_key = {audit_key}
 # Session lifetime when a manifest names none, and the ceiling on any lifetime.
 default_ttl = "30m"
 max_ttl = "12h"
-# "auto": a tmpfs per session when the broker runs as root; "always"; "never":
-# runtime_dir must itself be on tmpfs.
+# "auto": a tmpfs per session when the broker may mount (root with CAP_SYS_ADMIN),
+# otherwise runtime_dir must itself be on tmpfs; "always"; "never": runtime_dir
+# must itself be on tmpfs.
 # mount_tmpfs = "auto"
 
 # Providers. Uncomment a table, fill it in, then run `broker doctor`. The

@@ -141,9 +141,13 @@ class AwsStsGrant(Grant):
     def _check_statements(self, policy: SessionPolicy) -> list[str]:
         reasons: list[str] = []
         for index, statement in enumerate(policy.statements):
+            where = f"session_policy.Statement[{index}]"
+            if statement.not_actions:
+                reasons.append(f"{where}: NotAction is refused: list the allowed actions under Action")
+            if statement.not_resources:
+                reasons.append(f"{where}: NotResource is refused: list the resources under Resource")
             if statement.effect != "Allow":
                 continue  # a Deny only narrows
-            where = f"session_policy.Statement[{index}]"
             for action in statement.actions:
                 if not any(pattern_within(action, g, ignore_case=True) for g in self.actions):
                     reasons.append(f"{where}: action {action} is outside the grant's actions")

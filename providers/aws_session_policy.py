@@ -2,9 +2,11 @@
 
 ``parse_session_policy`` turns the untrusted mapping into a normalised
 ``SessionPolicy``: every ``Action`` and ``Resource`` a tuple, the statements a
-tuple, and ``NotAction``, ``NotResource``, ``Principal``, ``NotPrincipal`` and
-unknown keys refused with an error naming the field. Its compact JSON is
-exactly what ``AssumeRole`` receives and what the policy digest covers.
+tuple, and ``Principal``, ``NotPrincipal`` and unknown keys refused with an
+error naming the field. ``NotAction`` and ``NotResource`` are well-formed IAM,
+so they parse and are kept: the grant check denies them (``aws_request``), so
+the attempt reaches the issuance log. Its compact JSON is exactly what
+``AssumeRole`` receives and what the policy digest covers.
 
 ``pattern_within`` decides whether every string one IAM-style glob (``*`` any
 run of characters, ``?`` one character) matches is also matched by another,
@@ -34,8 +36,6 @@ CONDITION_OPERATOR = re.compile(r"(ForAllValues:|ForAnyValue:)?[A-Za-z]{2,64}", 
 CONDITION_KEY = re.compile(r"[A-Za-z0-9-]{1,64}:[\x21-\x7e]{1,256}", re.ASCII)
 CONDITION_VALUE = re.compile(r"[^\x00-\x1f\x7f]{0,1024}")
 REFUSED_KEYS = {
-    "NotAction": "NotAction is refused: list the allowed actions under Action",
-    "NotResource": "NotResource is refused: list the resources under Resource",
     "Principal": "a session policy takes no Principal",
     "NotPrincipal": "a session policy takes no NotPrincipal",
 }
@@ -51,14 +51,22 @@ class Statement:
     resources: tuple[str, ...]
     sid: str | None = None
     condition_json: str | None = None  # compact JSON of the Condition block, if any
+    not_actions: tuple[str, ...] = ()  # denied by every grant; kept so the denial can name them
+    not_resources: tuple[str, ...] = ()
 
     def document(self) -> dict[str, Any]:
         doc: dict[str, Any] = {}
         if self.sid is not None:
             doc["Sid"] = self.sid
         doc["Effect"] = self.effect
-        doc["Action"] = list(self.actions)
-        doc["Resource"] = list(self.resources)
+        if self.actions or not self.not_actions:
+            doc["Action"] = list(self.actions)
+        if self.not_actions:
+            doc["NotAction"] = list(self.not_actions)
+        if self.resources or not self.not_resources:
+            doc["Resource"] = list(self.resources)
+        if self.not_resources:
+            doc["NotResource"] = list(self.not_resources)
         if self.condition_json is not None:
             doc["Condition"] = json.loads(self.condition_json)
         return doc
@@ -116,13 +124,18 @@ def _parse_statement(st: Fields) -> Statement:
     effect = st.req_string("Effect", max_len=16)
     if effect not in ("Allow", "Deny"):
         raise st.fail("Effect", f"must be Allow or Deny, not {effect[:16]!r}")
-    actions = _one_or_more(st, "Action", ACTION, "'*' or service:Action, with * and ? as wildcards")
-    resources = _one_or_more(st, "Resource", RESOURCE, "'*' or an ARN")
+    action_hint = "'*' or service:Action, with * and ? as wildcards"
+    not_actions = _one_or_more(st, "NotAction", ACTION, action_hint) if st.has("NotAction") else ()
+    not_resources = _one_or_more(st, "NotResource", RESOURCE, "'*' or an ARN") if st.has("NotResource") else ()
+    actions = _one_or_more(st, "Action", ACTION, action_hint) if st.has("Action") or not not_actions else ()
+    resources = (
+        _one_or_more(st, "Resource", RESOURCE, "'*' or an ARN") if st.has("Resource") or not not_resources else ()
+    )
     sid = st.string("Sid", required=False, pattern=SID, max_len=128, hint="letters and digits")
     condition = st.mapping("Condition", required=False)
     condition_json = compact_json(_parse_condition(condition)) if condition is not None else None
     st.done()
-    return Statement(effect, actions, resources, sid, condition_json)
+    return Statement(effect, actions, resources, sid, condition_json, not_actions, not_resources)
 
 
 def _one_or_more(st: Fields, key: str, pattern: re.Pattern[str], hint: str) -> tuple[str, ...]:

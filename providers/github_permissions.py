@@ -1,7 +1,7 @@
 """GitHub App permission names and levels, as the official ``app-permissions`` schema lists them.
 
 ``PERMISSIONS`` was generated once from ``components/schemas/app-permissions``
-of ``shared/contracts/github-app-api.json`` (rest-api-description commit
+of ``tests/contracts/github-app-api.json`` (rest-api-description commit
 0000036e42b5e7121c2b1ac244cb7bba1d2f3914); a test compares it with the
 contract so it cannot drift. Levels order as none < read < write < admin.
 """

@@ -175,14 +175,9 @@ BAD_REQUESTS: list[tuple[dict[str, Any], int | None, str]] = [
     ({}, None, r"credentials\[0\]\.role_arn: required"),
     ({"role_arn": ROLE_ARN}, 600, r"credentials\[0\]\.ttl: 10m is below the AWS minimum of 15m"),
     (
-        {"role_arn": ROLE_ARN, "session_policy": policy(statement(NotAction="iam:*"))},
+        {"role_arn": ROLE_ARN, "session_policy": policy(statement(NotAction=5))},
         None,
-        r"session_policy\.Statement\[0\]\.NotAction: NotAction is refused",
-    ),
-    (
-        {"role_arn": ROLE_ARN, "session_policy": policy(statement(NotResource="*"))},
-        None,
-        r"session_policy\.Statement\[0\]\.NotResource",
+        r"session_policy\.Statement\[0\]\.NotAction: expected a string or a list of strings",
     ),
     (
         {"role_arn": ROLE_ARN, "session_policy": policy(statement(), statement(Principal="*"))},
@@ -410,6 +405,23 @@ def test_grant_always_allows_deny_statements() -> None:
     g = grant(roles=[ROLE_ARN], actions=["s3:GetObject"], resources=["arn:aws:s3:::b/*"])
     deny_all = statement(Effect="Deny", Action="*", Resource="*")
     assert g.check(request_with(policy(statement(), deny_all))) == []
+
+
+@pytest.mark.parametrize("effect", ["Allow", "Deny"])
+def test_grant_denies_not_action_and_not_resource_naming_them(effect: str) -> None:
+    """Well-formed IAM, so the manifest parses; every grant then denies it, so the denial is logged."""
+    g = grant(roles=[ROLE_ARN], actions=["*"])
+    not_action = statement(Effect=effect, NotAction=["iam:*"])
+    del not_action["Action"]
+    not_resource = statement(Effect=effect, NotResource="arn:aws:s3:::secret/*")
+    del not_resource["Resource"]
+    request = request_with(policy(statement(), not_action, not_resource))
+    assert request.session_policy is not None
+    assert request.session_policy.document()["Statement"][1]["NotAction"] == ["iam:*"]
+    assert g.check(request) == [
+        "session_policy.Statement[1]: NotAction is refused: list the allowed actions under Action",
+        "session_policy.Statement[2]: NotResource is refused: list the resources under Resource",
+    ]
 
 
 def test_grant_without_session_policy() -> None:

@@ -27,6 +27,7 @@ from tests.emulators.github_state import NOT_ACCESSIBLE, NOT_GRANTED
 from tests.fixtures.github import (
     APP_ID,
     CLIENT_ID,
+    GITHUB_CONTRACT,
     OWNER,
     PERMISSIONS,
     AppKeys,
@@ -35,7 +36,6 @@ from tests.fixtures.github import (
 
 pytestmark = pytest.mark.server
 
-CONTRACTS = Path(__file__).resolve().parents[2] / "shared" / "contracts"
 BASE = "urn:github-app-api"
 HEADERS = {"Accept": "application/vnd.github+json", "X-GitHub-Api-Version": "2022-11-28"}
 TOKENS = "/app/installations/{installation_id}/access_tokens"
@@ -43,10 +43,7 @@ TOKENS = "/app/installations/{installation_id}/access_tokens"
 
 @cache
 def spec() -> dict[str, Any]:
-    path = CONTRACTS / "github-app-api.json"
-    if not path.is_file():
-        pytest.fail(f"the GitHub contract is missing: expected {path} (shared/ beside the repository)")
-    loaded: dict[str, Any] = json.loads(path.read_text())
+    loaded: dict[str, Any] = json.loads(GITHUB_CONTRACT.read_text(encoding="utf-8"))
     return loaded
 
 

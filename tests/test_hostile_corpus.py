@@ -116,3 +116,17 @@ def test_the_root_policy_is_refused_in_any_case(config: Config, policy: str) -> 
     text = STACK_TASK.replace("policies: [ci-read]", f"policies: [{policy}]")
     with pytest.raises(ManifestError, match="root policy is never issued"):
         parse_manifest(text.encode(), config)
+
+
+@pytest.mark.parametrize("key", ["NotAction", "NotResource"])
+def test_not_action_and_not_resource_are_denied_and_logged(corpus_env: BrokerEnv, key: str) -> None:
+    """Auditors see the attempt: a ``session.denied`` record names the refused key; ``policy check`` explains it."""
+    task = str(CORPUS / f"sp-{key.lower().replace('not', 'not-')}.yaml")
+    before = len(corpus_env.log_records())
+    assert corpus_env.run("issue", "--task", task).code == 3
+    denied = [r for r in corpus_env.log_records()[before:] if r["event"] == "session.denied"]
+    assert len(denied) == 1
+    assert any(f"Statement[0]: {key} is refused" in reason for reason in denied[0]["reasons"]), denied[0]
+    check = corpus_env.run("policy", "check", "--task", task)
+    assert check.code == 3
+    assert f"session_policy.Statement[0]: {key} is refused" in check.stdout + check.stderr

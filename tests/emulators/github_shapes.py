@@ -3,7 +3,7 @@
 Each builder fills every field the contract's schema requires (``integration``,
 ``installation``, ``installation-token``, ``repository``, ``simple-user``,
 ``basic-error``, ``validation-error``); ``tests/test_github_emulator.py``
-validates them against ``shared/contracts/github-app-api.json``.
+validates them against ``tests/contracts/github-app-api.json``.
 """
 
 from __future__ import annotations

@@ -66,10 +66,10 @@ def verify(
         except (OSError, UnicodeDecodeError) as exc:
             raise BadInput(f"public key file {public_key}: {getattr(exc, 'strerror', None) or 'unreadable'}") from None
     else:
-        from broker.auditkeys import load_keys
+        from broker.auditkeys import load_signing_keys
 
         assert config is not None
-        keys = parse_public_keys("\n".join(load_keys(config.audit_key).public_key_lines()))
+        keys = parse_public_keys("\n".join(load_signing_keys(config.audit_key).public_key_lines()))
     if config is not None and log is None:
         from broker.store import open_store
 
@@ -160,18 +160,20 @@ def lookup(
 
     Example: broker audit lookup --secret-file leaked-token.txt
     """
+    from broker.audit_query import check_fingerprint_keys, read_leaked_secret
     from broker.audit_query import lookup as find
-    from broker.audit_query import read_leaked_secret
-    from broker.auditkeys import load_keys
+    from broker.auditkeys import load_fingerprint_keys
 
     if (secret_file is None) == (not secret_stdin):
         raise BadInput("lookup needs exactly one of --secret-file FILE or --secret-stdin")
     config = _cli()._config(ctx)
-    keys = load_keys(config.audit_key)
+    keys = load_fingerprint_keys(config.fingerprint_key)  # never the signing key
+    path = _log_path(ctx, log)
+    check_fingerprint_keys(path, keys, config.fingerprint_key)
     candidates = read_leaked_secret(secret_file, sys.stdin.buffer.read(65 * 1024) if secret_stdin else None)
     fingerprints = [secret.fingerprint(key) for secret in candidates for key in keys.hmac_keys()]
     del candidates
-    matches = find(_log_path(ctx, log), fingerprints)
+    matches = find(path, fingerprints)
     if as_json:
         typer.echo(json.dumps(matches, indent=2))
     elif not matches:
@@ -221,18 +223,50 @@ def public_key(ctx: typer.Context) -> None:
     from broker.auditkeys import load_or_create_keys
 
     config = _cli()._config(ctx)
-    for line in load_or_create_keys(config.audit_key).public_key_lines():
+    for line in load_or_create_keys(config.audit_key, config.fingerprint_key).public_key_lines():
         typer.echo(line)
 
 
 @audit_app.command("rotate-key")
-def rotate_key(ctx: typer.Context) -> None:
-    """Replace the audit keys; older checkpoints stay verifiable and older fingerprints searchable.
+def rotate_key(
+    ctx: typer.Context,
+    which: Annotated[
+        str, typer.Option("--key", help="signing (audit_key, signs checkpoints) or fingerprint (fingerprint_key).")
+    ] = "signing",
+) -> None:
+    """Replace one audit key; older checkpoints stay verifiable and older fingerprints searchable.
 
-    Example: broker audit rotate-key && broker audit public-key > broker.pub
+    Example: broker audit rotate-key --key signing && broker audit public-key > broker.pub
     """
-    from broker.auditkeys import rotate_keys
+    from broker.auditkeys import rotate_fingerprint_key, rotate_signing_key
 
     config = _cli()._config(ctx)
-    keys = rotate_keys(config.audit_key)
-    typer.echo(f"new key {keys.key_id}; {len(keys.retired)} retired key(s) kept for verification")
+    if which == "signing":
+        signing = rotate_signing_key(config.audit_key)
+        typer.echo(f"new signing key {signing.key_id}; {len(signing.retired)} retired key(s) kept for verification")
+    elif which == "fingerprint":
+        fingerprint = rotate_fingerprint_key(config.fingerprint_key)
+        typer.echo(
+            f"new fingerprint key {fingerprint.key_id}; {len(fingerprint.retired)} retired key(s) kept for lookup"
+        )
+    else:
+        raise BadInput(f"--key: {which[:20]!r} is not signing or fingerprint")
+
+
+@audit_app.command("migrate-keys")
+def migrate_keys(ctx: typer.Context) -> None:
+    """Split an older one-file audit key into audit_key (signing) and fingerprint_key (HMAC).
+
+    Example: broker audit migrate-keys
+    """
+    from broker.auditkeys import migrate_key_file
+
+    config = _cli()._config(ctx)
+    done = migrate_key_file(config.audit_key, config.fingerprint_key)
+    if done is None:
+        typer.echo(f"nothing to do: {config.audit_key} holds only the signing key")
+        return
+    typer.echo(
+        f"split {config.audit_key}: signing key {done.signing_key_id} stays there; fingerprint key"
+        f" {done.fingerprint_key_id} moved to {config.fingerprint_key} ({done.retired} retired key(s) each)"
+    )

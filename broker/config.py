@@ -35,6 +35,7 @@ class Config:
     runtime_dir: Path
     policy_dir: Path
     audit_key: Path
+    fingerprint_key: Path
     default_ttl: int
     max_ttl: int
     mount_tmpfs: str  # auto: mount a tmpfs per session when running as root
@@ -91,6 +92,7 @@ def parse_config(table: object, path: Path) -> Config:
     runtime_dir = path_field("runtime_dir", "/run/broker")
     policy_dir = path_field("policy_dir", "/etc/broker/policies")
     audit_key = path_field("audit_key", "/etc/broker/audit.key")
+    fingerprint_key = path_field("fingerprint_key", str(audit_key.parent / "fingerprint.key"))
     default_ttl = fields.duration("default_ttl") or 30 * 60
     max_ttl = fields.duration("max_ttl") or 12 * 3600
     if default_ttl > max_ttl:
@@ -123,6 +125,7 @@ def parse_config(table: object, path: Path) -> Config:
         runtime_dir=runtime_dir,
         policy_dir=policy_dir,
         audit_key=audit_key,
+        fingerprint_key=fingerprint_key,
         default_ttl=default_ttl,
         max_ttl=max_ttl,
         mount_tmpfs=mount_tmpfs,

@@ -77,7 +77,7 @@ class Broker:
     @classmethod
     def open(cls, config: Config) -> Broker:
         ensure_state_dir(config)
-        keys = load_or_create_keys(config.audit_key)
+        keys = load_or_create_keys(config.audit_key, config.fingerprint_key)
         for provider in config.providers.values():
             provider.use_lock_dir(lock_dir(config.state_dir))
         return cls(

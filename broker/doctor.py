@@ -2,7 +2,7 @@
 
 The checks, in order: the config parses (when it does not, that is the only
 check), the policy files lint, runtime_dir can hold secrets, state_dir is
-writable, the audit key is present and private, then each provider instance's
+writable, the signing and fingerprint keys are present and private, then each provider instance's
 own ``health`` checks (login, permissions, clock) with the broker's own
 identity. A provider failure is a failed check, never an exception. Nothing
 here prints or exits; nothing here creates a file or a directory.
@@ -13,11 +13,12 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from broker.auditkeys import load_keys
+from broker.auditkeys import MIGRATE_HINT, load_fingerprint_keys, load_signing_keys
 from broker.config import Config, load_config
 from broker.errors import REPORT_URL, BrokerError
 from broker.policy import load_policy
@@ -70,6 +71,7 @@ def run_doctor(path: Path) -> DoctorReport:
             check_runtime_dir(config),
             check_state_dir(config),
             check_audit_key(config),
+            check_fingerprint_key(config),
             *check_providers(config),
         ]
     finally:
@@ -149,25 +151,33 @@ def check_state_dir(config: Config) -> Check:
 
 
 def check_audit_key(config: Config) -> Check:
-    path = config.audit_key
+    return _check_key_file("audit_key", config.audit_key, lambda path: load_signing_keys(path).key_id)
+
+
+def check_fingerprint_key(config: Config) -> Check:
+    return _check_key_file("fingerprint_key", config.fingerprint_key, lambda path: load_fingerprint_keys(path).key_id)
+
+
+def _check_key_file(name: str, path: Path, load: Callable[[Path], str]) -> Check:
     try:
         info = os.lstat(path)
     except FileNotFoundError:
-        return Check("audit_key", False, f"{path} does not exist", "run broker init (it creates the key, mode 0400)")
+        return Check(name, False, f"{path} does not exist", "run broker init (it creates the key, mode 0400)")
     except OSError as exc:
-        return Check("audit_key", False, f"{path}: {exc.strerror}", "make it readable by the broker")
+        return Check(name, False, f"{path}: {exc.strerror}", "make it readable by the broker")
     mode = stat.S_IMODE(info.st_mode)
     if not stat.S_ISREG(info.st_mode):
-        return Check("audit_key", False, f"{path} is not a regular file", "restore the key file from a backup")
+        return Check(name, False, f"{path} is not a regular file", "restore the key file from a backup")
     if info.st_uid != os.geteuid():
-        return Check("audit_key", False, f"{path} is owned by uid {info.st_uid}", f"chown {os.geteuid()} {path}")
+        return Check(name, False, f"{path} is owned by uid {info.st_uid}", f"chown {os.geteuid()} {path}")
     if mode not in KEY_MODES:
-        return Check("audit_key", False, f"{path} has mode {mode:04o}, not 0400 or 0600", f"chmod 400 {path}")
+        return Check(name, False, f"{path} has mode {mode:04o}, not 0400 or 0600", f"chmod 400 {path}")
     try:
-        keys = load_keys(path)
+        key_id = load(path)
     except BrokerError as exc:
-        return Check("audit_key", False, exc.message, "restore the key file from a backup")
-    return Check("audit_key", True, f"{path} (mode {mode:04o}, key id {keys.key_id})")
+        fix = "broker audit migrate-keys" if MIGRATE_HINT in exc.message else "restore the key file from a backup"
+        return Check(name, False, exc.message, fix)
+    return Check(name, True, f"{path} (mode {mode:04o}, key id {key_id})")
 
 
 def check_providers(config: Config) -> list[Check]:

@@ -268,6 +268,7 @@ def record_minted(
         expires_at=iso(credential.expires_at),
         reference=dict(credential.reference),
         fingerprint=fingerprint,
+        fingerprint_key_id=broker.keys.fingerprints.key_id,
         **extra,
     )
 

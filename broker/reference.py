@@ -45,7 +45,18 @@ CONFIG = (
             Key("runtime_dir", "path", False, "Per-session tmpfs directories.", "/run/broker"),
             Key("policy_dir", "path", False, "Directory of *.yaml policy files.", "/etc/broker/policies"),
             Key(
-                "audit_key", "path", False, "HMAC and Ed25519 keys; created 0400 on first use.", "/etc/broker/audit.key"
+                "audit_key",
+                "path",
+                False,
+                "Ed25519 key that signs checkpoints; created 0400 on first use.",
+                "/etc/broker/audit.key",
+            ),
+            Key(
+                "fingerprint_key",
+                "path",
+                False,
+                "HMAC key for fingerprints and audit lookup; created 0400 on first use.",
+                "fingerprint.key beside audit_key",
             ),
             Key("default_ttl", DURATION, False, "Session lifetime when the manifest gives none.", "30m"),
             Key("max_ttl", DURATION, False, "Ceiling for every session and credential.", "12h"),

@@ -20,7 +20,7 @@ from bench_local import base_env  # noqa: E402
 # -- audit ---------------------------------------------------------------------------------
 
 NEEDLE_SECRET = b"bench-needle-token-5f1c0ffee"
-AUDIT_FORMAT = 1
+AUDIT_FORMAT = 2
 
 
 def audit_dir(records: int, every: int) -> Path:
@@ -54,14 +54,14 @@ def _write_audit_log(directory: Path, records: int, every: int) -> None:
     from broker.issuance_log import GENESIS, canonical, checkpoint_message, record_hash
     from broker.secret import Secret
 
-    keys = load_or_create_keys(directory / "audit.key")
+    keys = load_or_create_keys(directory / "audit.key", directory / "fingerprint.key")
     (directory / "broker.pub").write_text("\n".join(keys.public_key_lines()) + "\n")
     (directory / "broker.toml").write_text(
         f'state_dir = "{directory / "state"}"\nruntime_dir = "{WORK / "audit-run"}"\n'
         f'policy_dir = "{directory / "policies"}"\naudit_key = "{directory / "audit.key"}"\n'
     )
     signer = keys.private_key()
-    hmac_key = keys.hmac_key
+    hmac_key = keys.fingerprints.hmac_key
     requester = "root(uid:0)"
     needle_session = records // 2 // 10
     clock = datetime(2026, 1, 1, tzinfo=UTC)
@@ -125,7 +125,12 @@ def _write_audit_log(directory: Path, records: int, every: int) -> None:
 
         def emit(event: str, session: str | None, task: str | None, fields: dict[str, Any]) -> None:
             append(event, session, task, fields)
-            if seq % every == 0 and seq < records:
+            if every and seq % every == 0 and seq < records:
+                checkpoint()
+
+        def command_done() -> None:
+            """``every`` 0: a checkpoint at the end of each command (issue, revoke), as a real log has."""
+            if not every and seq < records:
                 checkpoint()
 
         while seq < records:
@@ -154,6 +159,7 @@ def _write_audit_log(directory: Path, records: int, every: int) -> None:
                         "expires_at": expires,
                         "reference": {"id": f"{name}-{session_no}"},
                         "fingerprint": Secret(secret).fingerprint(hmac_key),
+                        "fingerprint_key_id": keys.fingerprints.key_id,
                     },
                 )
             emit(
@@ -162,6 +168,7 @@ def _write_audit_log(directory: Path, records: int, every: int) -> None:
                 task,
                 {"expires_at": expires, "credentials": list(names), "dir": f"/run/broker/{session}"},
             )
+            command_done()
             for name in names:
                 provider, kind, _ = scopes[name]
                 emit(
@@ -186,13 +193,14 @@ def _write_audit_log(directory: Path, records: int, every: int) -> None:
                     "dir_removed": True,
                 },
             )
+            command_done()
         checkpoint()  # the log ends with a checkpoint, as every broker command that appended leaves it
 
 
 def figure_audit(settings: Settings, report: Report) -> None:
     env = base_env()
     n, every = settings.audit_records, settings.audit_checkpoint_every
-    print(f"     log of ~{n:,} records (a checkpoint every {every}) ...", flush=True)
+    print(f"     log of ~{n:,} records (a checkpoint {f'every {every}' if every else 'per command'}) ...", flush=True)
     directory, build, reused = build_audit_log(n, every)
     log = directory / "issuance.jsonl"
     lines = sum(1 for _ in open(log, "rb"))  # noqa: SIM115

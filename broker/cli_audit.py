@@ -47,39 +47,33 @@ def verify(
     public_key: Annotated[
         Path | None, typer.Option("--public-key", help="Public key file from 'broker audit public-key'.")
     ] = None,
+    expect_head: Annotated[
+        str | None, typer.Option("--expect-head", help="SEQ:HASH of a record noted earlier; the log must hold it.")
+    ] = None,
+    strict: Annotated[bool, typer.Option("--strict", help="Fail when records follow the newest checkpoint.")] = False,
     repair: Annotated[bool, typer.Option("--repair", help="Cut a torn last record left by a crash.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
-    """Check the hash chain and the signed checkpoints; exit 6 naming the first bad seq.
+    """Check the hash chain, the signed checkpoints and the witness; exit 6 naming the first bad seq.
 
-    Example: broker audit verify --log issuance.jsonl --public-key broker.pub
+    Example: broker audit verify --log issuance.jsonl --public-key broker.pub --strict
     """
-    from broker.audit_verify import Head, parse_public_keys, repair_torn_tail, verify_log
+    from broker.audit_verify import failure_json, parse_head, repair_torn_tail, verify_log
+    from broker.errors import LogVerificationError
 
+    expected = [parse_head(expect_head)] if expect_head is not None else []
     offline = log is not None and public_key is not None
     config = None if offline else _cli()._config(ctx)
     path = log if log is not None else Path(config.state_dir) / "issuance.jsonl"  # type: ignore[union-attr]
-    expected: Head | None = None
-    if public_key is not None:
-        try:
-            keys = parse_public_keys(public_key.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError) as exc:
-            raise BadInput(f"public key file {public_key}: {getattr(exc, 'strerror', None) or 'unreadable'}") from None
-    else:
-        from broker.auditkeys import load_signing_keys
-
-        assert config is not None
-        keys = parse_public_keys("\n".join(load_signing_keys(config.audit_key).public_key_lines()))
+    keys = _public_keys(config, public_key)
     if config is not None and log is None:
-        from broker.store import open_store
-
-        store = open_store(config.state_dir)
-        try:
-            head = store.log_head()
-        finally:
-            store.close()
-        expected = Head(*head) if head else None
-    result = verify_log(path, keys, expected_head=expected, allow_torn_tail=repair)
+        expected += _store_head(config)
+    try:
+        result = verify_log(path, keys, expected_heads=tuple(expected), allow_torn_tail=repair, strict=strict)
+    except LogVerificationError as error:
+        if as_json:
+            typer.echo(json.dumps(failure_json(error)))
+        raise
     if result.torn_tail and repair:
         removed = repair_torn_tail(path)
         if config is not None and log is None:
@@ -91,9 +85,76 @@ def verify(
     if as_json:
         typer.echo(json.dumps(result.to_json()))
         return
-    signed = result.last_checkpoint
-    signed_text = f"last signed head seq {signed.seq} ({signed.hash[:16]}...)" if signed else "no signed checkpoint"
-    typer.echo(f"ok: {result.records} records, {signed_text}")
+    typer.echo(result.summary(witness=False))
+
+
+def _public_keys(config: Any, public_key: Path | None) -> Any:
+    from broker.audit_verify import parse_public_keys
+
+    if public_key is not None:
+        try:
+            return parse_public_keys(public_key.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError) as exc:
+            raise BadInput(f"public key file {public_key}: {getattr(exc, 'strerror', None) or 'unreadable'}") from None
+    from broker.auditkeys import load_signing_keys
+
+    return parse_public_keys("\n".join(load_signing_keys(config.audit_key).public_key_lines()))
+
+
+def _store_head(config: Any) -> list[Any]:
+    """The newest checkpoint the session store recorded (a truncation check against the live log)."""
+    from broker.audit_verify import Head
+    from broker.store import open_store
+
+    store = open_store(config.state_dir)
+    try:
+        head = store.log_head()
+    finally:
+        store.close()
+    return [Head(*head)] if head else []
+
+
+def _checked(ctx: typer.Context, path: Path, no_verify: bool) -> Any:
+    """Check the log's chain before reading it (exit 6 when broken); a prefix checked before is only rehashed."""
+    if no_verify:
+        return None
+    import contextlib
+    import os
+
+    from broker.audit_verify import CheckedPrefix, check_chain
+    from broker.errors import BrokerError
+    from broker.store import open_store
+
+    store = None
+    with contextlib.suppress(BrokerError):
+        config = _cli()._config(ctx)
+        if os.path.exists(Path(config.state_dir) / "sessions.db"):
+            store = open_store(config.state_dir)
+    try:
+        name = str(path.resolve())
+        cached = store.checked_prefix(name) if store is not None else None
+        known = None
+        if cached is not None:
+            with contextlib.suppress(KeyError, TypeError, ValueError):
+                known = CheckedPrefix(
+                    int(cached["offset"]),
+                    int(cached["seq"]),
+                    str(cached["hash"]),
+                    str(cached["digest"]),
+                    frozenset(cached["fingerprint_key_ids"]),
+                )
+        result, prefix = check_chain(path, known)
+        if store is not None and prefix is not None:
+            with contextlib.suppress(BrokerError):  # a read-only store: check in full next time
+                store.set_checked_prefix(
+                    name, {**prefix.__dict__, "fingerprint_key_ids": sorted(prefix.fingerprint_key_ids)}
+                )
+    finally:
+        if store is not None:
+            store.close()
+    if result.unsigned_tail:
+        typer.echo(f"note: {result.unsigned_tail} record(s) after the newest checkpoint are not signed yet", err=True)
+    return result
 
 
 @audit_app.command("list")
@@ -154,6 +215,7 @@ def lookup(
     secret_file: Annotated[Path | None, typer.Option("--secret-file", help="File holding the leaked secret.")] = None,
     secret_stdin: Annotated[bool, typer.Option("--secret-stdin", help="Read the leaked secret from stdin.")] = False,
     log: Annotated[Path | None, typer.Option("--log", help="Log file [default: the config's].")] = None,
+    no_verify: Annotated[bool, typer.Option("--no-verify", help="Read the log without checking its chain.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Find the session, task and credential that minted a leaked secret (never echoes it).
@@ -169,7 +231,8 @@ def lookup(
     config = _cli()._config(ctx)
     keys = load_fingerprint_keys(config.fingerprint_key)  # never the signing key
     path = _log_path(ctx, log)
-    check_fingerprint_keys(path, keys, config.fingerprint_key)
+    checked = _checked(ctx, path, no_verify)
+    check_fingerprint_keys(path, keys, config.fingerprint_key, checked.fingerprint_key_ids if checked else ())
     candidates = read_leaked_secret(secret_file, sys.stdin.buffer.read(65 * 1024) if secret_stdin else None)
     fingerprints = [secret.fingerprint(key) for secret in candidates for key in keys.hmac_keys()]
     del candidates
@@ -195,6 +258,7 @@ def lookup(
 def active(
     ctx: typer.Context,
     log: Annotated[Path | None, typer.Option("--log", help="Log file [default: the config's].")] = None,
+    no_verify: Annotated[bool, typer.Option("--no-verify", help="Read the log without checking its chain.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Credentials live now (issued, not revoked, not expired): who can do what right now.
@@ -204,7 +268,9 @@ def active(
     from broker.audit_query import active_credentials
     from broker.timeutil import utcnow
 
-    items = active_credentials(_log_path(ctx, log), utcnow())
+    path = _log_path(ctx, log)
+    _checked(ctx, path, no_verify)
+    items = active_credentials(path, utcnow())
     if as_json:
         typer.echo(json.dumps(items, indent=2))
         return

@@ -121,6 +121,13 @@ class SessionStore(ABC):
     @abstractmethod
     def log_head(self) -> tuple[int, str] | None: ...
 
+    @abstractmethod
+    def set_checked_prefix(self, log: str, document: dict[str, Any]) -> None:
+        """Remember how far ``log``'s chain was checked (offset, last record, SHA-256 of the bytes)."""
+
+    @abstractmethod
+    def checked_prefix(self, log: str) -> dict[str, Any] | None: ...
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release the connection."""
 
@@ -161,6 +168,10 @@ CREATE TABLE IF NOT EXISTS log_head (
     id INTEGER PRIMARY KEY CHECK (id = 1),
     seq INTEGER NOT NULL,
     hash TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS checked_prefix (
+    log TEXT PRIMARY KEY,
+    document TEXT NOT NULL
 );
 """
 
@@ -328,6 +339,21 @@ class SqliteSessionStore(SessionStore):
     def log_head(self) -> tuple[int, str] | None:
         rows = self._query("SELECT seq, hash FROM log_head WHERE id=1")
         return (int(rows[0]["seq"]), str(rows[0]["hash"])) if rows else None
+
+    def set_checked_prefix(self, log: str, document: dict[str, Any]) -> None:
+        with self._tx() as conn:
+            conn.execute(
+                "INSERT INTO checked_prefix (log, document) VALUES (?, ?)"
+                " ON CONFLICT(log) DO UPDATE SET document=excluded.document",
+                (log, json.dumps(document)),
+            )
+
+    def checked_prefix(self, log: str) -> dict[str, Any] | None:
+        rows = self._query("SELECT document FROM checked_prefix WHERE log=?", (log,))
+        if not rows:
+            return None
+        document = json.loads(rows[0]["document"])
+        return document if isinstance(document, dict) else None
 
     def close(self) -> None:
         with self._lock:

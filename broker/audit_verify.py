@@ -211,7 +211,7 @@ def verify_log(
         if hasher is not None:
             hasher.update(raw)
         if witnessed and state.seq in witnessed:
-            if state.prev not in witnessed[state.seq]:
+            if witnessed[state.seq] != {state.prev}:  # an extra object naming another record fails too
                 raise LogDamage(
                     state.seq, Damage.WITNESS_MISMATCH, "the witness holds another record at this seq (rewritten)"
                 )

@@ -51,6 +51,15 @@ def verify(
         str | None, typer.Option("--expect-head", help="SEQ:HASH of a record noted earlier; the log must hold it.")
     ] = None,
     strict: Annotated[bool, typer.Option("--strict", help="Fail when records follow the newest checkpoint.")] = False,
+    witness: Annotated[
+        str | None,
+        typer.Option("--witness", help="s3://BUCKET/PREFIX holding witnessed checkpoints; the log must match them."),
+    ] = None,
+    witness_endpoint_url: Annotated[
+        str | None, typer.Option("--witness-endpoint-url", help="S3 endpoint [default: the config's].")
+    ] = None,
+    witness_region: Annotated[str | None, typer.Option("--witness-region", help="Bucket region.")] = None,
+    witness_profile: Annotated[str | None, typer.Option("--witness-profile", help="AWS profile to read it.")] = None,
     repair: Annotated[bool, typer.Option("--repair", help="Cut a torn last record left by a crash.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
@@ -68,8 +77,26 @@ def verify(
     keys = _public_keys(config, public_key)
     if config is not None and log is None:
         expected += _store_head(config)
+    witnessed = None
+    if witness is not None:
+        from broker.config import WitnessConfig, parse_witness_url
+        from broker.witness import witnessed_checkpoints
+
+        bucket, prefix = parse_witness_url(witness, "--witness")
+        configured = config.witness if config is not None else None
+        source = WitnessConfig(
+            bucket,
+            prefix,
+            witness_endpoint_url or (configured.endpoint_url if configured else None),
+            witness_region or (configured.region if configured else None),
+            witness_profile or (configured.profile if configured else None),
+        )
     try:
-        result = verify_log(path, keys, expected_heads=tuple(expected), allow_torn_tail=repair, strict=strict)
+        if witness is not None:
+            witnessed = witnessed_checkpoints(source)
+        result = verify_log(
+            path, keys, expected_heads=tuple(expected), witnessed=witnessed, allow_torn_tail=repair, strict=strict
+        )
     except LogVerificationError as error:
         if as_json:
             typer.echo(json.dumps(failure_json(error)))
@@ -85,7 +112,7 @@ def verify(
     if as_json:
         typer.echo(json.dumps(result.to_json()))
         return
-    typer.echo(result.summary(witness=False))
+    typer.echo(result.summary(witness=witness is not None))
 
 
 def _public_keys(config: Any, public_key: Path | None) -> Any:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
+from typing import TYPE_CHECKING, Any
 
 from broker.auditkeys import AuditKeys, load_or_create_keys
 from broker.config import Config
@@ -26,6 +27,9 @@ from broker.policy import Policy, Requester, load_policy
 from broker.sessiondir import RuntimeDir, prepare_runtime_dir
 from broker.store import SessionStore, open_store
 from broker.timeutil import utcnow
+
+if TYPE_CHECKING:
+    from broker.witness import FlushResult
 
 SESSION_ALPHABET = string.ascii_lowercase + string.digits
 
@@ -100,12 +104,24 @@ class Broker:
     def keepsafe(self) -> KeepSafe:
         return KeepSafe(self.config.runtime_dir)
 
+    def witness(self, checkpoint: dict[str, Any] | None) -> FlushResult | None:
+        """Send a new checkpoint (and any still pending) to the witness; a failure stays pending, never raises."""
+        witness = self.config.witness
+        if witness is None:
+            return None
+        from broker.witness import flush, note_checkpoint
+
+        if checkpoint is not None:
+            note_checkpoint(self.store, witness, checkpoint, self.clock())
+        return flush(self.store, witness, self.clock())
+
     def close(self) -> None:
-        """Sign the log head if this command appended, then release everything."""
+        """Sign the log head if this command appended, witness it, then release everything."""
         try:
             checkpoint = self.log.checkpoint(str(self.requester))
             if checkpoint is not None:
                 self.store.set_log_head(int(checkpoint["seq"]), str(checkpoint["hash"]))
+            self.witness(checkpoint)
         finally:
             self.store.close()
             for provider in self.config.providers.values():

@@ -72,6 +72,7 @@ def run_doctor(path: Path) -> DoctorReport:
             check_state_dir(config),
             check_audit_key(config),
             check_fingerprint_key(config),
+            *check_witness(config),
             *check_providers(config),
         ]
     finally:
@@ -178,6 +179,50 @@ def _check_key_file(name: str, path: Path, load: Callable[[Path], str]) -> Check
         fix = "broker audit migrate-keys" if MIGRATE_HINT in exc.message else "restore the key file from a backup"
         return Check(name, False, exc.message, fix)
     return Check(name, True, f"{path} (mode {mode:04o}, key id {key_id})")
+
+
+def check_witness(config: Config) -> list[Check]:
+    """The witness bucket has Object Lock, and no checkpoint waits for it longer than it should."""
+    witness = config.witness
+    if witness is None or not config.state_dir.is_dir():
+        return []
+    from broker.store import open_store
+    from broker.timeutil import parse_iso, utcnow
+    from broker.witness import object_lock_enabled
+
+    checks: list[Check] = []
+    try:
+        locked = object_lock_enabled(witness)
+        checks.append(
+            Check("witness.bucket", True, f"{witness.url} (Object Lock enabled)")
+            if locked
+            else Check(
+                "witness.bucket", False, f"{witness.url}: Object Lock is not enabled", "use a bucket made with it"
+            )
+        )
+    except Exception as exc:  # botocore's errors: a failed line, never a traceback
+        text = " ".join(str(exc).split())[:200]
+        checks.append(Check("witness.bucket", False, f"{witness.url}: {type(exc).__name__}: {text}", "check [audit]"))
+    store = open_store(config.state_dir)
+    try:
+        pending, status = store.witness_pending(), store.witness_status()
+    finally:
+        store.close()
+    if not pending:
+        checks.append(
+            Check("witness.lag", True, f"every checkpoint witnessed (last write {status['last_success_at']})")
+        )
+        return checks
+    oldest_seq, _, _, created = pending[0]
+    age = (utcnow() - parse_iso(created)).total_seconds()
+    behind = witness.interval == 0 or age > 2 * witness.interval
+    detail = f"{len(pending)} checkpoint(s) not witnessed yet, the oldest (seq {oldest_seq}) for {int(age)} s"
+    if status["last_error"]:
+        detail += f"; last error: {status['last_error']}"
+    checks.append(
+        Check("witness.lag", not behind, detail, "" if not behind else "restore access; broker sweep retries")
+    )
+    return checks
 
 
 def check_providers(config: Config) -> list[Check]:

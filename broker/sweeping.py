@@ -11,7 +11,8 @@ is working on are skipped (their session lock is held). In order:
    credentials of live sessions past their own ``expires_at``: revoke;
 4. ended sessions with ``pending`` credentials: retry;
 5. directories and tmpfs mounts under ``runtime_dir`` that belong to no live
-   session, and kept revocation secrets nobody needs any more.
+   session, and kept revocation secrets nobody needs any more;
+6. checkpoints the witness has not received yet (an outage): sent again.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class SweepReport:
     pending: list[dict[str, str]] = field(default_factory=list)
     busy: list[str] = field(default_factory=list)
     orphans_removed: list[str] = field(default_factory=list)
+    witness_pending: int = 0
 
     @property
     def complete(self) -> bool:
@@ -50,6 +52,7 @@ class SweepReport:
             "pending": self.pending,
             "busy": self.busy,
             "orphans_removed": self.orphans_removed,
+            "witness_pending": self.witness_pending,
         }
 
 
@@ -76,6 +79,8 @@ def sweep(broker: Broker, progress: Progress | None = None) -> SweepReport:
             if progress:
                 progress(done, total)
         _remove_orphans(broker, report)
+        witnessed = broker.witness(None)
+        report.witness_pending = witnessed.pending if witnessed is not None else 0
     return report
 
 

@@ -16,7 +16,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from broker.errors import BadInput
+from broker.auditkeys import FingerprintKeys
+from broker.errors import BadInput, ConfigError
 from broker.issuance_log import open_for_reading
 from broker.secret import Secret
 from broker.timeutil import parse_iso
@@ -106,6 +107,37 @@ def _lines_containing(path: Path, needles: Iterable[bytes]) -> Iterator[bytes]:
                 end = data.find(b"\n", start)
                 if end >= 0:
                     yield data[start:end]
+
+
+KEY_ID_MEMBER = b'"fingerprint_key_id":"'
+
+
+def newest_fingerprint_key_id(path: Path) -> str | None:
+    """The fingerprint key id the newest ``credential.issued`` record names (a backward byte search)."""
+    with open_for_reading(path) as handle:
+        if os.fstat(handle.fileno()).st_size == 0:
+            return None
+        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            position = data.rfind(KEY_ID_MEMBER)
+            if position < 0:
+                return None
+            start = position + len(KEY_ID_MEMBER)
+            end = data.find(b'"', start, start + 64)
+            return data[start:end].decode("ascii", "replace") if end > 0 else None
+
+
+def check_fingerprint_keys(path: Path, keys: FingerprintKeys, key_path: Path, seen: Iterable[str] = ()) -> None:
+    """Refuse a lookup whose answer "not found" would be meaningless: the log names a key we do not hold."""
+    named = set(seen)
+    newest = newest_fingerprint_key_id(path)
+    if newest is not None:
+        named.add(newest)
+    unknown = sorted(named - keys.key_ids())
+    if unknown:
+        raise ConfigError(
+            f"fingerprint key {key_path} (key id {keys.key_id}) is not the key the log's fingerprints were made"
+            f" with ({', '.join(unknown[:3])}); a lookup with it would find nothing: restore the right fingerprint key"
+        )
 
 
 def lookup(path: Path, fingerprints: Iterable[str]) -> list[dict[str, Any]]:

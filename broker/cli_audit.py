@@ -47,39 +47,60 @@ def verify(
     public_key: Annotated[
         Path | None, typer.Option("--public-key", help="Public key file from 'broker audit public-key'.")
     ] = None,
+    expect_head: Annotated[
+        str | None, typer.Option("--expect-head", help="SEQ:HASH of a record noted earlier; the log must hold it.")
+    ] = None,
+    strict: Annotated[bool, typer.Option("--strict", help="Fail when records follow the newest checkpoint.")] = False,
+    witness: Annotated[
+        str | None,
+        typer.Option("--witness", help="s3://BUCKET/PREFIX holding witnessed checkpoints; the log must match them."),
+    ] = None,
+    witness_endpoint_url: Annotated[
+        str | None, typer.Option("--witness-endpoint-url", help="S3 endpoint [default: the config's].")
+    ] = None,
+    witness_region: Annotated[str | None, typer.Option("--witness-region", help="Bucket region.")] = None,
+    witness_profile: Annotated[str | None, typer.Option("--witness-profile", help="AWS profile to read it.")] = None,
     repair: Annotated[bool, typer.Option("--repair", help="Cut a torn last record left by a crash.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
-    """Check the hash chain and the signed checkpoints; exit 6 naming the first bad seq.
+    """Check the hash chain, the signed checkpoints and the witness; exit 6 naming the first bad seq.
 
-    Example: broker audit verify --log issuance.jsonl --public-key broker.pub
+    Example: broker audit verify --log issuance.jsonl --public-key broker.pub --strict
     """
-    from broker.audit_verify import Head, parse_public_keys, repair_torn_tail, verify_log
+    from broker.audit_verify import failure_json, parse_head, repair_torn_tail, verify_log
+    from broker.errors import LogVerificationError
 
+    expected = [parse_head(expect_head)] if expect_head is not None else []
     offline = log is not None and public_key is not None
     config = None if offline else _cli()._config(ctx)
     path = log if log is not None else Path(config.state_dir) / "issuance.jsonl"  # type: ignore[union-attr]
-    expected: Head | None = None
-    if public_key is not None:
-        try:
-            keys = parse_public_keys(public_key.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError) as exc:
-            raise BadInput(f"public key file {public_key}: {getattr(exc, 'strerror', None) or 'unreadable'}") from None
-    else:
-        from broker.auditkeys import load_keys
-
-        assert config is not None
-        keys = parse_public_keys("\n".join(load_keys(config.audit_key).public_key_lines()))
+    keys = _public_keys(config, public_key)
     if config is not None and log is None:
-        from broker.store import open_store
+        expected += _store_head(config)
+    witnessed = None
+    if witness is not None:
+        from broker.config import WitnessConfig, parse_witness_url
+        from broker.witness import witnessed_checkpoints
 
-        store = open_store(config.state_dir)
-        try:
-            head = store.log_head()
-        finally:
-            store.close()
-        expected = Head(*head) if head else None
-    result = verify_log(path, keys, expected_head=expected, allow_torn_tail=repair)
+        bucket, prefix = parse_witness_url(witness, "--witness")
+        configured = config.witness if config is not None else None
+        source = WitnessConfig(
+            bucket,
+            prefix,
+            witness_endpoint_url or (configured.endpoint_url if configured else None),
+            witness_region or (configured.region if configured else None),
+            witness_profile or (configured.profile if configured else None),
+        )
+    try:
+        if witness is not None:
+            witnessed = witnessed_checkpoints(source)
+        result = verify_log(
+            path, keys, expected_heads=tuple(expected), witnessed=witnessed, allow_torn_tail=repair, strict=strict
+        )
+    except LogVerificationError as error:
+        if as_json:
+            typer.echo(json.dumps(failure_json(error)))
+        raise
     if result.torn_tail and repair:
         removed = repair_torn_tail(path)
         if config is not None and log is None:
@@ -91,9 +112,76 @@ def verify(
     if as_json:
         typer.echo(json.dumps(result.to_json()))
         return
-    signed = result.last_checkpoint
-    signed_text = f"last signed head seq {signed.seq} ({signed.hash[:16]}...)" if signed else "no signed checkpoint"
-    typer.echo(f"ok: {result.records} records, {signed_text}")
+    typer.echo(result.summary(witness=witness is not None))
+
+
+def _public_keys(config: Any, public_key: Path | None) -> Any:
+    from broker.audit_verify import parse_public_keys
+
+    if public_key is not None:
+        try:
+            return parse_public_keys(public_key.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError) as exc:
+            raise BadInput(f"public key file {public_key}: {getattr(exc, 'strerror', None) or 'unreadable'}") from None
+    from broker.auditkeys import load_signing_keys
+
+    return parse_public_keys("\n".join(load_signing_keys(config.audit_key).public_key_lines()))
+
+
+def _store_head(config: Any) -> list[Any]:
+    """The newest checkpoint the session store recorded (a truncation check against the live log)."""
+    from broker.audit_verify import Head
+    from broker.store import open_store
+
+    store = open_store(config.state_dir)
+    try:
+        head = store.log_head()
+    finally:
+        store.close()
+    return [Head(*head)] if head else []
+
+
+def _checked(ctx: typer.Context, path: Path, no_verify: bool) -> Any:
+    """Check the log's chain before reading it (exit 6 when broken); a prefix checked before is only rehashed."""
+    if no_verify:
+        return None
+    import contextlib
+    import os
+
+    from broker.audit_verify import CheckedPrefix, check_chain
+    from broker.errors import BrokerError
+    from broker.store import open_store
+
+    store = None
+    with contextlib.suppress(BrokerError):
+        config = _cli()._config(ctx)
+        if os.path.exists(Path(config.state_dir) / "sessions.db"):
+            store = open_store(config.state_dir)
+    try:
+        name = str(path.resolve())
+        cached = store.checked_prefix(name) if store is not None else None
+        known = None
+        if cached is not None:
+            with contextlib.suppress(KeyError, TypeError, ValueError):
+                known = CheckedPrefix(
+                    int(cached["offset"]),
+                    int(cached["seq"]),
+                    str(cached["hash"]),
+                    str(cached["digest"]),
+                    frozenset(cached["fingerprint_key_ids"]),
+                )
+        result, prefix = check_chain(path, known)
+        if store is not None and prefix is not None:
+            with contextlib.suppress(BrokerError):  # a read-only store: check in full next time
+                store.set_checked_prefix(
+                    name, {**prefix.__dict__, "fingerprint_key_ids": sorted(prefix.fingerprint_key_ids)}
+                )
+    finally:
+        if store is not None:
+            store.close()
+    if result.unsigned_tail:
+        typer.echo(f"note: {result.unsigned_tail} record(s) after the newest checkpoint are not signed yet", err=True)
+    return result
 
 
 @audit_app.command("list")
@@ -157,24 +245,28 @@ def lookup(
     secret_file: Annotated[Path | None, typer.Option("--secret-file", help="File holding the leaked secret.")] = None,
     secret_stdin: Annotated[bool, typer.Option("--secret-stdin", help="Read the leaked secret from stdin.")] = False,
     log: Annotated[Path | None, typer.Option("--log", help="Log file [default: the config's].")] = None,
+    no_verify: Annotated[bool, typer.Option("--no-verify", help="Read the log without checking its chain.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Find the session, task and credential that minted a leaked secret (never echoes it).
 
     Example: broker audit lookup --secret-file leaked-token.txt
     """
+    from broker.audit_query import check_fingerprint_keys, read_leaked_secret
     from broker.audit_query import lookup as find
-    from broker.audit_query import read_leaked_secret
-    from broker.auditkeys import load_keys
+    from broker.auditkeys import load_fingerprint_keys
 
     if (secret_file is None) == (not secret_stdin):
         raise BadInput("lookup needs exactly one of --secret-file FILE or --secret-stdin")
     config = _cli()._config(ctx)
-    keys = load_keys(config.audit_key)
+    keys = load_fingerprint_keys(config.fingerprint_key)  # never the signing key
+    path = _log_path(ctx, log)
+    checked = _checked(ctx, path, no_verify)
+    check_fingerprint_keys(path, keys, config.fingerprint_key, checked.fingerprint_key_ids if checked else ())
     candidates = read_leaked_secret(secret_file, sys.stdin.buffer.read(65 * 1024) if secret_stdin else None)
     fingerprints = [secret.fingerprint(key) for secret in candidates for key in keys.hmac_keys()]
     del candidates
-    matches = find(_log_path(ctx, log), fingerprints)
+    matches = find(path, fingerprints)
     if as_json:
         typer.echo(json.dumps(matches, indent=2))
     elif not matches:
@@ -196,6 +288,7 @@ def lookup(
 def active(
     ctx: typer.Context,
     log: Annotated[Path | None, typer.Option("--log", help="Log file [default: the config's].")] = None,
+    no_verify: Annotated[bool, typer.Option("--no-verify", help="Read the log without checking its chain.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Credentials live now (issued, not revoked, not expired): who can do what right now.
@@ -205,7 +298,9 @@ def active(
     from broker.audit_query import active_credentials
     from broker.timeutil import utcnow
 
-    items = active_credentials(_log_path(ctx, log), utcnow())
+    path = _log_path(ctx, log)
+    _checked(ctx, path, no_verify)
+    items = active_credentials(path, utcnow())
     if as_json:
         typer.echo(json.dumps(items, indent=2))
         return
@@ -224,18 +319,50 @@ def public_key(ctx: typer.Context) -> None:
     from broker.auditkeys import load_or_create_keys
 
     config = _cli()._config(ctx)
-    for line in load_or_create_keys(config.audit_key).public_key_lines():
+    for line in load_or_create_keys(config.audit_key, config.fingerprint_key).public_key_lines():
         typer.echo(line)
 
 
 @audit_app.command("rotate-key")
-def rotate_key(ctx: typer.Context) -> None:
-    """Replace the audit keys; older checkpoints stay verifiable and older fingerprints searchable.
+def rotate_key(
+    ctx: typer.Context,
+    which: Annotated[
+        str, typer.Option("--key", help="signing (audit_key, signs checkpoints) or fingerprint (fingerprint_key).")
+    ] = "signing",
+) -> None:
+    """Replace one audit key; older checkpoints stay verifiable and older fingerprints searchable.
 
-    Example: broker audit rotate-key && broker audit public-key > broker.pub
+    Example: broker audit rotate-key --key signing && broker audit public-key > broker.pub
     """
-    from broker.auditkeys import rotate_keys
+    from broker.auditkeys import rotate_fingerprint_key, rotate_signing_key
 
     config = _cli()._config(ctx)
-    keys = rotate_keys(config.audit_key)
-    typer.echo(f"new key {keys.key_id}; {len(keys.retired)} retired key(s) kept for verification")
+    if which == "signing":
+        signing = rotate_signing_key(config.audit_key)
+        typer.echo(f"new signing key {signing.key_id}; {len(signing.retired)} retired key(s) kept for verification")
+    elif which == "fingerprint":
+        fingerprint = rotate_fingerprint_key(config.fingerprint_key)
+        typer.echo(
+            f"new fingerprint key {fingerprint.key_id}; {len(fingerprint.retired)} retired key(s) kept for lookup"
+        )
+    else:
+        raise BadInput(f"--key: {which[:20]!r} is not signing or fingerprint")
+
+
+@audit_app.command("migrate-keys")
+def migrate_keys(ctx: typer.Context) -> None:
+    """Split an older one-file audit key into audit_key (signing) and fingerprint_key (HMAC).
+
+    Example: broker audit migrate-keys
+    """
+    from broker.auditkeys import migrate_key_file
+
+    config = _cli()._config(ctx)
+    done = migrate_key_file(config.audit_key, config.fingerprint_key)
+    if done is None:
+        typer.echo(f"nothing to do: {config.audit_key} holds only the signing key")
+        return
+    typer.echo(
+        f"split {config.audit_key}: signing key {done.signing_key_id} stays there; fingerprint key"
+        f" {done.fingerprint_key_id} moved to {config.fingerprint_key} ({done.retired} retired key(s) each)"
+    )

@@ -35,6 +35,36 @@ FIRST_USER_UID = 1000
 NOBODY_UID = 65534
 
 
+WITNESS_URL = re.compile(r"s3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?:/([A-Za-z0-9!_.*'()/-]{0,512}))?")
+LONG_DURATION = re.compile(r"([0-9]{1,6})([smhd])")
+LONG_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+DEFAULT_WITNESS_RETENTION = 400 * 86400
+
+
+@dataclass(frozen=True)
+class WitnessConfig:
+    """``[audit] witness``: an S3 bucket with Object Lock where every checkpoint is also written."""
+
+    bucket: str
+    prefix: str
+    endpoint_url: str | None = None
+    region: str | None = None
+    profile: str | None = None
+    retention: int = DEFAULT_WITNESS_RETENTION  # seconds of COMPLIANCE retention per object
+    interval: int = 0  # 0: every checkpoint; else only the newest, once per interval
+
+    @property
+    def url(self) -> str:
+        return f"s3://{self.bucket}/{self.prefix}"
+
+
+def parse_witness_url(value: str, field: str) -> tuple[str, str]:
+    match = WITNESS_URL.fullmatch(value)
+    if match is None:
+        raise ConfigError(f"{field}: {value[:60]!r} is not s3://BUCKET/PREFIX")
+    return match.group(1), (match.group(2) or "").strip("/")
+
+
 @dataclass(frozen=True)
 class Config:
     path: Path
@@ -42,10 +72,12 @@ class Config:
     runtime_dir: Path
     policy_dir: Path
     audit_key: Path
+    fingerprint_key: Path
     default_ttl: int
     max_ttl: int
     mount_tmpfs: str  # auto: mount a tmpfs per session when the broker holds CAP_SYS_ADMIN
     providers: dict[str, Provider]
+    witness: WitnessConfig | None = None
 
     def provider(self, name: str) -> Provider:
         return self.providers[name]
@@ -127,6 +159,7 @@ def parse_config(table: object, path: Path) -> Config:
     runtime_dir = check_own_directory("runtime_dir", path_field("runtime_dir", "/run/broker"))
     policy_dir = path_field("policy_dir", "/etc/broker/policies")
     audit_key = path_field("audit_key", "/etc/broker/audit.key")
+    fingerprint_key = path_field("fingerprint_key", str(audit_key.parent / "fingerprint.key"))
     default_ttl = fields.duration("default_ttl") or 30 * 60
     max_ttl = fields.duration("max_ttl") or 12 * 3600
     if default_ttl > max_ttl:
@@ -134,6 +167,7 @@ def parse_config(table: object, path: Path) -> Config:
     mount_tmpfs = fields.string("mount_tmpfs", required=False) or "auto"
     if mount_tmpfs not in MOUNT_MODES:
         raise ConfigError(f"mount_tmpfs: must be one of {', '.join(MOUNT_MODES)}")
+    witness = _witness(fields)
     providers: dict[str, Provider] = {}
     table_providers = fields.mapping("providers", required=False)
     if table_providers is not None:
@@ -159,8 +193,43 @@ def parse_config(table: object, path: Path) -> Config:
         runtime_dir=runtime_dir,
         policy_dir=policy_dir,
         audit_key=audit_key,
+        fingerprint_key=fingerprint_key,
         default_ttl=default_ttl,
         max_ttl=max_ttl,
         mount_tmpfs=mount_tmpfs,
         providers=providers,
+        witness=witness,
     )
+
+
+def _witness(fields: Fields) -> WitnessConfig | None:
+    audit = fields.mapping("audit", required=False)
+    if audit is None:
+        return None
+    url = audit.string("witness", required=False, max_len=600)
+    endpoint_url = audit.string("witness_endpoint_url", required=False, max_len=1024)
+    region = audit.string("witness_region", required=False, max_len=64)
+    profile = audit.string("witness_profile", required=False, max_len=128)
+    retention = _long_duration(audit, "witness_retention", DEFAULT_WITNESS_RETENTION, allow_zero=False)
+    interval = _long_duration(audit, "witness_interval", 0, allow_zero=True)
+    audit.done()
+    if url is None:
+        return None
+    bucket, prefix = parse_witness_url(url, "audit.witness")
+    return WitnessConfig(bucket, prefix, endpoint_url, region, profile, retention, interval)
+
+
+def _long_duration(fields: Fields, key: str, default: int, *, allow_zero: bool) -> int:
+    """Seconds for ``400d``, ``12h``, ``0s`` or an integer (days are allowed here, unlike session TTLs)."""
+    value = fields.raw(key)
+    if value is None:
+        return default
+    if isinstance(value, int) and not isinstance(value, bool):
+        seconds = value
+    elif isinstance(value, str) and (match := LONG_DURATION.fullmatch(value)):
+        seconds = int(match.group(1)) * LONG_UNITS[match.group(2)]
+    else:
+        raise fields.fail(key, "expected a duration such as 0s, 12h or 400d")
+    if seconds < 0 or (seconds == 0 and not allow_zero):
+        raise fields.fail(key, "must be positive" if not allow_zero else "must not be negative")
+    return seconds

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
+from typing import TYPE_CHECKING, Any
 
 from broker.auditkeys import AuditKeys, load_or_create_keys
 from broker.config import Config
@@ -26,6 +27,9 @@ from broker.policy import Policy, Requester, load_policy
 from broker.sessiondir import RuntimeDir, prepare_runtime_dir
 from broker.store import SessionStore, open_store
 from broker.timeutil import utcnow
+
+if TYPE_CHECKING:
+    from broker.witness import FlushResult
 
 SESSION_ALPHABET = string.ascii_lowercase + string.digits
 
@@ -77,7 +81,7 @@ class Broker:
     @classmethod
     def open(cls, config: Config) -> Broker:
         ensure_state_dir(config)
-        keys = load_or_create_keys(config.audit_key)
+        keys = load_or_create_keys(config.audit_key, config.fingerprint_key)
         for provider in config.providers.values():
             provider.use_lock_dir(lock_dir(config.state_dir))
         return cls(
@@ -100,16 +104,31 @@ class Broker:
     def keepsafe(self) -> KeepSafe:
         return KeepSafe(self.config.runtime_dir)
 
-    def checkpoint(self) -> None:
-        """Sign the log head if this command appended since its last checkpoint."""
+    def checkpoint(self) -> dict[str, Any] | None:
+        """Sign the log head if this command appended since its last checkpoint; queue it for the witness."""
         checkpoint = self.log.checkpoint(str(self.requester))
         if checkpoint is not None:
             self.store.set_log_head(int(checkpoint["seq"]), str(checkpoint["hash"]))
+            if self.config.witness is not None:
+                from broker.witness import note_checkpoint
+
+                note_checkpoint(self.store, self.config.witness, checkpoint, self.clock())
+        return checkpoint
+
+    def witness(self) -> FlushResult | None:
+        """Send the checkpoints the witness has not received yet; a failure stays pending, never raises."""
+        witness = self.config.witness
+        if witness is None:
+            return None
+        from broker.witness import flush
+
+        return flush(self.store, witness, self.clock())
 
     def close(self) -> None:
-        """Sign the log head if this command appended, then release everything."""
+        """Sign the log head if this command appended, witness it, then release everything."""
         try:
             self.checkpoint()
+            self.witness()
         finally:
             self.store.close()
             for provider in self.config.providers.values():

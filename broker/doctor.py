@@ -2,7 +2,7 @@
 
 The checks, in order: the config parses (when it does not, that is the only
 check), the policy files lint, runtime_dir can hold secrets, state_dir is
-writable, the audit key is present and private, then each provider instance's
+writable, the signing and fingerprint keys are present and private, then each provider instance's
 own ``health`` checks (login, permissions, clock) with the broker's own
 identity. A provider failure is a failed check, never an exception. Nothing
 here prints or exits; nothing here creates a file or a directory.
@@ -13,12 +13,13 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from broker import mounts
-from broker.auditkeys import load_keys
+from broker.auditkeys import MIGRATE_HINT, load_fingerprint_keys, load_signing_keys
 from broker.config import Config, load_config
 from broker.errors import REPORT_URL, BrokerError
 from broker.policy import load_policy
@@ -71,6 +72,8 @@ def run_doctor(path: Path) -> DoctorReport:
             check_runtime_dir(config),
             check_state_dir(config),
             check_audit_key(config),
+            check_fingerprint_key(config),
+            *check_witness(config),
             *check_providers(config),
         ]
     finally:
@@ -160,25 +163,77 @@ def check_state_dir(config: Config) -> Check:
 
 
 def check_audit_key(config: Config) -> Check:
-    path = config.audit_key
+    return _check_key_file("audit_key", config.audit_key, lambda path: load_signing_keys(path).key_id)
+
+
+def check_fingerprint_key(config: Config) -> Check:
+    return _check_key_file("fingerprint_key", config.fingerprint_key, lambda path: load_fingerprint_keys(path).key_id)
+
+
+def _check_key_file(name: str, path: Path, load: Callable[[Path], str]) -> Check:
     try:
         info = os.lstat(path)
     except FileNotFoundError:
-        return Check("audit_key", False, f"{path} does not exist", "run broker init (it creates the key, mode 0400)")
+        return Check(name, False, f"{path} does not exist", "run broker init (it creates the key, mode 0400)")
     except OSError as exc:
-        return Check("audit_key", False, f"{path}: {exc.strerror}", "make it readable by the broker")
+        return Check(name, False, f"{path}: {exc.strerror}", "make it readable by the broker")
     mode = stat.S_IMODE(info.st_mode)
     if not stat.S_ISREG(info.st_mode):
-        return Check("audit_key", False, f"{path} is not a regular file", "restore the key file from a backup")
+        return Check(name, False, f"{path} is not a regular file", "restore the key file from a backup")
     if info.st_uid != os.geteuid():
-        return Check("audit_key", False, f"{path} is owned by uid {info.st_uid}", f"chown {os.geteuid()} {path}")
+        return Check(name, False, f"{path} is owned by uid {info.st_uid}", f"chown {os.geteuid()} {path}")
     if mode not in KEY_MODES:
-        return Check("audit_key", False, f"{path} has mode {mode:04o}, not 0400 or 0600", f"chmod 400 {path}")
+        return Check(name, False, f"{path} has mode {mode:04o}, not 0400 or 0600", f"chmod 400 {path}")
     try:
-        keys = load_keys(path)
+        key_id = load(path)
     except BrokerError as exc:
-        return Check("audit_key", False, exc.message, "restore the key file from a backup")
-    return Check("audit_key", True, f"{path} (mode {mode:04o}, key id {keys.key_id})")
+        fix = "broker audit migrate-keys" if MIGRATE_HINT in exc.message else "restore the key file from a backup"
+        return Check(name, False, exc.message, fix)
+    return Check(name, True, f"{path} (mode {mode:04o}, key id {key_id})")
+
+
+def check_witness(config: Config) -> list[Check]:
+    """The witness bucket has Object Lock, and no checkpoint waits for it longer than it should."""
+    witness = config.witness
+    if witness is None or not config.state_dir.is_dir():
+        return []
+    from broker.store import open_store
+    from broker.timeutil import parse_iso, utcnow
+    from broker.witness import object_lock_enabled
+
+    checks: list[Check] = []
+    try:
+        locked = object_lock_enabled(witness)
+        checks.append(
+            Check("witness.bucket", True, f"{witness.url} (Object Lock enabled)")
+            if locked
+            else Check(
+                "witness.bucket", False, f"{witness.url}: Object Lock is not enabled", "use a bucket made with it"
+            )
+        )
+    except Exception as exc:  # botocore's errors: a failed line, never a traceback
+        text = " ".join(str(exc).split())[:200]
+        checks.append(Check("witness.bucket", False, f"{witness.url}: {type(exc).__name__}: {text}", "check [audit]"))
+    store = open_store(config.state_dir)
+    try:
+        pending, status = store.witness_pending(), store.witness_status()
+    finally:
+        store.close()
+    if not pending:
+        checks.append(
+            Check("witness.lag", True, f"every checkpoint witnessed (last write {status['last_success_at']})")
+        )
+        return checks
+    oldest_seq, _, _, created = pending[0]
+    age = (utcnow() - parse_iso(created)).total_seconds()
+    behind = witness.interval == 0 or age > 2 * witness.interval
+    detail = f"{len(pending)} checkpoint(s) not witnessed yet, the oldest (seq {oldest_seq}) for {int(age)} s"
+    if status["last_error"]:
+        detail += f"; last error: {status['last_error']}"
+    checks.append(
+        Check("witness.lag", not behind, detail, "" if not behind else "restore access; broker sweep retries")
+    )
+    return checks
 
 
 def check_providers(config: Config) -> list[Check]:

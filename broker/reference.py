@@ -53,7 +53,18 @@ CONFIG = (
             ),
             Key("policy_dir", "path", False, "Directory of *.yaml policy files.", "/etc/broker/policies"),
             Key(
-                "audit_key", "path", False, "HMAC and Ed25519 keys; created 0400 on first use.", "/etc/broker/audit.key"
+                "audit_key",
+                "path",
+                False,
+                "Ed25519 key that signs checkpoints; created 0400 on first use.",
+                "/etc/broker/audit.key",
+            ),
+            Key(
+                "fingerprint_key",
+                "path",
+                False,
+                "HMAC key for fingerprints and audit lookup; created 0400 on first use.",
+                "fingerprint.key beside audit_key",
             ),
             Key("default_ttl", DURATION, False, "Session lifetime when the manifest gives none.", "30m"),
             Key("max_ttl", DURATION, False, "Ceiling for every session and credential.", "12h"),
@@ -66,8 +77,29 @@ CONFIG = (
                 "auto",
             ),
             Key("providers", "table", False, "One [providers.NAME] table per provider instance."),
+            Key("audit", "table", False, "[audit]: the issuance log's witness."),
         ),
         "Relative paths are relative to the config file. Durations: 90s, 15m, 1h or whole seconds.",
+    ),
+    Section(
+        "Config: [audit]",
+        "audit",
+        (
+            Key("witness", "s3://BUCKET/PREFIX", False, "Every checkpoint is also written there under Object Lock."),
+            Key("witness_endpoint_url", "URL", False, "S3 endpoint (moto, MinIO, VPC endpoints)."),
+            Key("witness_region", "string", False, "The bucket's region; the default chain otherwise."),
+            Key("witness_profile", "string", False, "AWS profile that may write the bucket; default chain otherwise."),
+            Key("witness_retention", "duration (d allowed)", False, "COMPLIANCE retention of each object.", "400d"),
+            Key(
+                "witness_interval",
+                "duration (d allowed)",
+                False,
+                "0s: every checkpoint; else only the newest, at most once per interval.",
+                "0s",
+            ),
+        ),
+        "The bucket must have Object Lock enabled; the broker's identity needs s3:PutObject and"
+        " s3:PutObjectRetention on PREFIX, auditors s3:ListBucketVersions.",
     ),
     Section(
         'Config: [providers.NAME] type = "vault"',

@@ -2,7 +2,9 @@
 
 Nothing is overwritten without ``force``, and an existing audit key is never
 regenerated, not even with ``force`` (that would orphan every checkpoint it
-signed; ``broker audit rotate-key`` is the way to replace it). Every file
+signed; ``broker audit rotate-key`` is the way to replace it); the same holds
+for the fingerprint key (regenerating it would hide every fingerprint from
+``audit lookup``). Every file
 that would be refused is checked before anything is written. The example
 policy is written as ``default.yaml.example``, which the broker does not load
 (only ``*.yaml``/``*.yml`` are): it grants provider ``vault``, and a policy
@@ -20,7 +22,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from broker.auditkeys import load_keys, load_or_create_keys
+from broker.auditkeys import load_fingerprint_keys, load_or_create_keys, load_signing_keys
 from broker.config import check_own_directory
 from broker.errors import BadInput, ConfigError
 
@@ -67,8 +69,10 @@ state_dir = {state_dir}
 runtime_dir = {runtime_dir}
 # Policy files: every *.yaml / *.yml here is loaded; the broker denies by default.
 policy_dir = {policy_dir}
-# HMAC and Ed25519 keys of the issuance log (created 0400; never share it).
+# The Ed25519 key that signs the issuance log's checkpoints (created 0400).
 audit_key = {audit_key}
+# The HMAC key of credential fingerprints; audit lookup needs only this one (created 0400).
+fingerprint_key = {fingerprint_key}
 # Session lifetime when a manifest names none, and the ceiling on any lifetime.
 default_ttl = "30m"
 max_ttl = "12h"
@@ -137,6 +141,7 @@ def render_config(directory: Path, state_dir: Path, runtime_dir: Path) -> str:
         runtime_dir=_toml_string(runtime_dir),
         policy_dir=_toml_string(directory / "policies"),
         audit_key=_toml_string(directory / "audit.key"),
+        fingerprint_key=_toml_string(directory / "fingerprint.key"),
     )
 
 
@@ -146,23 +151,29 @@ def initialise(options: InitOptions) -> InitResult:
     runtime_dir = check_own_directory("--runtime-dir", options.runtime_dir.absolute())
     config, policies = directory / CONFIG_NAME, directory / "policies"
     example, audit_key = policies / POLICY_EXAMPLE_NAME, directory / "audit.key"
+    fingerprint_key = directory / "fingerprint.key"
     for path in (config, example):
         if os.path.lexists(path) and not options.force:
             raise BadInput(f"{path} already exists; use --force to overwrite it (the audit key is always kept)")
         if os.path.islink(path):
             raise BadInput(f"{path} is a symbolic link; remove it first")
-    existing_key = load_keys(audit_key) if os.path.lexists(audit_key) else None
+    existing_key = load_signing_keys(audit_key) if os.path.lexists(audit_key) else None
+    existing_fingerprint = load_fingerprint_keys(fingerprint_key) if os.path.lexists(fingerprint_key) else None
     steps = [
         _directory(directory, DIR_MODE, "config directory"),
         _write(config, render_config(directory, state_dir, runtime_dir), CONFIG_MODE, "config, no provider yet"),
         _directory(policies, DIR_MODE, "policy directory"),
         _write(example, DEFAULT_POLICY, POLICY_MODE, "example policy, not loaded until renamed to default.yaml"),
     ]
-    if existing_key is not None:
-        steps.append(InitStep(audit_key, "kept", f"audit keys, key id {existing_key.key_id}; never regenerated"))
-    else:
-        keys = load_or_create_keys(audit_key)
-        steps.append(InitStep(audit_key, "created", f"audit keys, mode 0400, key id {keys.key_id}"))
+    keys = load_or_create_keys(audit_key, fingerprint_key)
+    for path, existing, key_id, what in (
+        (audit_key, existing_key, keys.signing.key_id, "checkpoint signing key"),
+        (fingerprint_key, existing_fingerprint, keys.fingerprints.key_id, "fingerprint key"),
+    ):
+        if existing is not None:
+            steps.append(InitStep(path, "kept", f"{what}, key id {key_id}; never regenerated"))
+        else:
+            steps.append(InitStep(path, "created", f"{what}, mode 0400, key id {key_id}"))
     steps.append(_directory(state_dir, STATE_MODE, "state directory"))
     steps.append(_directory(runtime_dir, RUNTIME_MODE, "runtime directory"))
     return InitResult(config=config, policy_example=example, steps=tuple(steps))

@@ -125,6 +125,30 @@ class SessionStore(ABC):
     @abstractmethod
     def log_head(self) -> tuple[int, str] | None: ...
 
+    @abstractmethod
+    def set_checked_prefix(self, log: str, document: dict[str, Any]) -> None:
+        """Remember how far ``log``'s chain was checked (offset, last record, SHA-256 of the bytes)."""
+
+    @abstractmethod
+    def checked_prefix(self, log: str) -> dict[str, Any] | None: ...
+
+    @abstractmethod
+    def add_witness_pending(self, seq: int, record_hash: str, body: str, created_at: str, *, only: bool) -> None:
+        """Keep a checkpoint for the witness until written (``only``: drop older pending ones)."""
+
+    @abstractmethod
+    def witness_pending(self) -> list[tuple[int, str, str, str]]:
+        """Pending checkpoints, oldest first: (seq, hash, body, created_at)."""
+
+    @abstractmethod
+    def drop_witness_pending(self, seq: int) -> None: ...
+
+    @abstractmethod
+    def set_witness_status(self, *, success_at: str | None, error: str | None) -> None: ...
+
+    @abstractmethod
+    def witness_status(self) -> dict[str, str | None]: ...
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release the connection."""
 
@@ -165,6 +189,21 @@ CREATE TABLE IF NOT EXISTS log_head (
     id INTEGER PRIMARY KEY CHECK (id = 1),
     seq INTEGER NOT NULL,
     hash TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS witness_pending (
+    seq INTEGER PRIMARY KEY,
+    hash TEXT NOT NULL,
+    body TEXT NOT NULL,
+    created_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS witness_status (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    last_success_at TEXT,
+    last_error TEXT
+);
+CREATE TABLE IF NOT EXISTS checked_prefix (
+    log TEXT PRIMARY KEY,
+    document TEXT NOT NULL
 );
 """
 
@@ -334,6 +373,53 @@ class SqliteSessionStore(SessionStore):
     def log_head(self) -> tuple[int, str] | None:
         rows = self._query("SELECT seq, hash FROM log_head WHERE id=1")
         return (int(rows[0]["seq"]), str(rows[0]["hash"])) if rows else None
+
+    def set_checked_prefix(self, log: str, document: dict[str, Any]) -> None:
+        with self._tx() as conn:
+            conn.execute(
+                "INSERT INTO checked_prefix (log, document) VALUES (?, ?)"
+                " ON CONFLICT(log) DO UPDATE SET document=excluded.document",
+                (log, json.dumps(document)),
+            )
+
+    def checked_prefix(self, log: str) -> dict[str, Any] | None:
+        rows = self._query("SELECT document FROM checked_prefix WHERE log=?", (log,))
+        if not rows:
+            return None
+        document = json.loads(rows[0]["document"])
+        return document if isinstance(document, dict) else None
+
+    def add_witness_pending(self, seq: int, record_hash: str, body: str, created_at: str, *, only: bool) -> None:
+        with self._tx() as conn:
+            if only:
+                conn.execute("DELETE FROM witness_pending WHERE seq < ?", (seq,))
+            conn.execute(
+                "INSERT OR IGNORE INTO witness_pending (seq, hash, body, created_at) VALUES (?, ?, ?, ?)",
+                (seq, record_hash, body, created_at),
+            )
+
+    def witness_pending(self) -> list[tuple[int, str, str, str]]:
+        rows = self._query("SELECT seq, hash, body, created_at FROM witness_pending ORDER BY seq")
+        return [(int(r["seq"]), str(r["hash"]), str(r["body"]), str(r["created_at"])) for r in rows]
+
+    def drop_witness_pending(self, seq: int) -> None:
+        with self._tx() as conn:
+            conn.execute("DELETE FROM witness_pending WHERE seq=?", (seq,))
+
+    def set_witness_status(self, *, success_at: str | None, error: str | None) -> None:
+        with self._tx() as conn:
+            conn.execute(
+                "INSERT INTO witness_status (id, last_success_at, last_error) VALUES (1, ?, ?)"
+                " ON CONFLICT(id) DO UPDATE SET last_error=excluded.last_error,"
+                " last_success_at=COALESCE(excluded.last_success_at, last_success_at)",
+                (success_at, error),
+            )
+
+    def witness_status(self) -> dict[str, str | None]:
+        rows = self._query("SELECT last_success_at, last_error FROM witness_status WHERE id=1")
+        if not rows:
+            return {"last_success_at": None, "last_error": None}
+        return {"last_success_at": rows[0]["last_success_at"], "last_error": rows[0]["last_error"]}
 
     def close(self) -> None:
         with self._lock:

@@ -15,7 +15,8 @@ is working on are skipped (their session lock is held). In order:
    provably the broker's goes: a session the store knows, or one whose
    directory proves it (see ``is_broker_session_dir``). Every other entry is
    reported as ``foreign`` and left alone, since ``runtime_dir`` may be shared
-   with something the broker knows nothing about.
+   with something the broker knows nothing about;
+6. checkpoints the witness has not received yet (an outage): sent again.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class SweepReport:
     busy: list[str] = field(default_factory=list)
     orphans_removed: list[str] = field(default_factory=list)
     foreign: list[str] = field(default_factory=list)
+    witness_pending: int = 0
 
     @property
     def complete(self) -> bool:
@@ -57,6 +59,7 @@ class SweepReport:
             "busy": self.busy,
             "orphans_removed": self.orphans_removed,
             "foreign": self.foreign,
+            "witness_pending": self.witness_pending,
         }
 
 
@@ -83,6 +86,8 @@ def sweep(broker: Broker, progress: Progress | None = None) -> SweepReport:
             if progress:
                 progress(done, total)
         _remove_orphans(broker, report)
+        witnessed = broker.witness()
+        report.witness_pending = witnessed.pending if witnessed is not None else 0
     return report
 
 

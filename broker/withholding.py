@@ -66,6 +66,7 @@ def issued_fields(
         "expires_at": iso(credential.expires_at),
         "reference": dict(credential.reference),
         "fingerprint": broker.keys.fingerprint(credential.secret),
+        "fingerprint_key_id": broker.keys.fingerprints.key_id,
     }
 
 

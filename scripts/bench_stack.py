@@ -557,7 +557,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--seed-processes", type=int, help="parallel seeding processes for sweep (default 4)")
     parser.add_argument("--memory-reps", type=int, help="peak-RSS repetitions (default 7, quick 3)")
     parser.add_argument("--audit-records", type=int, help="issuance log size (default 1,000,000, quick 100,000)")
-    parser.add_argument("--audit-checkpoint-every", type=int, default=1000, help="records between checkpoints")
+    parser.add_argument(
+        "--audit-checkpoint-every",
+        type=int,
+        default=0,
+        help="records between checkpoints (default 0: one per command, as a real log has)",
+    )
     parser.add_argument(
         "--serve",
         action="store_true",

@@ -51,8 +51,19 @@ def test_a_real_log_verifies(busy_log: BrokerEnv) -> None:
     summary = result.json()
     assert summary["records"] == len(lines(busy_log))
     assert summary["signed_seq"] == summary["records"] - 1  # the last record is a checkpoint
+    checkpoints = sum(1 for r in busy_log.log_records() if r["event"] == "checkpoint")
+    assert {k: summary[k] for k in ("ok", "checkpoints", "unsigned_tail", "first_bad_seq", "reason")} == {
+        "ok": True,
+        "checkpoints": checkpoints,
+        "unsigned_tail": 0,
+        "first_bad_seq": None,
+        "reason": None,
+    }
     human = busy_log.run("audit", "verify")
-    assert human.stdout.startswith(f"ok: {summary['records']} records, last signed head seq")
+    assert human.stdout == (
+        f"ok: {summary['records']} records, {checkpoints} checkpoints (newest signs seq {summary['signed_seq']},"
+        f" {summary['signed_hash'][:16]}...), 1 signing key(s) seen, unsigned tail 0\n"
+    )
 
 
 def test_offline_verification_with_the_public_key_alone(busy_log: BrokerEnv, tmp_path: Path) -> None:
@@ -70,32 +81,41 @@ def test_offline_verification_with_the_public_key_alone(busy_log: BrokerEnv, tmp
     assert main(["audit", "verify", "--log", str(copy), "--public-key", str(other)]) == 6
 
 
-def tamper_cases(items: list[str]) -> dict[str, tuple[list[str], int]]:
-    """name -> (tampered lines, first bad seq)."""
+def tamper_cases(items: list[str]) -> dict[str, tuple[list[str], int, str]]:
+    """name -> (tampered lines, first bad seq, the kind of damage verify names)."""
     second = json.loads(items[1])
     edited = dict(second, task="innocent-task")
     cases = {
-        "edited": (items[:1] + [json.dumps(edited, sort_keys=True, separators=(",", ":")) + "\n"] + items[2:], 2),
+        "edited": (
+            items[:1] + [json.dumps(edited, sort_keys=True, separators=(",", ":")) + "\n"] + items[2:],
+            2,
+            "edited",
+        ),
         "edited-and-rehashed": (
             rehash_from(items[:1] + [json.dumps(edited, sort_keys=True, separators=(",", ":")) + "\n"] + items[2:], 1),
             3,
+            "bad signature",
         ),
-        "deleted": (items[:1] + items[2:], 2),
-        "inserted": (items[:2] + [items[1]] + items[2:], 3),
-        "reordered": (items[:1] + [items[2], items[1]] + items[3:], 2),
-        "not-json": (items[:1] + ["this is not json\n"] + items[2:], 2),
+        "deleted": (items[:1] + items[2:], 2, "deleted"),
+        "inserted": (items[:2] + [items[1]] + items[2:], 3, "inserted"),
+        "reordered": (items[:1] + [items[2], items[1]] + items[3:], 2, "reordered"),
+        "not-json": (items[:1] + ["this is not json\n"] + items[2:], 2, "edited"),
     }
     return cases
 
 
 @pytest.mark.parametrize("kind", ["edited", "edited-and-rehashed", "deleted", "inserted", "reordered", "not-json"])
 def test_every_tamper_kind_fails_naming_the_first_bad_seq(busy_log: BrokerEnv, kind: str) -> None:
-    tampered, bad_seq = tamper_cases(lines(busy_log))[kind]
+    tampered, bad_seq, damage = tamper_cases(lines(busy_log))[kind]
     write(busy_log, tampered)
     result = busy_log.run("audit", "verify")
     assert result.code == 6, (kind, result.stderr)
-    assert result.stderr.startswith(f"broker: error: seq {bad_seq}:"), (kind, result.stderr)
+    assert result.stderr.startswith(f"broker: error: seq {bad_seq}: {damage}: "), (kind, result.stderr)
     assert result.stderr.count("\n") == 1
+    as_json = busy_log.run("audit", "verify", "--json")
+    assert as_json.code == 6
+    assert {k: as_json.json()[k] for k in ("ok", "first_bad_seq")} == {"ok": False, "first_bad_seq": bad_seq}
+    assert as_json.json()["reason"].startswith(f"seq {bad_seq}: {damage}: ")
 
 
 def test_a_truncated_tail_is_caught_against_the_session_store(busy_log: BrokerEnv) -> None:

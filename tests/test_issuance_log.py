@@ -41,7 +41,7 @@ def assert_chain(path: Path) -> list[dict[str, object]]:
 
 
 def test_records_chain_and_checkpoints_verify_with_the_public_key(tmp_path: Path) -> None:
-    keys = load_or_create_keys(tmp_path / "audit.key")
+    keys = load_or_create_keys(tmp_path / "audit.key", tmp_path / "fingerprint.key")
     log = IssuanceLog(tmp_path, keys)
     log.append("session.denied", session=None, task="t", requester="ci", reasons=["x"])
     log.append("session.issued", session="s-1", task="t", requester="ci")
@@ -52,7 +52,7 @@ def test_records_chain_and_checkpoints_verify_with_the_public_key(tmp_path: Path
     for field in ("seq", "time", "event", "session", "task", "requester", "prev", "hash"):
         assert field in items[0]
     assert str(items[0]["time"]).endswith("Z")
-    public_raw = base64.b64decode(keys.public_key_text().removeprefix("ed25519:"))
+    public_raw = base64.b64decode(keys.public_key_lines()[0].removeprefix("ed25519:"))
     public = Ed25519PublicKey.from_public_bytes(public_raw)
     public.verify(base64.b64decode(str(checkpoint["signature"])), checkpoint_message(2, str(items[1]["hash"])))
     assert checkpoint["key_id"] == keys.key_id
@@ -60,16 +60,19 @@ def test_records_chain_and_checkpoints_verify_with_the_public_key(tmp_path: Path
 
 def test_audit_key_file_is_created_once_with_mode_0400(tmp_path: Path) -> None:
     path = tmp_path / "keys" / "audit.key"
-    first = load_or_create_keys(path)
+    fingerprint = tmp_path / "keys" / "fingerprint.key"
+    first = load_or_create_keys(path, fingerprint)
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o400
-    assert load_or_create_keys(path).key_id == first.key_id
+    assert stat.S_IMODE(os.stat(fingerprint).st_mode) == 0o400
+    again = load_or_create_keys(path, fingerprint)
+    assert (again.key_id, again.fingerprints.key_id) == (first.key_id, first.fingerprints.key_id)
     path.chmod(0o644)
     with pytest.raises(ConfigError, match="readable only by its owner"):
-        load_or_create_keys(path)
+        load_or_create_keys(path, fingerprint)
 
 
 def test_a_torn_last_record_stops_appends(tmp_path: Path) -> None:
-    log = IssuanceLog(tmp_path, load_or_create_keys(tmp_path / "audit.key"))
+    log = IssuanceLog(tmp_path, load_or_create_keys(tmp_path / "audit.key", tmp_path / "fingerprint.key"))
     log.append("session.issued", session="s-1", task="t", requester="ci")
     with open(tmp_path / "issuance.jsonl", "ab") as handle:
         handle.write(b'{"seq": 2, "ev')
@@ -78,14 +81,16 @@ def test_a_torn_last_record_stops_appends(tmp_path: Path) -> None:
 
 
 def _append_many(state_dir: str, worker: int, count: int) -> None:
-    log = IssuanceLog(Path(state_dir), load_or_create_keys(Path(state_dir) / "audit.key"))
+    log = IssuanceLog(
+        Path(state_dir), load_or_create_keys(Path(state_dir) / "audit.key", Path(state_dir) / "fingerprint.key")
+    )
     for index in range(count):
         log.append("credential.issued", session=f"s-{worker}", task="t", requester="ci", n=index)
     log.checkpoint("ci")
 
 
 def test_32_concurrent_processes_keep_one_chain(tmp_path: Path) -> None:
-    load_or_create_keys(tmp_path / "audit.key")
+    load_or_create_keys(tmp_path / "audit.key", tmp_path / "fingerprint.key")
     context = multiprocessing.get_context("spawn")
     workers = [context.Process(target=_append_many, args=(str(tmp_path), n, 10)) for n in range(32)]
     for worker in workers:
@@ -100,10 +105,10 @@ def test_32_concurrent_processes_keep_one_chain(tmp_path: Path) -> None:
 
 
 def test_fingerprint_is_keyed_and_never_the_secret(tmp_path: Path) -> None:
-    keys = load_or_create_keys(tmp_path / "audit.key")
+    keys = load_or_create_keys(tmp_path / "audit.key", tmp_path / "fingerprint.key")
     secret = Secret("s.canary-token-value")
     fingerprint = keys.fingerprint(secret)
     assert fingerprint.startswith("hmac-sha256:") and "canary" not in fingerprint
     assert fingerprint != "hmac-sha256:" + hashlib.sha256(b"s.canary-token-value").hexdigest()
-    other = load_or_create_keys(tmp_path / "other.key")
+    other = load_or_create_keys(tmp_path / "other.key", tmp_path / "other-fingerprint.key")
     assert other.fingerprint(secret) != fingerprint

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.auditkeys import load_keys, load_or_create_keys
+from broker.auditkeys import load_fingerprint_keys, load_or_create_keys, load_signing_keys
 from broker.config import load_config
 from broker.setup import DEFAULT_POLICY
 from providers.base import FIX_MARK, clock_check
@@ -22,7 +22,7 @@ from tests.fixtures.net import closed_port
 from tests.fixtures.openbao import CHILD_ROLE, ROOT_TOKEN, OpenBao, admin_approle, approle_table
 
 REPOSITORY = Path(__file__).resolve().parent.parent
-BASE_CHECKS = ["config", "policy", "runtime_dir", "state_dir", "audit_key"]
+BASE_CHECKS = ["config", "policy", "runtime_dir", "state_dir", "audit_key", "fingerprint_key"]
 STACK_CHECKS = [
     *BASE_CHECKS,
     "providers.vault.login",
@@ -116,6 +116,7 @@ def test_init_creates_every_file_and_directory_with_its_mode(tmp_path: Path) -> 
         etc / "policies": 0o755,
         etc / "policies" / "default.yaml.example": 0o644,
         etc / "audit.key": 0o400,
+        etc / "fingerprint.key": 0o400,
         tmp_path / "state": 0o700,
         tmp_path / "run": 0o711,
     }
@@ -128,12 +129,14 @@ def test_init_creates_every_file_and_directory_with_its_mode(tmp_path: Path) -> 
     assert config.providers == {}
     assert (config.state_dir, config.runtime_dir) == (tmp_path / "state", tmp_path / "run")
     assert (config.policy_dir, config.audit_key) == (etc / "policies", etc / "audit.key")
+    assert config.fingerprint_key == etc / "fingerprint.key"
     assert (config.default_ttl, config.max_ttl, config.mount_tmpfs) == (1800, 12 * 3600, "auto")
     for provider_type in ("vault", "aws_sts", "github_app"):  # commented-out examples of every type
         assert f'# type = "{provider_type}"' in (etc / "broker.toml").read_text()
     assert (etc / "policies" / "default.yaml.example").read_text() == DEFAULT_POLICY
     assert not list((etc / "policies").glob("*.yaml"))  # nothing loaded until the operator says so
-    assert load_keys(etc / "audit.key").key_id in result.stdout
+    assert load_signing_keys(etc / "audit.key").key_id in result.stdout
+    assert load_fingerprint_keys(etc / "fingerprint.key").key_id in result.stdout
 
 
 def test_the_embedded_default_policy_is_the_repository_file() -> None:
@@ -151,13 +154,13 @@ def test_a_second_init_refuses_without_force_naming_the_file(installed: BrokerEn
 
 def test_force_overwrites_config_and_policy_but_keeps_the_audit_key(installed: BrokerEnv, tmp_path: Path) -> None:
     key_path = installed.root / "audit.key"
-    key_bytes, key_id = key_path.read_bytes(), load_keys(key_path).key_id
+    key_bytes, key_id = key_path.read_bytes(), load_signing_keys(key_path).key_id
     installed.config_path.write_text("broken = [")
     (installed.policy_dir / "default.yaml.example").write_text("edited")
     result = installed.run("init", *init_args(tmp_path), "--force")
     assert result.code == 0, result.stderr
     assert f"overwritten {installed.config_path} " in result.stdout
-    assert f"kept {key_path} (audit keys, key id {key_id}; never regenerated)" in result.stdout
+    assert f"kept {key_path} (checkpoint signing key, key id {key_id}; never regenerated)" in result.stdout
     assert key_path.read_bytes() == key_bytes and mode(key_path) == 0o400
     assert load_config(installed.config_path).providers == {}
     assert (installed.policy_dir / "default.yaml.example").read_text() == DEFAULT_POLICY
@@ -166,10 +169,11 @@ def test_force_overwrites_config_and_policy_but_keeps_the_audit_key(installed: B
 def test_init_keeps_an_audit_key_the_broker_already_created(tmp_path: Path) -> None:
     env = new_env(tmp_path)
     env.root.mkdir(mode=0o700)
-    key_id = load_or_create_keys(env.root / "audit.key").key_id  # as the broker's first run does
+    keys = load_or_create_keys(env.root / "audit.key", env.root / "fingerprint.key")  # as a first run does
     result = env.run("init", *init_args(tmp_path))
     assert result.code == 0, result.stderr
-    assert f"kept {env.root / 'audit.key'} (audit keys, key id {key_id}" in result.stdout
+    assert f"kept {env.root / 'audit.key'} (checkpoint signing key, key id {keys.key_id}" in result.stdout
+    assert f"kept {env.root / 'fingerprint.key'} (fingerprint key, key id {keys.fingerprints.key_id}" in result.stdout
     assert f"kept {env.root} (config directory, mode 0700)" in result.stdout  # an existing directory is left alone
 
 
@@ -301,7 +305,7 @@ def test_doctor_against_a_stopped_openbao_reports_the_provider_and_every_other_c
     enable_default_policy(installed)
     result = installed.run("doctor")
     assert result.code == 2
-    assert result.stderr == "broker: error: doctor: 1 of 6 checks failed\n"
+    assert result.stderr == "broker: error: doctor: 1 of 7 checks failed\n"
     lines = lines_by_name(result)
     assert list(lines) == [*BASE_CHECKS, "providers.vault.login"]
     assert all(lines[name].startswith("✓ ") for name in BASE_CHECKS)
@@ -337,7 +341,7 @@ def test_a_bad_policy_file_fails_the_policy_check(installed: BrokerEnv) -> None:
 
 def test_right_after_init_doctor_asks_for_a_policy_and_a_provider(installed: BrokerEnv) -> None:
     result = installed.run("doctor")
-    assert result.code == 2 and result.stderr == "broker: error: doctor: 2 of 6 checks failed\n"
+    assert result.code == 2 and result.stderr == "broker: error: doctor: 2 of 7 checks failed\n"
     lines = lines_by_name(result)
     assert list(lines) == [*BASE_CHECKS, "providers"]
     assert [name for name, line in lines.items() if line.startswith("✗ ")] == ["policy", "providers"]

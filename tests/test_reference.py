@@ -24,6 +24,7 @@ CONFIG_TABLE: dict[str, Any] = {
         "aws": {"type": "aws_sts", "region": "us-east-1"},
         "github": {"type": "github_app", "app_id": "1", "private_key_file": "k.pem"},
     },
+    "audit": {"witness": "s3://audit-witness/broker"},
 }
 
 

@@ -4,7 +4,9 @@ The order keeps every minted credential reachable: the store records a
 credential as ``minting`` before the provider call and ``active`` with its
 reference right after, the log records the issuance, then its files are
 written. Any failure (a provider error, a full tmpfs, SIGTERM) revokes what
-was minted, removes the directory and marks the session ``failed``.
+was minted, removes the directory and marks the session ``failed``. Before
+all that, each provider reserves room to revoke what it will mint
+(``broker.reserving``); without room the issue is denied like a policy denial.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from broker.locks import session_lock
 from broker.logs import event
 from broker.manifest import Manifest
 from broker.policy import Decision, decide
+from broker.reserving import reserved
 from broker.revoking import revoke_credential
 from broker.sessiondir import SessionDirectory
 from broker.store import SessionRecord
@@ -70,13 +73,14 @@ def issue(broker: Broker, manifest: Manifest) -> dict[str, Any]:
     expires_at = now + timedelta(seconds=decision.session_ttl)
     session_id = new_session_id()
     directory = SessionDirectory(runtime, session_id, manifest.sandbox.uid, manifest.sandbox.gid)
-    lock = session_lock(broker.config.state_dir, session_id)
-    lock.acquire()  # held until the session is complete or rolled back: sweep leaves it alone
-    try:
-        _record_session(broker, manifest, session_id, now, expires_at, directory)
-        return _issue_locked(broker, manifest, decision, session_id, expires_at, directory)
-    finally:
-        lock.release()
+    with reserved(broker, manifest, decision, session_id, expires_at, now):  # until the store knows the credentials
+        lock = session_lock(broker.config.state_dir, session_id)
+        lock.acquire()  # held until the session is complete or rolled back: sweep leaves it alone
+        try:
+            _record_session(broker, manifest, session_id, now, expires_at, directory)
+            return _issue_locked(broker, manifest, decision, session_id, expires_at, directory)
+        finally:
+            lock.release()
 
 
 def _record_session(

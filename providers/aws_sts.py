@@ -17,6 +17,7 @@ import contextlib
 import hashlib
 import re
 import threading
+from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from typing import Any
 from broker.errors import BrokerError, ProviderError
 from broker.fields import Fields
 from broker.secret import Secret
+from providers import aws_budget
 from providers.aws_deny import DenyEntry, entries_for
 from providers.aws_errors import AwsErrors
 from providers.aws_request import (
@@ -39,6 +41,7 @@ from providers.aws_revoke import DenyPolicyWriter
 from providers.base import (
     FIX_MARK,
     CredentialRequest,
+    DenyBudget,
     HealthCheck,
     MintContext,
     MintedCredential,
@@ -322,6 +325,22 @@ class AwsStsProvider(Provider):
         if self.endpoint_url:
             lines.append(f"endpoint_url = {self.endpoint_url}")
         return "\n".join(lines) + "\n"
+
+    # -- room for revocations (providers.aws_budget) --------------------------------------
+
+    def reserve(
+        self, wanted: Sequence[tuple[CredentialRequest, MintContext]], live: Sequence[RevokeTarget], now: datetime
+    ) -> contextlib.AbstractContextManager[None]:
+        if self.revoke_mode != "deny-policy" or not wanted:
+            return contextlib.nullcontext()
+        return aws_budget.reserve(self, wanted, live, _aware(now))
+
+    def budget_role(self, reference: Mapping[str, str]) -> str | None:
+        role_arn = reference.get("role_arn", "")
+        return role_arn if self.revoke_mode == "deny-policy" and ROLE_ARN.fullmatch(role_arn) else None
+
+    def deny_budgets(self, roles: Collection[str], live: Sequence[RevokeTarget], now: datetime) -> list[DenyBudget]:
+        return aws_budget.budgets(self, roles, live, _aware(now))
 
     # -- revoke --------------------------------------------------------------------------
 

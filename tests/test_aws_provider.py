@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -28,6 +29,7 @@ from broker.globs import glob_match
 from broker.secret import Secret
 from providers.aws_deny import (
     POLICY_NAME,
+    ROLE_INLINE_BUDGET,
     SOURCE_IDENTITY,
     USERID,
     DenyEntry,
@@ -513,6 +515,21 @@ def test_foreign_statements_are_kept_verbatim() -> None:
     assert document is not None and document["Statement"] == [foreign, legacy]
 
 
+def test_two_hundred_sessions_fit_even_spread_over_every_bucket() -> None:
+    """The worst case: 200 live sessions with expiries spread over 12 h, plus entries still ending."""
+    now = T0 + timedelta(minutes=30)
+    deny = DenyList()
+    for i in range(200):
+        expires = now - timedelta(hours=1) + timedelta(seconds=i * 13 * 3600 // 199)  # -1 h .. +12 h
+        deny = deny.merged(entries_for(f"AROA{'X' * 17}:s-{i:012d}.{'c' * 40}", f"s-{i:012d}", expires))
+    document = deny.document()
+    assert document is not None
+    assert len(document["Statement"]) == 14  # every bucket that can end after now
+    assert policy_size(document) < 5_600 < ROLE_INLINE_BUDGET
+    one_more = policy_size(deny.merged(entries_for("", "s-000000000200", now)).document()) - policy_size(document)
+    assert one_more == 17  # an entry in an existing bucket: the session id, quotes and a comma
+
+
 def test_policy_size_ignores_whitespace() -> None:
     document = {"Version": "2012-10-17", "Statement": [{"Sid": "A B", "Effect": "Deny"}]}
     compact = json.dumps(document, separators=(",", ":"))
@@ -748,6 +765,58 @@ def test_revoke_writes_the_deny_policy_and_is_idempotent(
     assert provider.revoke(target(credential), datetime.now(UTC)) is RevokeOutcome.REVOKED
     assert deny_document(aws_role) == first
     assert puts == []  # nothing to change, nothing written
+
+
+def deny_applies(document: dict[str, Any] | None, request: dict[str, str]) -> bool:
+    """Whether an explicit Deny of ``document`` hits every action of a session with these condition values.
+
+    The broker's statements use StringEquals only (exact, case-sensitive, any
+    listed value); anything else here fails the test rather than guess.
+    """
+    for statement in (document or {}).get("Statement", []):
+        if statement.get("Effect") != "Deny" or statement.get("Action") != "*" or statement.get("Resource") != "*":
+            continue
+        condition = statement.get("Condition", {})
+        assert set(condition) == {"StringEquals"}, condition
+        for values in condition["StringEquals"].values():
+            assert all("*" not in v and "?" not in v and "$" not in v for v in values)  # wildcard- and variable-free
+        if all(request.get(key) in values for key, values in condition["StringEquals"].items()):
+            return True
+    return False
+
+
+@pytest.mark.server
+def test_the_deny_hits_exactly_the_revoked_sessions(aws_provider: AwsStsProvider, aws_role: AwsRole) -> None:
+    """Each session's real condition values: aws:userid from GetCallerIdentity, SourceIdentity as sent."""
+    import boto3
+
+    sent = record_calls(aws_provider, "sts", "AssumeRole")
+    minted = [aws_provider.mint(parse({"role_arn": ROLE_ARN}), context(f"s-exact{i}")) for i in range(3)]
+    second = aws_provider.mint(replace(parse({"role_arn": ROLE_ARN}), name="other"), context("s-exact0"))
+    requests = []
+    for credential, call in zip([*minted, second], sent, strict=True):
+        text = credential.files["credentials"]
+        assert isinstance(text, Secret)
+        keys = dict(line.split(" = ", 1) for line in text.reveal().splitlines()[1:])
+        identity = boto3.client(
+            "sts",
+            region_name=REGION,
+            endpoint_url=aws_role.endpoint_url,
+            aws_access_key_id=keys["aws_access_key_id"],
+            aws_secret_access_key=keys["aws_secret_access_key"],
+            aws_session_token=keys["aws_session_token"],
+        ).get_caller_identity()
+        requests.append({"aws:userid": identity["UserId"], "aws:SourceIdentity": call["SourceIdentity"]})
+    for credential in minted[:2]:
+        assert aws_provider.revoke(target(credential), datetime.now(UTC)) is RevokeOutcome.REVOKED
+    document = deny_document(aws_role)
+    # Revoked: session 0 (both of its credentials) and session 1. Session 2 keeps working.
+    assert [deny_applies(document, r) for r in requests] == [True, True, False, True]
+    # A session chained from a revoked one back into the role keeps the source identity and is hit too;
+    # a session of the role that the broker did not mint (another user id, no source identity) is not.
+    chained = {"aws:userid": f"{aws_role.role_id}:agent-chose-this", "aws:SourceIdentity": "s-exact1"}
+    outsider = {"aws:userid": f"{aws_role.role_id}:someone-else"}
+    assert deny_applies(document, chained) and not deny_applies(document, outsider)
 
 
 @pytest.mark.server

@@ -11,6 +11,7 @@ knows; ``issue`` keeps the reservation until it has recorded the new ones.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator
 from datetime import datetime
 
@@ -54,9 +55,8 @@ def reserved(
     with contextlib.ExitStack() as stack:
         for name in sorted(wanted):
             provider = broker.config.providers[name]
-            live = [RevokeTarget(c.name, c.reference, c.expires_at) for c in broker.store.live_credentials(name, now)]
             try:
-                stack.enter_context(provider.reserve(wanted[name], live, now))
+                stack.enter_context(provider.reserve(wanted[name], functools.partial(_live, broker, name, now), now))
             except PolicyDenied as exc:
                 broker.log.append(
                     "session.denied",
@@ -68,3 +68,8 @@ def reserved(
                 )
                 raise
         yield
+
+
+def _live(broker: Broker, provider: str, now: datetime) -> list[RevokeTarget]:
+    """The provider's unexpired credentials as the store knows them right now."""
+    return [RevokeTarget(c.name, c.reference, c.expires_at) for c in broker.store.live_credentials(provider, now)]

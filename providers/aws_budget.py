@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import threading
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -72,7 +72,7 @@ def measure(
 def reserve(
     provider: AwsStsProvider,
     wanted: Sequence[tuple[CredentialRequest, MintContext]],
-    live: Sequence[RevokeTarget],
+    live: Callable[[], Sequence[RevokeTarget]],
     now: datetime,
 ) -> Iterator[None]:
     """Hold each wanted role's lock and check its room; PolicyDenied when a revocation would not fit."""
@@ -83,7 +83,9 @@ def reserve(
     with contextlib.ExitStack() as stack:
         for role_name in sorted(by_role):
             stack.enter_context(role_lock(provider, role_name))
-            _check_room(provider, role_name, by_role[role_name], live, now)
+        known = live()  # read under the locks: an issue that held them before has stored what it minted
+        for role_name in sorted(by_role):
+            _check_room(provider, role_name, by_role[role_name], known, now)
         yield
 
 

@@ -17,7 +17,7 @@ import contextlib
 import hashlib
 import re
 import threading
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -329,7 +329,10 @@ class AwsStsProvider(Provider):
     # -- room for revocations (providers.aws_budget) --------------------------------------
 
     def reserve(
-        self, wanted: Sequence[tuple[CredentialRequest, MintContext]], live: Sequence[RevokeTarget], now: datetime
+        self,
+        wanted: Sequence[tuple[CredentialRequest, MintContext]],
+        live: Callable[[], Sequence[RevokeTarget]],
+        now: datetime,
     ) -> contextlib.AbstractContextManager[None]:
         if self.revoke_mode != "deny-policy" or not wanted:
             return contextlib.nullcontext()

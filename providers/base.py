@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import enum
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path, PurePosixPath
@@ -243,15 +243,19 @@ class Provider(ABC):
         return []
 
     def reserve(
-        self, wanted: Sequence[tuple[CredentialRequest, MintContext]], live: Sequence[RevokeTarget], now: datetime
+        self,
+        wanted: Sequence[tuple[CredentialRequest, MintContext]],
+        live: Callable[[], Sequence[RevokeTarget]],
+        now: datetime,
     ) -> contextlib.AbstractContextManager[None]:
-        """Hold room to revoke ``wanted`` later, next to ``live``, while the context lasts.
+        """Hold room to revoke ``wanted`` later, next to what is live, while the context lasts.
 
-        ``live`` is every unexpired credential of this provider the store
-        knows, revoked or not. The core enters the context before minting and
-        leaves it once the new credentials are in the store. Raises
-        ``PolicyDenied`` when there is no room (nothing is minted then). The
-        default needs no room.
+        ``live()`` reads every unexpired credential of this provider the store
+        knows, revoked or not; call it once holding whatever lock keeps other
+        issues out. The core enters the context before minting and leaves it
+        once the new credentials are in the store. Raises ``PolicyDenied``
+        when there is no room (nothing is minted then). The default needs no
+        room.
         """
         return contextlib.nullcontext()
 

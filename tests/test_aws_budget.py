@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -22,7 +23,7 @@ from broker.errors import PolicyDenied
 from broker.issuing import issue
 from broker.manifest import load_manifest
 from broker.revoking import revoke_session
-from providers.aws_deny import POLICY_NAME, ROLE_INLINE_BUDGET, SOURCE_IDENTITY, DenyList, policy_size
+from providers.aws_deny import POLICY_NAME, ROLE_INLINE_BUDGET, SOURCE_IDENTITY, DenyList, entries_for, policy_size
 from tests.fixtures.aws import ACCOUNT, REGION, ROLE_ARN, AwsRole, iam_client
 from tests.fixtures.brokerenv import BrokerEnv, make_env
 
@@ -85,8 +86,9 @@ def issue_in(broker: Broker, env: BrokerEnv) -> str:
 
 def put_filler(role: AwsRole, size: int) -> int:
     """An operator's inline policy of ``size`` characters (as IAM counts them) on the role."""
-    base = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:GetObject", "Resource": ""}]}
-    base["Statement"][0]["Resource"] = "arn:aws:s3:::" + "f" * (size - policy_size(base) - len("arn:aws:s3:::"))
+    rule = {"Effect": "Allow", "Action": "s3:GetObject", "Resource": ""}
+    base = {"Version": "2012-10-17", "Statement": [rule]}
+    rule["Resource"] = "arn:aws:s3:::" + "f" * (size - policy_size(base) - len("arn:aws:s3:::"))
     assert policy_size(base) == size
     iam_client(role.endpoint_url).put_role_policy(
         RoleName=role.name, PolicyName="operator", PolicyDocument=json.dumps(base, indent=2)
@@ -183,3 +185,29 @@ def test_an_agent_cycling_issue_and_revoke_cannot_exhaust_the_budget(aws_env: Br
         report = revoke_session(broker, session)
     assert [c["outcome"] for c in report.to_json()["credentials"]] == ["expired"]
     assert stored_deny(aws_role) is None  # pruned to nothing, so deleted
+
+
+def test_two_issues_racing_for_the_last_room_do_not_both_get_it(aws_env: BrokerEnv, aws_role: AwsRole) -> None:
+    """Two brokers on this host (separate processes' worth of state) issue at once with room for one revocation."""
+    one = DenyList().merged(entries_for("", "s-000000000000", datetime.now(UTC) + timedelta(minutes=15)))
+    put_filler(aws_role, ROLE_INLINE_BUDGET - policy_size(one.document()) - 10)  # a second entry needs 17 more
+    barrier = threading.Barrier(2)
+    results: list[str] = []
+
+    def run() -> None:
+        with opened(aws_env) as broker:
+            barrier.wait()
+            try:
+                results.append(issue_in(broker, aws_env))
+            except PolicyDenied as exc:
+                results.append(exc.message)
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    issued = [r for r in results if r.startswith("s-")]
+    assert len(results) == 2 and len(issued) == 1, results
+    assert assumed_sessions() == 1
+    assert "role agent-ci has 1 live broker session(s)" in next(r for r in results if not r.startswith("s-"))

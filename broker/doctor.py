@@ -7,8 +7,8 @@ own ``health`` checks (login, permissions, clock) with the broker's own
 identity, then the deny budget of every role with live sessions in the store
 (AWS ``deny-policy``: a failed check once another revocation would not fit).
 A provider failure is a failed check, never an exception. Nothing here prints
-or exits; nothing here creates a file or a directory (the store is only read
-when it exists).
+or exits; nothing here creates a file or a directory (the session store is
+only opened when it exists).
 """
 
 from __future__ import annotations
@@ -208,13 +208,13 @@ def check_deny_budgets(config: Config) -> list[Check]:
     now = datetime.now(UTC)
     try:
         store = open_store(config.state_dir)
-    except BrokerError:
-        return []  # check_state_dir reports an unusable state_dir
-    try:
-        records = [c for name in config.providers for c in store.live_credentials(name, now)]
-        budgets = deny_budgets(store, config.providers, records, now)
-    finally:
-        store.close()
+        try:
+            records = [c for name in config.providers for c in store.live_credentials(name, now)]
+            budgets = deny_budgets(store, config.providers, records, now)
+        finally:
+            store.close()
+    except BrokerError as exc:
+        return [Check("deny_budgets", False, exc.message, "check state_dir and its sessions.db")]
     return [_budget_check(name, budget) for (name, _), budget in sorted(budgets.items())]
 
 

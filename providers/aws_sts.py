@@ -7,8 +7,9 @@ as ``SourceIdentity`` and ``broker:*`` session tags, then proves the new
 credentials with ``GetCallerIdentity``. Revocation with ``revoke =
 "deny-policy"`` adds the session to the role's ``BrokerRevokedSessions``
 inline policy (layout in ``providers.aws_deny``, IAM writes in
-``providers.aws_revoke``). botocore is imported on first use; manifest and grant
-parsing live in ``providers.aws_request``.
+``providers.aws_revoke``); before any AssumeRole the core has the provider
+reserve room there (``providers.aws_budget``). botocore is imported on first
+use; manifest and grant parsing live in ``providers.aws_request``.
 """
 
 from __future__ import annotations

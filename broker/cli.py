@@ -239,7 +239,8 @@ def status(
 
     config = _config(ctx)
     with _broker(config) as broker:
-        sessions = session_status(broker.store, include_ended=show_all)
+        providers = broker.config.providers if as_json else None  # --json adds each AWS role's deny budget
+        sessions = session_status(broker.store, include_ended=show_all, providers=providers, now=broker.clock())
     if as_json:
         _print_json(sessions)
         return

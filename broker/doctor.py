@@ -4,8 +4,11 @@ The checks, in order: the config parses (when it does not, that is the only
 check), the policy files lint, runtime_dir can hold secrets, state_dir is
 writable, the signing and fingerprint keys are present and private, then each provider instance's
 own ``health`` checks (login, permissions, clock) with the broker's own
-identity. A provider failure is a failed check, never an exception. Nothing
-here prints or exits; nothing here creates a file or a directory.
+identity, then the deny budget of every role with live sessions in the store
+(AWS ``deny-policy``: a failed check once another revocation would not fit).
+A provider failure is a failed check, never an exception. Nothing here prints
+or exits; nothing here creates a file or a directory (the session store is
+only opened when it exists).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import os
 import stat
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +29,7 @@ from broker.errors import REPORT_URL, BrokerError
 from broker.policy import load_policy
 from broker.sessiondir import prepare_runtime_dir
 from broker.setup import POLICY_EXAMPLE_NAME
-from providers.base import FIX_MARK, HealthCheck, Provider
+from providers.base import FIX_MARK, DenyBudget, HealthCheck, Provider
 
 KEY_MODES = (0o400, 0o600)
 
@@ -75,6 +79,7 @@ def run_doctor(path: Path) -> DoctorReport:
             check_fingerprint_key(config),
             *check_witness(config),
             *check_providers(config),
+            *check_deny_budgets(config),
         ]
     finally:
         for provider in config.providers.values():
@@ -257,3 +262,42 @@ def _health(provider: Provider) -> list[HealthCheck]:
     except Exception as exc:  # a bug in a health check: a failed line, never a traceback
         return [("health", False, f"unexpected {type(exc).__name__}; please report it at {REPORT_URL}")]
     return results or [("health", True, f"not checked: {provider.type_name} has no health checks")]
+
+
+def check_deny_budgets(config: Config) -> list[Check]:
+    """One check per role that live sessions in the store revoke into (nothing without a store)."""
+    from broker.status import deny_budgets
+    from broker.store import open_store
+
+    if not config.providers or not os.path.isfile(config.state_dir / "sessions.db"):
+        return []
+    now = datetime.now(UTC)
+    try:
+        store = open_store(config.state_dir)
+        try:
+            records = [c for name in config.providers for c in store.live_credentials(name, now)]
+            budgets = deny_budgets(store, config.providers, records, now)
+        finally:
+            store.close()
+    except BrokerError as exc:
+        return [Check("deny_budgets", False, exc.message, "check state_dir and its sessions.db")]
+    return [_budget_check(name, budget) for (name, _), budget in sorted(budgets.items())]
+
+
+def _budget_check(provider: str, budget: DenyBudget) -> Check:
+    role = budget.role.rsplit("/", 1)[-1]
+    name = f"providers.{provider}.deny_budget.{role}"
+    if budget.error or budget.used is None or budget.reserved is None:
+        fix = f"let the broker's identity call iam:GetRole, iam:ListRolePolicies and iam:GetRolePolicy on {role}"
+        return Check(name, False, f"role {budget.role}: {budget.error}", fix)
+    detail = (
+        f"role {budget.role}: {budget.live_sessions} live session(s); {budget.used} of {budget.limit} characters"
+        f" of inline policies in use, {budget.reserved} once every live session is revoked"
+    )
+    if budget.full:
+        fix = (
+            "no room to revoke another session, so new issues on this role are denied until sessions expire;"
+            " shrink the role's other inline policies or spread tasks over more roles"
+        )
+        return Check(name, False, detail, fix)
+    return Check(name, True, detail)

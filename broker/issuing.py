@@ -6,9 +6,12 @@ before the provider call and ``active`` with its reference right after, the
 log records the issuance, then its files are written. A credential the
 provider returned but that cannot be recorded, or that fails a check after
 minting, is withheld (``broker.withholding``): logged with its fingerprint
-and revoked at once, or kept ``pending`` for ``sweep``. Once anything is minted, ``issue`` either
+and revoked at once, or kept ``pending`` for ``sweep``. Once anything is
+minted, ``issue`` either
 completes (checkpoint, ``--session-file``, the printed document: ``deliver``)
 or revokes everything and fails with exit 4.
+Before all that, each provider reserves room to revoke what it will mint
+(``broker.reserving``); without room the issue is denied like a policy denial.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from broker.locks import session_lock
 from broker.logs import event
 from broker.manifest import Manifest
 from broker.policy import Decision, decide
+from broker.reserving import reserved
 from broker.revoking import SETTLED_OUTCOMES, revoke_credential
 from broker.sessiondir import SessionDirectory
 from broker.store import SessionRecord
@@ -92,13 +96,14 @@ def issue(broker: Broker, manifest: Manifest, deliver: Deliver | None = None) ->
     expires_at = now + timedelta(seconds=decision.session_ttl)
     session_id = new_session_id()
     directory = SessionDirectory(runtime, session_id, manifest.sandbox.uid, manifest.sandbox.gid)
-    lock = session_lock(broker.config.state_dir, session_id)
-    lock.acquire()  # held until the session is complete or rolled back: sweep leaves it alone
-    try:
-        _record_session(broker, manifest, session_id, now, expires_at, directory)
-        return _issue_locked(broker, manifest, decision, session_id, expires_at, directory, deliver)
-    finally:
-        lock.release()
+    with reserved(broker, manifest, decision, session_id, expires_at, now):  # until the store knows the credentials
+        lock = session_lock(broker.config.state_dir, session_id)
+        lock.acquire()  # held until the session is complete or rolled back: sweep leaves it alone
+        try:
+            _record_session(broker, manifest, session_id, now, expires_at, directory)
+            return _issue_locked(broker, manifest, decision, session_id, expires_at, directory, deliver)
+        finally:
+            lock.release()
 
 
 def _record_session(

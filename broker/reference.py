@@ -133,7 +133,9 @@ CONFIG = (
                 "revoke",
                 "deny-policy | expire",
                 False,
-                "deny-policy: a Deny on aws:userid on the role; expire: valid until expires_at.",
+                "deny-policy: a Deny on the session's aws:SourceIdentity on the role (an issue is refused"
+                " when its revocation would not fit the role's inline-policy budget); expire: valid until"
+                " expires_at.",
                 "deny-policy",
             ),
             Key("timeout", "seconds", False, "HTTP timeout.", "10"),

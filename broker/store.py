@@ -115,6 +115,10 @@ class SessionStore(ABC):
     def sessions(self, *, states: tuple[str, ...] | None = None, task: str | None = None) -> list[SessionRecord]: ...
 
     @abstractmethod
+    def live_credentials(self, provider: str, now: datetime) -> list[CredentialRecord]:
+        """The provider's credentials that have not expired by ``now``, revoked or not (never minted: left out)."""
+
+    @abstractmethod
     def unsettled_credentials(self) -> list[CredentialRecord]:
         """Every credential that may still be valid at its provider (minting, active, pending)."""
 
@@ -185,6 +189,7 @@ CREATE TABLE IF NOT EXISTS credentials (
     PRIMARY KEY (session_id, name)
 );
 CREATE INDEX IF NOT EXISTS credentials_state ON credentials(state);
+CREATE INDEX IF NOT EXISTS credentials_expiry ON credentials(provider, expires_at);
 CREATE TABLE IF NOT EXISTS log_head (
     id INTEGER PRIMARY KEY CHECK (id = 1),
     seq INTEGER NOT NULL,
@@ -355,6 +360,10 @@ class SqliteSessionStore(SessionStore):
             sql += " AND task=?"
             args.append(task)
         return [_session(row) for row in self._query(sql + " ORDER BY created_at, id", tuple(args))]
+
+    def live_credentials(self, provider: str, now: datetime) -> list[CredentialRecord]:
+        sql = "SELECT * FROM credentials WHERE provider=? AND expires_at > ? AND state != 'failed' ORDER BY rowid"
+        return [_credential(row) for row in self._query(sql, (provider, iso(now)))]
 
     def unsettled_credentials(self) -> list[CredentialRecord]:
         marks = ",".join("?" * len(UNSETTLED_CREDENTIAL_STATES))

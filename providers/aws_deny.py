@@ -5,20 +5,27 @@ explicit Deny to the role. One inline policy per role holds every revoked
 session; IAM documents carry no free-form data, so each entry's lifetime is
 encoded in the ``Sid`` of the statement holding it:
 
-* ``BrokerRevokedUntil20261129T1100Z``: ``Deny * on *`` when ``aws:userid``
-  (``<RoleId>:<RoleSessionName>``, the ``AssumedRoleId``) is one of the listed
-  values, for sessions whose credentials expire before that time;
-* ``BrokerRevokedSourceUntil20261129T1200Z``: the same on ``aws:SourceIdentity``
-  (the broker session id), which also catches sessions chained from the revoked
-  one back into this role. A chained session lives at most an hour, so these
-  entries are kept an hour longer.
+* ``BrokerRevokedSourceUntil20261129T1200Z``: ``Deny * on *`` when
+  ``aws:SourceIdentity`` is one of the listed broker session ids. The broker
+  passes its session id as ``SourceIdentity`` to every AssumeRole, and AWS
+  carries it, unchangeable, into every session chained from it; so one short
+  value (``s-`` and 12 characters) cuts off exactly that broker session's
+  sessions of this role and whatever was chained from them back into it.
+  A chained session lives at most an hour, so entries are kept an hour
+  beyond the credentials' expiry.
+* ``BrokerRevokedUntil20261129T1100Z``: the same on ``aws:userid``
+  (``<RoleId>:<RoleSessionName>``): written only for a session without a source
+  identity, and read back from policies written by older brokers, which
+  listed every session under both keys.
 
 Entries are grouped by expiry rounded *up* to the hour: an entry never leaves
 before its credentials expire (an hour late at worst), and since STS
-credentials live at most 12 h, at most 13 buckets of each kind exist at once.
-A bucket costs about 120 characters of the role's 10,240-character
-inline-policy budget, an entry about 90 (user id) or 45 (source identity).
-Every rewrite drops the buckets that have ended. Statements the broker did not
+credentials live at most 12 h, at most 14 buckets end after any given moment.
+A bucket costs 148 characters of the role's 10,240-character inline-policy
+budget, an entry 17: 200 revoked broker sessions need about 5,500 characters
+even spread over every bucket, and a role with no other inline policy holds
+about 470 (``providers.aws_budget`` reserves the room at issue). Every
+rewrite drops the buckets that have ended. Statements the broker did not
 write (other Sids) are kept verbatim. This module is pure: the provider does
 the IAM calls, the budget check and the read-back.
 """
@@ -61,12 +68,16 @@ def bucket_end(moment: datetime) -> datetime:
 
 
 def entries_for(assumed_role_id: str, source_identity: str, expires_at: datetime) -> tuple[DenyEntry, ...]:
-    """What revoking one assumed-role session adds: its user id, and its source identity."""
-    entries = [DenyEntry(bucket_end(expires_at), USERID, assumed_role_id)]
+    """What revoking one assumed-role session adds: its source identity, else its user id.
+
+    The source identity (the broker session id) already names the session
+    itself, and also what was chained from it; listing the user id as well
+    would cost about 60 more characters per session for nothing.
+    """
     if source_identity:
         chained = expires_at + timedelta(seconds=CHAINED_SESSION_SECONDS)
-        entries.append(DenyEntry(bucket_end(chained), SOURCE_IDENTITY, source_identity))
-    return tuple(entries)
+        return (DenyEntry(bucket_end(chained), SOURCE_IDENTITY, source_identity),)
+    return (DenyEntry(bucket_end(expires_at), USERID, assumed_role_id),)
 
 
 @dataclass(frozen=True)

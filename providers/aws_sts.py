@@ -10,8 +10,9 @@ name is known before AssumeRole and stored with the ``minting`` state, so a
 broker killed before the answer leaves ``sweep`` enough to deny the session. Revocation with ``revoke =
 "deny-policy"`` adds the session to the role's ``BrokerRevokedSessions``
 inline policy (layout in ``providers.aws_deny``, IAM writes in
-``providers.aws_revoke``). botocore is imported on first use; manifest and grant
-parsing live in ``providers.aws_request``.
+``providers.aws_revoke``); before any AssumeRole the core has the provider
+reserve room there (``providers.aws_budget``). botocore is imported on first
+use; manifest and grant parsing live in ``providers.aws_request``.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import contextlib
 import hashlib
 import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from typing import Any
 from broker.errors import BrokerError, ProviderError
 from broker.fields import Fields
 from broker.secret import Secret
+from providers import aws_budget
 from providers.aws_deny import DenyEntry, entries_for
 from providers.aws_errors import AwsErrors
 from providers.aws_request import (
@@ -43,6 +45,7 @@ from providers.aws_revoke import DenyPolicyWriter
 from providers.base import (
     FIX_MARK,
     CredentialRequest,
+    DenyBudget,
     HealthCheck,
     MintContext,
     MintedCredential,
@@ -358,6 +361,25 @@ class AwsStsProvider(Provider):
         if self.endpoint_url:
             lines.append(f"endpoint_url = {self.endpoint_url}")
         return "\n".join(lines) + "\n"
+
+    # -- room for revocations (providers.aws_budget) --------------------------------------
+
+    def reserve(
+        self,
+        wanted: Sequence[tuple[CredentialRequest, MintContext]],
+        live: Callable[[], Sequence[RevokeTarget]],
+        now: datetime,
+    ) -> contextlib.AbstractContextManager[None]:
+        if self.revoke_mode != "deny-policy" or not wanted:
+            return contextlib.nullcontext()
+        return aws_budget.reserve(self, wanted, live, _aware(now))
+
+    def budget_role(self, reference: Mapping[str, str]) -> str | None:
+        role_arn = reference.get("role_arn", "")
+        return role_arn if self.revoke_mode == "deny-policy" and ROLE_ARN.fullmatch(role_arn) else None
+
+    def deny_budgets(self, roles: Collection[str], live: Sequence[RevokeTarget], now: datetime) -> list[DenyBudget]:
+        return aws_budget.budgets(self, roles, live, _aware(now))
 
     # -- revoke --------------------------------------------------------------------------
 

@@ -13,9 +13,10 @@ methods that call the provider, so loading a config stays cheap.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path, PurePosixPath
@@ -28,6 +29,7 @@ from broker.secret import Secret
 __all__ = [
     "FIX_MARK",
     "CredentialRequest",
+    "DenyBudget",
     "Grant",
     "HealthCheck",
     "MintContext",
@@ -149,6 +151,39 @@ class RevokeTarget:
     revoke_secret: Secret | None = None
 
 
+@dataclass(frozen=True)
+class DenyBudget:
+    """How full a role's revocation list is (AWS ``deny-policy``: its inline policies, 10,240 characters).
+
+    ``used`` is what the role's inline policies take now; ``reserved`` what
+    they would take with every live broker session of the role revoked (an
+    issue needs room for one more next to that; ``full``: there is none).
+    Both are None when the provider could not be read; ``error`` says why.
+    ``role`` is the role's ARN.
+    """
+
+    role: str
+    live_sessions: int
+    limit: int
+    used: int | None = None
+    reserved: int | None = None
+    full: bool = False
+    error: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        document: dict[str, Any] = {
+            "role": self.role,
+            "live_sessions": self.live_sessions,
+            "used": self.used,
+            "reserved": self.reserved,
+            "limit": self.limit,
+            "full": self.full,
+        }
+        if self.error:
+            document["error"] = self.error
+        return document
+
+
 class RevokeOutcome(enum.StrEnum):
     REVOKED = "revoked"
     PENDING = "pending"
@@ -223,6 +258,31 @@ class Provider(ABC):
         Vault searches token metadata; AWS names the session from ``planned``;
         GitHub cannot search and returns nothing: its tokens expire within the hour.
         """
+        return []
+
+    def reserve(
+        self,
+        wanted: Sequence[tuple[CredentialRequest, MintContext]],
+        live: Callable[[], Sequence[RevokeTarget]],
+        now: datetime,
+    ) -> contextlib.AbstractContextManager[None]:
+        """Hold room to revoke ``wanted`` later, next to what is live, while the context lasts.
+
+        ``live()`` reads every unexpired credential of this provider the store
+        knows, revoked or not; call it once holding whatever lock keeps other
+        issues out. The core enters the context before minting and leaves it
+        once the new credentials are in the store. Raises ``PolicyDenied``
+        when there is no room (nothing is minted then). The default needs no
+        room.
+        """
+        return contextlib.nullcontext()
+
+    def budget_role(self, reference: Mapping[str, str]) -> str | None:
+        """The role whose deny budget revoking this credential draws on; None when there is none."""
+        return None
+
+    def deny_budgets(self, roles: Collection[str], live: Sequence[RevokeTarget], now: datetime) -> list[DenyBudget]:
+        """The budgets of ``roles`` (names from ``budget_role``); a provider failure is an ``error``, never raised."""
         return []
 
     def describe(self) -> dict[str, str]:

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -28,6 +29,7 @@ from broker.globs import glob_match
 from broker.secret import Secret
 from providers.aws_deny import (
     POLICY_NAME,
+    ROLE_INLINE_BUDGET,
     SOURCE_IDENTITY,
     USERID,
     DenyEntry,
@@ -470,33 +472,33 @@ def test_bucket_end_rounds_up_to_the_hour() -> None:
 
 
 def test_entries_document_round_trip_merge_and_prune() -> None:
+    """One short source-identity entry per session, kept an hour past expiry (for chained sessions)."""
     first = entries_for("AROAEXAMPLE:s-aaaaaa.x", "s-aaaaaa", T0 + timedelta(minutes=20))
-    assert first == (
-        DenyEntry(T0 + timedelta(hours=1), USERID, "AROAEXAMPLE:s-aaaaaa.x"),
-        DenyEntry(T0 + timedelta(hours=2), SOURCE_IDENTITY, "s-aaaaaa"),
-    )
+    assert first == (DenyEntry(T0 + timedelta(hours=2), SOURCE_IDENTITY, "s-aaaaaa"),)
     second = entries_for("AROAEXAMPLE:s-bbbbbb.y", "s-bbbbbb", T0 + timedelta(hours=5))
-    deny = DenyList().merged(first).merged(second).merged(first)
+    # A session without a source identity (none minted by this broker) falls back to its user id.
+    bare = entries_for("AROAEXAMPLE:s-cccccc.z", "", T0 + timedelta(minutes=20))
+    assert bare == (DenyEntry(T0 + timedelta(hours=1), USERID, "AROAEXAMPLE:s-cccccc.z"),)
+    deny = DenyList().merged(first).merged(second).merged(bare).merged(first)
     document = deny.document()
     assert document is not None
     assert [s["Sid"] for s in document["Statement"]] == [
         "BrokerRevokedUntil20261129T1100Z",
         "BrokerRevokedSourceUntil20261129T1200Z",
-        "BrokerRevokedUntil20261129T1500Z",
         "BrokerRevokedSourceUntil20261129T1600Z",
     ]
-    assert document["Statement"][0] == {
-        "Sid": "BrokerRevokedUntil20261129T1100Z",
+    assert document["Statement"][1] == {
+        "Sid": "BrokerRevokedSourceUntil20261129T1200Z",
         "Effect": "Deny",
         "Action": "*",
         "Resource": "*",
-        "Condition": {"StringEquals": {"aws:userid": ["AROAEXAMPLE:s-aaaaaa.x"]}},
+        "Condition": {"StringEquals": {"aws:SourceIdentity": ["s-aaaaaa"]}},
     }
     assert DenyList.parse(document) == deny
-    assert deny.covers(first + second)
+    assert deny.covers(first + second + bare)
     pruned = deny.pruned(T0 + timedelta(hours=2))
-    assert not pruned.covers(first) and pruned.covers(second)
-    assert pruned.values(USERID) == ["AROAEXAMPLE:s-bbbbbb.y"]
+    assert not pruned.covers(first) and not pruned.covers(bare) and pruned.covers(second)
+    assert pruned.values(SOURCE_IDENTITY) == ["s-bbbbbb"] and pruned.values(USERID) == []
     assert deny.pruned(T0 + timedelta(hours=6)).document() is None
 
 
@@ -523,6 +525,21 @@ def test_foreign_statements_are_kept_verbatim() -> None:
     updated = deny.merged(entries_for("AROAX:s-aaaaaa.x", "s-aaaaaa", T0)).pruned(T0 + timedelta(days=1))
     document = updated.document()
     assert document is not None and document["Statement"] == [foreign, legacy]
+
+
+def test_two_hundred_sessions_fit_even_spread_over_every_bucket() -> None:
+    """The worst case: 200 live sessions with expiries spread over 12 h, plus entries still ending."""
+    now = T0 + timedelta(minutes=30)
+    deny = DenyList()
+    for i in range(200):
+        expires = now - timedelta(hours=1) + timedelta(seconds=i * 13 * 3600 // 199)  # -1 h .. +12 h
+        deny = deny.merged(entries_for(f"AROA{'X' * 17}:s-{i:012d}.{'c' * 40}", f"s-{i:012d}", expires))
+    document = deny.document()
+    assert document is not None
+    assert len(document["Statement"]) == 14  # every bucket that can end after now
+    assert policy_size(document) < 5_600 < ROLE_INLINE_BUDGET
+    one_more = policy_size(deny.merged(entries_for("", "s-000000000200", now)).document()) - policy_size(document)
+    assert one_more == 17  # an entry in an existing bucket: the session id, quotes and a comma
 
 
 def test_policy_size_ignores_whitespace() -> None:
@@ -751,15 +768,67 @@ def test_revoke_writes_the_deny_policy_and_is_idempotent(
     assert provider.revoke(target(credential), datetime.now(UTC)) is RevokeOutcome.REVOKED
     first = deny_document(aws_role)
     deny = DenyList.parse(first)
-    assert deny.values(USERID) == [credential.reference["assumed_role_id"]]
     assert deny.values(SOURCE_IDENTITY) == ["s-4k2j9x7q3m1p"]
-    assert [s["Effect"] for s in first["Statement"]] == ["Deny", "Deny"]
+    assert deny.values(USERID) == []  # the source identity already names the session
+    assert [s["Effect"] for s in first["Statement"]] == ["Deny"]
     assert all(s["Action"] == "*" and s["Resource"] == "*" for s in first["Statement"])
 
     puts = record_calls(provider, "iam", "PutRolePolicy")
     assert provider.revoke(target(credential), datetime.now(UTC)) is RevokeOutcome.REVOKED
     assert deny_document(aws_role) == first
     assert puts == []  # nothing to change, nothing written
+
+
+def deny_applies(document: dict[str, Any] | None, request: dict[str, str]) -> bool:
+    """Whether an explicit Deny of ``document`` hits every action of a session with these condition values.
+
+    The broker's statements use StringEquals only (exact, case-sensitive, any
+    listed value); anything else here fails the test rather than guess.
+    """
+    for statement in (document or {}).get("Statement", []):
+        if statement.get("Effect") != "Deny" or statement.get("Action") != "*" or statement.get("Resource") != "*":
+            continue
+        condition = statement.get("Condition", {})
+        assert set(condition) == {"StringEquals"}, condition
+        for values in condition["StringEquals"].values():
+            assert all("*" not in v and "?" not in v and "$" not in v for v in values)  # wildcard- and variable-free
+        if all(request.get(key) in values for key, values in condition["StringEquals"].items()):
+            return True
+    return False
+
+
+@pytest.mark.server
+def test_the_deny_hits_exactly_the_revoked_sessions(aws_provider: AwsStsProvider, aws_role: AwsRole) -> None:
+    """Each session's real condition values: aws:userid from GetCallerIdentity, SourceIdentity as sent."""
+    import boto3
+
+    sent = record_calls(aws_provider, "sts", "AssumeRole")
+    minted = [aws_provider.mint(parse({"role_arn": ROLE_ARN}), context(f"s-exact{i}")) for i in range(3)]
+    second = aws_provider.mint(replace(parse({"role_arn": ROLE_ARN}), name="other"), context("s-exact0"))
+    requests = []
+    for credential, call in zip([*minted, second], sent, strict=True):
+        text = credential.files["credentials"]
+        assert isinstance(text, Secret)
+        keys = dict(line.split(" = ", 1) for line in text.reveal().splitlines()[1:])
+        identity = boto3.client(
+            "sts",
+            region_name=REGION,
+            endpoint_url=aws_role.endpoint_url,
+            aws_access_key_id=keys["aws_access_key_id"],
+            aws_secret_access_key=keys["aws_secret_access_key"],
+            aws_session_token=keys["aws_session_token"],
+        ).get_caller_identity()
+        requests.append({"aws:userid": identity["UserId"], "aws:SourceIdentity": call["SourceIdentity"]})
+    for credential in minted[:2]:
+        assert aws_provider.revoke(target(credential), datetime.now(UTC)) is RevokeOutcome.REVOKED
+    document = deny_document(aws_role)
+    # Revoked: session 0 (both of its credentials) and session 1. Session 2 keeps working.
+    assert [deny_applies(document, r) for r in requests] == [True, True, False, True]
+    # A session chained from a revoked one back into the role keeps the source identity and is hit too;
+    # a session of the role that the broker did not mint (another user id, no source identity) is not.
+    chained = {"aws:userid": f"{aws_role.role_id}:agent-chose-this", "aws:SourceIdentity": "s-exact1"}
+    outsider = {"aws:userid": f"{aws_role.role_id}:someone-else"}
+    assert deny_applies(document, chained) and not deny_applies(document, outsider)
 
 
 @pytest.mark.server
@@ -786,9 +855,7 @@ def test_concurrent_revocations_keep_both_entries(aws_provider: AwsStsProvider, 
     for thread in threads:
         thread.join(timeout=60)
     assert outcomes == [RevokeOutcome.REVOKED] * len(credentials)
-    deny = denied(aws_role)
-    assert deny.values(USERID) == sorted(c.reference["assumed_role_id"] for c in credentials)
-    assert deny.values(SOURCE_IDENTITY) == sorted(f"s-race{i}x" for i in range(4))
+    assert denied(aws_role).values(SOURCE_IDENTITY) == sorted(f"s-race{i}x" for i in range(4))
 
 
 @pytest.mark.server
@@ -820,9 +887,7 @@ def test_expired_entries_are_pruned(aws_provider: AwsStsProvider, aws_role: AwsR
     # Three hours on: the old bucket (expiry + rounding, source identity + 1 h) has ended.
     later = now + timedelta(hours=3)
     assert aws_provider.revoke(target(new, later + timedelta(minutes=15)), later) is RevokeOutcome.REVOKED
-    deny = denied(aws_role)
-    assert deny.values(USERID) == [new.reference["assumed_role_id"]]
-    assert deny.values(SOURCE_IDENTITY) == ["s-new001"]
+    assert denied(aws_role).values(SOURCE_IDENTITY) == ["s-new001"]
     # An expired credential needs nothing, but its revoke still prunes: here down to an empty policy.
     much_later = later + timedelta(hours=5)
     assert aws_provider.revoke(target(new), much_later) is RevokeOutcome.EXPIRED
@@ -835,9 +900,10 @@ def test_budget_is_enforced_by_the_broker(aws_provider: AwsStsProvider, aws_role
     """moto accepts oversized inline policies; the broker counts all of the role's inline policies itself."""
     iam = iam_client(aws_role.endpoint_url)
     resources = [f"arn:aws:s3:::{'b' * 60}/{i:03d}" for i in range(124)]
+    resources.append("arn:aws:s3:::" + "p" * (10_240 - 120 - policy_size(policy(statement(Resource=resources)))))
     filler = policy(statement(Resource=resources))
     iam.put_role_policy(RoleName=aws_role.name, PolicyName="operator", PolicyDocument=json.dumps(filler, indent=4))
-    assert 10_240 - 300 < policy_size(filler) < 10_240  # whitespace (indent) is not counted
+    assert 10_240 - 150 < policy_size(filler) < 10_240  # whitespace (indent) is not counted
     credential = aws_provider.mint(parse({"role_arn": ROLE_ARN}), context())
     with pytest.raises(ProviderError, match="10240") as caught:
         aws_provider.revoke(target(credential), datetime.now(UTC))
@@ -848,14 +914,14 @@ def test_budget_is_enforced_by_the_broker(aws_provider: AwsStsProvider, aws_role
     iam.delete_role_policy(RoleName=aws_role.name, PolicyName="operator")
     stale = DenyList()
     ended = datetime.now(UTC) - timedelta(hours=3)
-    for i in range(110):
+    for i in range(250):
         session = f"s-stale{i:03d}-{'x' * 30}"
         stale = stale.merged(entries_for(f"{aws_role.role_id}:{session}.credential", session, ended))
     stale_document = stale.document()
     assert stale_document is not None and policy_size(stale_document) > 10_240
     iam.put_role_policy(RoleName=aws_role.name, PolicyName=POLICY_NAME, PolicyDocument=json.dumps(stale_document))
     assert aws_provider.revoke(target(credential), datetime.now(UTC)) is RevokeOutcome.REVOKED
-    assert denied(aws_role).values(USERID) == [credential.reference["assumed_role_id"]]
+    assert denied(aws_role).values(SOURCE_IDENTITY) == ["s-4k2j9x7q3m1p"]
 
 
 @pytest.mark.server

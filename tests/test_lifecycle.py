@@ -486,8 +486,10 @@ def test_sigkill_before_the_assume_role_answer_is_denied_by_sweep(broker_env: Br
         result = broker_env.run("sweep", "--json")
     assert result.code == 0, result.stderr
     assert result.json()["recovered"] == [session]
-    document = json.dumps(deny_document(aws_role))
-    assert f"{aws_role.role_id}:{session_name}" in document
+    # The crashed session's credentials carry SourceIdentity = the broker session id: the deny names it.
+    [statement] = deny_document(aws_role)["Statement"]
+    assert statement["Effect"] == "Deny" and statement["Condition"]["StringEquals"]["aws:SourceIdentity"] == [session]
+    assert session_name.startswith(f"{session}.")
     assert credential_state(broker_env) == "revoked"
     assert broker_env.run("audit", "verify").code == 0
 

@@ -13,6 +13,7 @@ from typing import Any
 import boto3
 import pytest
 
+from providers.aws_deny import SOURCE_IDENTITY
 from tests.emulators.github_app import GitHubAppEmulator
 from tests.fixtures.aws import AwsRole, iam_client
 from tests.fixtures.brokerenv import BrokerEnv
@@ -87,7 +88,8 @@ def test_one_session_with_every_provider(
     assert github_emulator.token_state(token) == "revoked"
     assert not openbao.accessor_exists(records["kv"]["reference"]["accessor"])
     deny = iam_client(aws_role.endpoint_url).get_role_policy(RoleName="agent-ci", PolicyName="BrokerRevokedSessions")
-    assert records["artifacts"]["reference"]["assumed_role_id"] in json.dumps(deny["PolicyDocument"])
+    assert records["artifacts"]["reference"]["source_identity"] == document["session"]
+    assert document["session"] in deny["PolicyDocument"]["Statement"][0]["Condition"]["StringEquals"][SOURCE_IDENTITY]
     assert not directory.exists()
     assert stack_env.run("audit", "verify").code == 0
 
@@ -196,8 +198,8 @@ def test_concurrent_revocations_on_one_role_keep_every_deny_entry(stack_env: Bro
         ]
     )
     ids = [
-        r["reference"]["assumed_role_id"]
+        r["reference"]["source_identity"]
         for r in stack_env.log_records()
         if r.get("credential") == "artifacts" and r["event"] == "credential.issued"
     ]
-    assert len(ids) == 4 and all(i in deny for i in ids)
+    assert sorted(ids) == sorted(sessions) and all(f'"{i}"' in deny for i in ids)

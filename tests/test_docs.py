@@ -25,3 +25,17 @@ def test_every_named_test_exists() -> None:
             elif function and function not in functions_in(path):
                 missing.append(f"{document}: {file_name}::{function}")
     assert not missing, missing
+
+
+def test_nothing_in_the_repository_reaches_outside_it() -> None:
+    """A fresh clone is all a newcomer has: no file may point at a folder beside the clone."""
+    import subprocess
+
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    outside = re.compile(r"\.\./" + r"shared\b")  # split, so this file does not match itself
+    offenders = [
+        name
+        for name in tracked.splitlines()
+        if (ROOT / name).is_file() and outside.search((ROOT / name).read_text(encoding="utf-8", errors="replace"))
+    ]
+    assert offenders == []

@@ -322,8 +322,19 @@ class VaultProvider(Provider):
         result: dict[str, Any] = data.get("data") or {}
         return result
 
+    def planned_reference(self, request: CredentialRequest, context: MintContext) -> dict[str, str]:
+        """A dynamic secret's kind, so that a crash while minting is settled the way that kind needs."""
+        return {"kind": request.kind} if isinstance(request, DynamicRequest) else {}
+
     def find_minted(self, session_id: str, credential: str, planned: Mapping[str, str]) -> list[dict[str, str]]:
-        """Tokens carrying this session's metadata (needs ``list`` on ``auth/token/accessors``)."""
+        """Tokens carrying this session's metadata (needs ``list`` on ``auth/token/accessors``).
+
+        Database and pki leases are found through their holder token. An SSH certificate leaves no
+        trace in Vault; one may have been signed for a key that died with the broker: it is reported
+        as such (valid until it expires, and useless without its key).
+        """
+        if planned.get("kind") == "ssh":
+            return [{"kind": "ssh"}]
         client = self.client()
         with self._errors("list accessors"):
             response = client.adapter.list("/v1/auth/token/accessors")

@@ -142,8 +142,32 @@ def test_a_grant_without_database_roles_grants_no_database_user(dynamic_env: Bro
     assert "database_roles" in check.json()["credentials"][0]["reasons"][0]
 
 
+ALL_KINDS_TASK = (
+    DB_TASK
+    + """
+  - name: cert
+    provider: vault
+    kind: pki
+    role: agent
+    common_name: agent.ci.internal
+  - name: host
+    provider: vault
+    kind: ssh
+    role: agent
+    principals: [git]
+"""
+)
+
+
+def key_slices(path: Path) -> list[str]:
+    """Pieces of a PEM or OpenSSH private key's body, long enough to be unmistakable."""
+    body = "".join(path.read_text().strip().splitlines()[1:-1])
+    return [body[i : i + 32] for i in range(0, len(body) - 32, 32)]
+
+
 def test_the_password_never_reaches_output_log_or_state(dynamic_env: BrokerEnv, minted: set[str]) -> None:
-    task = str(dynamic_env.write_task(DB_TASK))
+    """Every secret of every dynamic kind (password, pgpass, certificate and SSH private keys)."""
+    task = str(dynamic_env.write_task(ALL_KINDS_TASK))
     issued = [
         dynamic_env.run("--debug", "issue", "--task", task, "--json"),
         dynamic_env.run("--verbose", "issue", "--task", task, "--format", "env"),
@@ -152,6 +176,8 @@ def test_the_password_never_reaches_output_log_or_state(dynamic_env: BrokerEnv, 
     first = issued[0].json()
     password = (Path(first["dir"]) / "db" / "password").read_text()
     assert password in minted
+    keys = key_slices(Path(first["dir"]) / "cert" / "key.pem") + key_slices(Path(first["dir"]) / "host" / "id_ed25519")
+    assert len(keys) >= 4
     results = issued + [
         *run_all(dynamic_env, "status", "--json"),
         *run_all(dynamic_env, "audit", "list", "--json"),
@@ -161,5 +187,6 @@ def test_the_password_never_reaches_output_log_or_state(dynamic_env: BrokerEnv, 
     ]
     assert all(r.code == 0 for r in results), [(r.code, r.stderr) for r in results if r.code]
     assert dynamic_env.session_dirs() == []
-    assert_nowhere(minted, results, dynamic_env.state_dir, dynamic_env.runtime_dir)
+    needles = [m for m in minted if len(m) >= 16] + keys  # a PEM's "==" padding line is no secret
+    assert_nowhere(needles, results, dynamic_env.state_dir, dynamic_env.runtime_dir)
     assert_no_vault_token_shapes(results, dynamic_env.state_dir)

@@ -7,7 +7,9 @@ naming the task and session, and revokes by accessor. A child token would
 inherit the broker's entity, and with it every identity-group policy of the
 broker's login, so after each mint the broker looks the token up and revokes
 it unless it is an orphan with no entity, no identity policies and exactly
-the requested policies. ``hvac`` is imported on first use.
+the requested policies. ``hvac`` is imported on first use. The dynamic-secret
+kinds (``database``, ``pki``, ``ssh``) are parsed and granted in
+``providers.vault_dynamic`` and minted in ``providers.vault_leases``.
 """
 
 from __future__ import annotations

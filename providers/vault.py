@@ -7,14 +7,16 @@ naming the task and session, and revokes by accessor. A child token would
 inherit the broker's entity, and with it every identity-group policy of the
 broker's login, so after each mint the broker looks the token up and revokes
 it unless it is an orphan with no entity, no identity policies and exactly
-the requested policies. ``hvac`` is imported on first use.
+the requested policies. ``hvac`` is imported on first use. The dynamic-secret
+kinds (``database``, ``pki``, ``ssh``) are parsed and granted in
+``providers.vault_dynamic`` and minted in ``providers.vault_leases``.
 """
 
 from __future__ import annotations
 
 import re
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,7 +40,15 @@ from providers.base import (
     clock_check,
 )
 from providers.urls import is_loopback_host
+from providers.vault_dynamic import (
+    DynamicGrant,
+    DynamicRequest,
+    compile_dynamic_grant,
+    parse_dynamic_request,
+    parse_kind,
+)
 from providers.vault_identity import entity_check, minted_problems
+from providers.vault_leases import DYNAMIC_KINDS, mint_dynamic, revoke_dynamic
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -51,6 +61,9 @@ ADDR = re.compile(r"https?://([A-Za-z0-9.\-]+|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?/
 MAX_USES = 1_000_000
 _UNSEEN = "it cannot be looked up (the broker needs update on auth/token/lookup-accessor)"
 FORBIDDEN_POLICIES = frozenset({"root"})
+MOUNT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}(/[A-Za-z0-9][A-Za-z0-9_.-]{0,63}){0,3}")
+HINT_HOST = re.compile(r"[A-Za-z0-9.:\[\]-]{1,253}|/[A-Za-z0-9_./-]{0,255}")
+HINT_DATABASE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,62}")
 
 
 @dataclass(frozen=True)
@@ -66,9 +79,14 @@ class VaultRequest(CredentialRequest):
 class VaultGrant(Grant):
     policies: tuple[str, ...] = ()
     max_uses: int | None = None
+    dynamic: DynamicGrant = field(default_factory=DynamicGrant)
 
     def check(self, request: CredentialRequest) -> list[str]:
+        if isinstance(request, DynamicRequest):
+            return self.dynamic.check(request)
         assert isinstance(request, VaultRequest)
+        if not self.policies:
+            return ["this grant names no vault policies (policies)"]
         reasons = [f"vault policy {p!r} is not granted" for p in request.policies if not any_match(self.policies, p)]
         if self.max_uses is not None:
             if request.num_uses == 0:
@@ -94,6 +112,9 @@ class VaultProvider(Provider):
         namespace: str | None,
         token_role: str | None,
         timeout: int,
+        mounts: Mapping[str, str] | None = None,
+        dynamic_policies: tuple[str, ...] = (),
+        database_hints: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(name)
         self.addr = addr.rstrip("/")
@@ -103,6 +124,9 @@ class VaultProvider(Provider):
         self.namespace = namespace
         self.token_role = token_role
         self.timeout = timeout
+        self.mounts = {kind: kind for kind in DYNAMIC_KINDS} | dict(mounts or {})
+        self.dynamic_policies = dynamic_policies
+        self.database_hints = dict(database_hints or {})
         self._client: hvac.Client | None = None
         self._lock = threading.Lock()
 
@@ -132,10 +156,16 @@ class VaultProvider(Provider):
             namespace=fields.string("namespace", required=False, pattern=POLICY_NAME),
             token_role=fields.string("token_role", required=False, pattern=POLICY_NAME),
             timeout=fields.integer("timeout", minimum=1, maximum=300) or 10,
+            **_dynamic_config(fields),
         )
 
     @classmethod
-    def parse_request(cls, fields: Fields, *, name: str, provider: str, ttl: int | None) -> VaultRequest:
+    def parse_request(
+        cls, fields: Fields, *, name: str, provider: str, ttl: int | None
+    ) -> VaultRequest | DynamicRequest:
+        kind = parse_kind(fields)
+        if kind != "token":
+            return parse_dynamic_request(fields, kind, name=name, provider=provider, ttl=ttl)
         policies = fields.string_list(
             "policies",
             pattern=POLICY_NAME,
@@ -156,11 +186,15 @@ class VaultProvider(Provider):
 
     @classmethod
     def compile_grant(cls, fields: Fields, *, provider: str, max_ttl: int | None) -> VaultGrant:
-        policies = fields.string_list("policies", pattern=POLICY_GLOB, max_items=100, hint="a policy name glob")
-        assert policies is not None
-        policies = tuple(pattern.lower() for pattern in policies)  # compared with lower-cased names
+        policies = fields.string_list(
+            "policies", required=False, pattern=POLICY_GLOB, max_items=100, hint="a policy name glob"
+        )
+        policies = tuple(pattern.lower() for pattern in policies or ())  # compared with lower-cased names
         max_uses = fields.integer("max_uses", minimum=1, maximum=MAX_USES)
-        return VaultGrant(provider=provider, max_ttl=max_ttl, policies=policies, max_uses=max_uses)
+        dynamic = compile_dynamic_grant(fields)
+        if not policies and dynamic.empty:
+            raise fields.fail("policies", "required (or database_roles, pki_roles, ssh_roles)")
+        return VaultGrant(provider=provider, max_ttl=max_ttl, policies=policies, max_uses=max_uses, dynamic=dynamic)
 
     def describe(self) -> dict[str, str]:
         return {"name": self.name, "type": self.type_name, "addr": self.addr}
@@ -194,6 +228,8 @@ class VaultProvider(Provider):
     def mint(self, request: CredentialRequest, context: MintContext) -> MintedCredential:
         from broker.secret import Secret
 
+        if isinstance(request, DynamicRequest):
+            return mint_dynamic(self, request, context)
         assert isinstance(request, VaultRequest)
         client = self.client()
         ttl = f"{context.ttl}s"
@@ -250,6 +286,8 @@ class VaultProvider(Provider):
         return minted_problems(facts, policies) if facts is not None else [_UNSEEN]
 
     def revoke(self, target: RevokeTarget, now: datetime) -> RevokeOutcome:
+        if target.reference.get("kind") in DYNAMIC_KINDS:
+            return revoke_dynamic(self, target, now)
         accessor = target.reference.get("accessor", "")
         if not accessor:
             raise ProviderError(f"vault {self.name}: no accessor recorded for {target.name}", retryable=False)
@@ -286,8 +324,19 @@ class VaultProvider(Provider):
         result: dict[str, Any] = data.get("data") or {}
         return result
 
+    def planned_reference(self, request: CredentialRequest, context: MintContext) -> dict[str, str]:
+        """A dynamic secret's kind, so that a crash while minting is settled the way that kind needs."""
+        return {"kind": request.kind} if isinstance(request, DynamicRequest) else {}
+
     def find_minted(self, session_id: str, credential: str, planned: Mapping[str, str]) -> list[dict[str, str]]:
-        """Tokens carrying this session's metadata (needs ``list`` on ``auth/token/accessors``)."""
+        """Tokens carrying this session's metadata (needs ``list`` on ``auth/token/accessors``).
+
+        Database and pki leases are found through their holder token. An SSH certificate leaves no
+        trace in Vault; one may have been signed for a key that died with the broker: it is reported
+        as such (valid until it expires, and useless without its key).
+        """
+        if planned.get("kind") == "ssh":
+            return [{"kind": "ssh"}]
         client = self.client()
         with self._errors("list accessors"):
             response = client.adapter.list("/v1/auth/token/accessors")
@@ -362,6 +411,26 @@ class VaultProvider(Provider):
         if self._client is not None:
             self._client.adapter.close()
             self._client = None
+
+
+def _dynamic_config(fields: Fields) -> dict[str, Any]:
+    """Mount paths of the dynamic-secret engines, the lease holder's policies, the libpq hints."""
+    mounts = {}
+    for kind in DYNAMIC_KINDS:
+        mount = fields.string(f"{kind}_mount", required=False, pattern=MOUNT, max_len=256, hint="a mount path")
+        if mount is not None:
+            mounts[kind] = mount
+    policies = fields.string_list(
+        "dynamic_policies", required=False, pattern=POLICY_NAME, max_items=16, hint="a Vault policy name"
+    )
+    hints = {}
+    host = fields.string("database_hint_host", required=False, pattern=HINT_HOST, max_len=256, hint="a host name")
+    port = fields.integer("database_hint_port", minimum=1, maximum=65535)
+    database = fields.string("database_hint_database", required=False, pattern=HINT_DATABASE, hint="a database name")
+    for name, value in (("PGHOST", host), ("PGPORT", port), ("PGDATABASE", database)):
+        if value is not None:
+            hints[name] = str(value)
+    return {"mounts": mounts, "dynamic_policies": policies or (), "database_hints": hints}
 
 
 class _VaultErrors:

@@ -6,4 +6,6 @@ pytest_plugins = [
     "tests.fixtures.aws",
     "tests.fixtures.github",
     "tests.fixtures.stack",
+    "tests.fixtures.postgres",
+    "tests.fixtures.vault_engines",
 ]

@@ -130,3 +130,20 @@ def test_not_action_and_not_resource_are_denied_and_logged(corpus_env: BrokerEnv
     check = corpus_env.run("policy", "check", "--task", task)
     assert check.code == 3
     assert f"session_policy.Statement[0]: {key} is refused" in check.stdout + check.stderr
+
+
+DYNAMIC = {
+    "database": "kind: database\n    role: agent-ro",
+    "pki": "kind: pki\n    role: agent\n    common_name: agent.ci.internal\n    alt_names: [build.ci.internal]",
+    "ssh": "kind: ssh\n    role: agent\n    principals: [git]",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(DYNAMIC))
+def test_the_corpus_dynamic_credentials_are_allowed_so_their_denials_come_from_one_change(
+    corpus_env: BrokerEnv, kind: str
+) -> None:
+    task = STACK_TASK.replace("policies: [ci-read]\n    ttl: 10m\n    num_uses: 20", f"{DYNAMIC[kind]}\n    ttl: 10m")
+    assert f"kind: {kind}" in task
+    result = corpus_env.run("policy", "check", "--task", str(corpus_env.write_task(task, f"{kind}.yaml")))
+    assert result.code == 0, result.stdout + result.stderr

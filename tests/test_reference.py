@@ -64,10 +64,21 @@ def test_config_reference_lists_exactly_what_the_loader_reads(read_keys: dict[st
     assert read_keys == documented(CONFIG)
 
 
+DYNAMIC_TASK = """
+version: 1
+task: fix-db-1
+credentials:
+  - {name: db, provider: vault, kind: database, role: agent-ro}
+  - {name: cert, provider: vault, kind: pki, role: agent, common_name: a.ci.internal, alt_names: [b.ci.internal]}
+  - {name: host, provider: vault, kind: ssh, role: agent, principals: [git]}
+"""
+
+
 def test_manifest_reference_lists_exactly_what_the_loader_reads(read_keys: dict[str, set[str]], tmp_path: Path) -> None:
     loaded = config(tmp_path)
     read_keys.clear()
     parse_manifest(STACK_TASK.replace("sandbox: {", "sandbox: {env: {CI: 'true'}, ").encode(), loaded)
+    parse_manifest(DYNAMIC_TASK.encode(), loaded)
     expected = documented(MANIFEST)
     assert read_keys == expected
 

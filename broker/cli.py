@@ -417,6 +417,12 @@ def policy_check(
                 typer.echo(f"  {credential.name}: denied")
                 for reason in credential.reasons:
                     typer.echo(f"    - {reason}")
+        if decision.network.requested:
+            allow = ", ".join(str(d) for d in decision.network.requested)
+            verdict = f"allowed by rule {decision.network.rule}" if decision.network.allowed else "denied"
+            typer.echo(f"  network ({allow}): {verdict}")
+            for reason in decision.network.reasons:
+                typer.echo(f"    - {reason}")
     if not decision.allowed:
         raise PolicyDenied(decision.denial_message())
 

@@ -172,7 +172,7 @@ MANIFEST = (
             Key("task", "name", True, "[a-z0-9][a-z0-9._-]{0,62}; policies match it with globs."),
             Key("ttl", DURATION, False, "Session lifetime; capped by policy and config.", "default_ttl"),
             Key("sandbox", "table", False, "Who owns the files and where they are mounted."),
-            Key("network", "table", False, "Destinations the sandbox may reach (broker exec --network allowlist).", "none"),
+            Key("network", "table", False, "What the sandbox may reach (exec --network allowlist).", "none"),
             Key("credentials", "list", True, "1 to 64 credentials."),
         ),
         "Untrusted input: unknown keys, duplicate keys, YAML tags, anchors and aliases are refused (exit 2).",

@@ -302,6 +302,7 @@ class SandboxKind(StrEnum):
 class NetworkKind(StrEnum):
     none = "none"
     host = "host"
+    allowlist = "allowlist"
 
 
 @app.command(context_settings={"allow_interspersed_args": False})
@@ -312,7 +313,14 @@ def exec(
     sandbox: Annotated[SandboxKind, typer.Option("--sandbox", help="Run CMD in bubblewrap, or on the host.")] = (
         SandboxKind.bwrap
     ),
-    network: Annotated[NetworkKind, typer.Option("--network", help="Network inside the sandbox.")] = (NetworkKind.none),
+    network: Annotated[
+        NetworkKind | None,
+        typer.Option(
+            "--network",
+            help="Network inside the sandbox [default: allowlist when the manifest has a network section, else none].",
+            show_default=False,
+        ),
+    ] = None,
     workspace: Annotated[
         Path | None, typer.Option("--workspace", help="Directory bound read-write at /workspace [default: a tmpfs].")
     ] = None,
@@ -331,13 +339,13 @@ def exec(
     options = ExecOptions(
         command=tuple(command),
         sandbox=sandbox.value,
-        network=network.value,
+        network=network.value if network is not None else None,
         workspace=workspace,
         read_only=tuple(read_only or ()),
     )
     config = _config(ctx)
     manifest = load_manifest(task, config)
-    check_sandbox_available(options)
+    check_sandbox_available(options, manifest)
     with _broker(config) as broker:
         result = execute(broker, manifest, options)
     if not result.revoke.complete:
@@ -417,6 +425,12 @@ def policy_check(
                 typer.echo(f"  {credential.name}: denied")
                 for reason in credential.reasons:
                     typer.echo(f"    - {reason}")
+        if decision.network.requested:
+            allow = ", ".join(str(d) for d in decision.network.requested)
+            verdict = f"allowed by rule {decision.network.rule}" if decision.network.allowed else "denied"
+            typer.echo(f"  network ({allow}): {verdict}")
+            for reason in decision.network.reasons:
+                typer.echo(f"    - {reason}")
     if not decision.allowed:
         raise PolicyDenied(decision.denial_message())
 

@@ -9,10 +9,17 @@ is root, and the hints point at the host directory. SIGINT, SIGTERM and
 SIGHUP are forwarded to the command; whatever happens, the session is
 revoked when the command ends, and a killed broker leaves the session to
 ``sweep``.
+
+With ``--network allowlist`` (the default when the manifest has a
+``network`` section) the sandbox gets its own network namespace whose only
+way out is the session's egress proxy (``broker.egress``), bridged in on
+``127.0.0.1:PORT``; the refused destinations are logged as ``egress.denied``
+when the command ends.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -25,12 +32,24 @@ from types import FrameType
 from typing import Any
 
 from broker.core import Broker
+from broker.egress.bridge import forwarder_argv, proxy_hints
+from broker.egress.records import log_denials
+from broker.egress.running import RunningProxy, running_proxy
 from broker.errors import BadInput
 from broker.issuing import issue, signals_blocked
 from broker.locks import session_lock
 from broker.manifest import Manifest
 from broker.revoking import RevokeReport, revoke_locked
-from broker.sandbox import SANDBOX_PATH, SETPRIV, WORKSPACE, SandboxSpec, bwrap_command, bwrap_path, extra_binds
+from broker.sandbox import (
+    EGRESS_SOCKET,
+    SANDBOX_PATH,
+    SETPRIV,
+    WORKSPACE,
+    SandboxSpec,
+    bwrap_command,
+    bwrap_path,
+    extra_binds,
+)
 from broker.seccomp import program_fd
 
 PASSED_THROUGH = ("LANG", "TERM")
@@ -42,7 +61,7 @@ COMMAND_NOT_FOUND = 127
 class ExecOptions:
     command: tuple[str, ...]
     sandbox: str = "bwrap"  # or "none"
-    network: str = "none"  # or "host"
+    network: str | None = None  # "none", "host" or "allowlist"; None: allowlist when the manifest has a network
     workspace: Path | None = None
     read_only: tuple[str, ...] = ()
 
@@ -54,8 +73,16 @@ class ExecResult:
     revoke: RevokeReport
 
 
-def check_sandbox_available(options: ExecOptions) -> None:
+def network_mode(options: ExecOptions, manifest: Manifest) -> str:
+    if options.network is not None:
+        return options.network
+    return "allowlist" if manifest.network and options.sandbox == "bwrap" else "none"
+
+
+def check_sandbox_available(options: ExecOptions, manifest: Manifest | None = None) -> None:
     """Refuse before minting anything when the sandbox cannot be built here."""
+    if options.network == "allowlist" and options.sandbox != "bwrap":
+        raise BadInput("--network allowlist needs --sandbox bwrap: only a network namespace can enforce it")
     if options.sandbox != "bwrap":
         return
     if bwrap_path() is None:
@@ -89,7 +116,7 @@ def child_environment(
 
 def execute(broker: Broker, manifest: Manifest, options: ExecOptions) -> ExecResult:
     """Issue, run the command, revoke; returns the command's exit status as a shell reports it."""
-    check_sandbox_available(options)
+    check_sandbox_available(options, manifest)
     document = issue(broker, manifest)
     session_id = document["session"]
     lock = session_lock(broker.config.state_dir, session_id)
@@ -98,7 +125,13 @@ def execute(broker: Broker, manifest: Manifest, options: ExecOptions) -> ExecRes
         broker.store.mark_exec_bound(session_id)
         broker.log.checkpoint(str(broker.requester))
         try:
-            status = _run(document, manifest, options)
+            with contextlib.ExitStack() as stack:
+                proxy = None
+                if network_mode(options, manifest) == "allowlist":
+                    owner = (manifest.sandbox.uid, manifest.sandbox.gid) if os.geteuid() == 0 else None
+                    proxy = stack.enter_context(running_proxy(manifest.network, socket_owner=owner))
+                    stack.callback(_log_denials, broker, proxy, session_id, manifest.task)
+                status = _run(document, manifest, options, proxy)
         finally:
             with signals_blocked():
                 record = broker.store.get_session(session_id)
@@ -109,8 +142,14 @@ def execute(broker: Broker, manifest: Manifest, options: ExecOptions) -> ExecRes
     return ExecResult(status=status, session=session_id, revoke=report)
 
 
-def _run(document: Mapping[str, Any], manifest: Manifest, options: ExecOptions) -> int:
+def _log_denials(broker: Broker, proxy: RunningProxy, session_id: str, task: str) -> None:
+    log_denials(broker.log, proxy.denials(), session=session_id, task=task, requester=str(broker.requester))
+
+
+def _run(document: Mapping[str, Any], manifest: Manifest, options: ExecOptions, proxy: RunningProxy | None) -> int:
     env = child_environment(document, manifest, options, os.environ)
+    if proxy is not None:
+        env.update(proxy_hints())
     workspace = str(options.workspace.resolve()) if options.workspace else None
     command = list(options.command)
     if options.sandbox == "bwrap":
@@ -125,7 +164,10 @@ def _run(document: Mapping[str, Any], manifest: Manifest, options: ExecOptions) 
             env=env,
             network=options.network == "host",
             read_only_binds=extra_binds(options.read_only),
+            egress_socket=str(proxy.socket_path) if proxy is not None else None,
         )
+        if proxy is not None:
+            command = forwarder_argv(EGRESS_SOCKET, command)
         with program_fd() as seccomp_fd:
             argv = [*bwrap_command(spec, seccomp_fd=seccomp_fd), *command]
             env = {"PATH": SANDBOX_PATH}

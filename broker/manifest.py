@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from broker.config import Config
+from broker.egress.destinations import Destination
+from broker.egress.policy import read_network_section
 from broker.errors import ManifestError
 from broker.fields import Fields, shown
 from broker.inputfiles import read_regular_file, shown_path
@@ -84,6 +86,7 @@ class Manifest:
     ttl: int | None
     sandbox: Sandbox
     credentials: tuple[CredentialRequest, ...]
+    network: tuple[Destination, ...] = ()  # network.allow: what the sandbox may reach through the egress proxy
     # The document as given (non-secret), kept so `renew` can decide again and re-mint; not part of equality.
     source: str = field(default="", compare=False, repr=False)
     source_is_json: bool = field(default=False, compare=False, repr=False)
@@ -118,6 +121,7 @@ def parse_manifest(data: bytes, config: Config, *, as_json: bool = False, what: 
     ttl = fields.duration("ttl")
     sandbox = _parse_sandbox(fields.mapping("sandbox", required=False))
     credentials = tuple(_parse_credential(item, config, ttl) for item in fields.list_of_mappings("credentials"))
+    network = read_network_section(fields.mapping("network", required=False))
     names = [c.name for c in credentials]
     for index, name in enumerate(names):
         if name in names[:index]:
@@ -128,6 +132,7 @@ def parse_manifest(data: bytes, config: Config, *, as_json: bool = False, what: 
         ttl=ttl,
         sandbox=sandbox,
         credentials=credentials,
+        network=network,
         source=data.decode("utf-8"),
         source_is_json=as_json,
     )

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from broker.config import Config
+from broker.egress.destinations import Destination
+from broker.egress.policy import NO_NETWORK, NetworkDecision, decide_network, read_destinations
 from broker.errors import PolicyFileError
 from broker.fields import Fields, shown
 from broker.globs import any_match
@@ -72,6 +74,7 @@ class Rule:
     allow_root_sandbox: bool = False
     sandbox_uids: IdSet = IdSet(())
     sandbox_gids: IdSet = IdSet(())
+    network: tuple[Destination, ...] = ()
 
     @property
     def allows_no_sandbox(self) -> bool:
@@ -127,10 +130,12 @@ class Decision:
     allowed: bool
     session_ttl: int
     credentials: tuple[CredentialDecision, ...]
+    network: NetworkDecision = NO_NETWORK
 
     @property
     def reasons(self) -> tuple[str, ...]:
-        return tuple(f"{c.name}: {reason}" for c in self.credentials if not c.allowed for reason in c.reasons)
+        credentials = (f"{c.name}: {reason}" for c in self.credentials if not c.allowed for reason in c.reasons)
+        return (*credentials, *(f"network: {reason}" for reason in self.network.reasons))
 
     def denial_message(self, prefix: str = "denied by policy") -> str:
         """One line naming what fell outside; bounded, with the rest left to ``broker policy check``."""
@@ -155,6 +160,7 @@ class Decision:
             "allowed": self.allowed,
             "session_ttl": self.session_ttl,
             "credentials": [c.to_json() for c in self.credentials],
+            **({"network": self.network.to_json()} if self.network.requested else {}),
         }
 
 
@@ -212,9 +218,10 @@ def _compile_rule(fields: Fields, config: Config, source: str) -> Rule:
     uids = _id_set(fields, "sandbox_uids")
     gids = _id_set(fields, "sandbox_gids")
     grants = tuple(_compile_grant(g, config) for g in fields.list_of_mappings("grants", max_items=100))
+    network = read_destinations(fields, "network")
     fields.done()
     assert tasks is not None
-    return Rule(rule_id, source, description, tasks, requesters, max_ttl, grants, allow_root, uids, gids)
+    return Rule(rule_id, source, description, tasks, requesters, max_ttl, grants, allow_root, uids, gids, network)
 
 
 def _id_set(fields: Fields, key: str) -> IdSet:
@@ -299,8 +306,11 @@ def decide(policy: Policy, manifest: Manifest, requester: Requester, config: Con
             final.append(CredentialDecision(d.name, d.provider, False, None, None, (reason,)))
         else:
             final.append(CredentialDecision(d.name, d.provider, True, d.rule, ttl, ()))
-    allowed = all(d.allowed for d in final)
-    return Decision(manifest.task, str(requester), allowed, session_ttl, tuple(final))
+    network = decide_network(manifest.network, [(r.id, r.network) for r in rules])
+    if root_reason and not network.allowed:
+        network = NetworkDecision(network.requested, False, None, (root_reason,))
+    allowed = all(d.allowed for d in final) and network.allowed
+    return Decision(manifest.task, str(requester), allowed, session_ttl, tuple(final), network)
 
 
 def _decide_credential(

@@ -175,6 +175,8 @@ CONFIG = (
     ),
 )
 
+DESTINATION = "HOST:PORT, *.SUFFIX:PORT (two labels or more), IP:PORT or [IPv6]:PORT"
+
 MANIFEST = (
     Section(
         "Manifest: top level",
@@ -184,6 +186,7 @@ MANIFEST = (
             Key("task", "name", True, "[a-z0-9][a-z0-9._-]{0,62}; policies match it with globs."),
             Key("ttl", DURATION, False, "Session lifetime; capped by policy and config.", "default_ttl"),
             Key("sandbox", "table", False, "Who owns the files and where they are mounted."),
+            Key("network", "table", False, "What the sandbox may reach (exec --network allowlist).", "none"),
             Key("credentials", "list", True, "1 to 64 credentials."),
         ),
         "Untrusted input: unknown keys, duplicate keys, YAML tags, anchors and aliases are refused (exit 2).",
@@ -197,6 +200,12 @@ MANIFEST = (
             Key("env", "table", False, "Extra non-secret variables for broker exec (secret-looking names refused)."),
             Key("mount_path", "path", False, "Where the launcher mounts the session directory.", "/run/secrets"),
         ),
+    ),
+    Section(
+        "Manifest: network",
+        "network",
+        (Key("allow", "list", True, f"1 to 200 destinations, {DESTINATION}; a rule's network must cover each."),),
+        "Anything else is refused (exit 2): upper case, a trailing dot, non-ASCII (use xn--), user info, paths.",
     ),
     Section(
         "Manifest: credentials[] (every provider)",
@@ -258,6 +267,7 @@ POLICY = (
             Key("sandbox_uids", "list", False, 'Sandbox uids allowed: integers or "A-B" ranges.', "none"),
             Key("sandbox_gids", "list", False, 'Sandbox gids allowed: integers or "A-B" ranges.', "none"),
             Key("allow_root_sandbox", "boolean", False, "Allow a sandbox uid/gid of 0.", "false"),
+            Key("network", "list", False, f"Destinations sessions may ask for: {DESTINATION}.", "none"),
             Key("grants", "list", True, "What the rule allows, per provider instance."),
         ),
         "Deny by default: every credential must be covered by a grant of a rule matching task and requester.",

@@ -34,6 +34,7 @@ from pathlib import PurePosixPath
 WORKSPACE = "/workspace"
 SETPRIV = "/usr/bin/setpriv"
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
+EGRESS_SOCKET = "/run/.broker-egress.sock"  # the egress proxy inside; no mount_path can start with a dot
 _BASE_DIRS = frozenset({"/", "/usr", "/bin", "/lib", "/lib64", "/proc", "/dev", "/tmp", WORKSPACE})
 
 
@@ -47,6 +48,7 @@ class SandboxSpec:
     env: Mapping[str, str] = field(default_factory=dict)
     network: bool = False
     read_only_binds: tuple[tuple[str, str], ...] = ()
+    egress_socket: str | None = None  # the session's egress proxy (``--network allowlist``), bound at EGRESS_SOCKET
     secrets_writable: bool = False  # negative tests only
 
 
@@ -99,6 +101,8 @@ def bwrap_command(spec: SandboxSpec, identity: str | None = None, *, seccomp_fd:
     if spec.secrets_dir is not None:
         binds.append(("--bind" if spec.secrets_writable else "--ro-bind", spec.secrets_dir, spec.mount_path))
     binds += [("--ro-bind", src, dest) for src, dest in spec.read_only_binds]
+    if spec.egress_socket is not None:
+        binds.append(("--bind", spec.egress_socket, EGRESS_SOCKET))
     for option, src, dest in binds:
         for parent in _parents(dest):
             if parent not in made:

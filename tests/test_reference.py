@@ -77,7 +77,8 @@ credentials:
 def test_manifest_reference_lists_exactly_what_the_loader_reads(read_keys: dict[str, set[str]], tmp_path: Path) -> None:
     loaded = config(tmp_path)
     read_keys.clear()
-    parse_manifest(STACK_TASK.replace("sandbox: {", "sandbox: {env: {CI: 'true'}, ").encode(), loaded)
+    text = STACK_TASK.replace("sandbox: {", "network: {allow: ['github.com:443']}\nsandbox: {env: {CI: 'true'}, ")
+    parse_manifest(text.encode(), loaded)
     parse_manifest(DYNAMIC_TASK.encode(), loaded)
     expected = documented(MANIFEST)
     assert read_keys == expected

@@ -1,0 +1,349 @@
+"""The per-session egress proxy: HTTP CONNECT and plain-HTTP forwarding to the session's allowed destinations only.
+
+The sandbox's only way out. It parses HTTP/1.1 with ``h11`` (never by hand),
+resolves names itself and connects to an address it vetted, so a name that
+resolves to a loopback, link-local or private address is refused unless
+that address is itself listed. A refused request gets a 403 and nothing is
+sent upstream: no connection is even opened. Each refused destination is
+counted (bounded), for one ``egress.denied`` record per destination when the
+session ends. Memory and connections are bounded: at most
+``max_connections`` at once, request heads of at most ``max_head_bytes``,
+and buffers of ``chunk`` bytes with back-pressure in each direction. Plain
+HTTP is one request per connection (``Connection: close`` both ways);
+``Transfer-Encoding`` and ``Content-Length`` pass on, and h11 frames each
+side's body to match them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import socket
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import h11
+
+from broker.egress.destinations import Destination, IPAddress, allowed, canonical_host
+
+HOP_BY_HOP = frozenset(
+    {
+        b"connection",
+        b"keep-alive",
+        b"proxy-authenticate",
+        b"proxy-authorization",
+        b"proxy-connection",
+        b"te",
+        b"trailer",
+        b"upgrade",
+        b"expect",
+    }
+)
+OTHER_DESTINATIONS = "(other destinations)"
+
+#: (host, port) -> addresses; the system resolver unless a test passes a fixed table.
+Resolver = Callable[[str, int], Awaitable[Sequence[str]]]
+
+
+@dataclass(frozen=True)
+class ProxyLimits:
+    max_connections: int = 128
+    max_head_bytes: int = 16 * 1024
+    chunk: int = 32 * 1024
+    connect_timeout: float = 10.0
+    head_timeout: float = 30.0
+    idle_timeout: float = 900.0
+    max_denied_destinations: int = 256
+
+
+class Refused(Exception):
+    """A request the proxy answers itself, with ``status`` and a one-line reason."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+async def system_resolver(host: str, port: int) -> Sequence[str]:
+    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return [str(info[4][0]) for info in infos]
+
+
+def _address(text: str) -> IPAddress | None:
+    try:
+        address = ipaddress.ip_address(text)
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
+
+
+def _printable(text: str, limit: int = 300) -> str:
+    cleaned = "".join(c if c.isascii() and c.isprintable() else "?" for c in text)
+    return cleaned[:limit]
+
+
+def parse_authority(text: str) -> tuple[str, int]:
+    """``host:port`` or ``[v6]:port`` of a CONNECT request; the host in canonical form."""
+    host, colon, port_text = text.rpartition(":")
+    if not colon or not host or not port_text.isdigit() or len(port_text) > 5 or not 0 < int(port_text) < 65536:
+        raise Refused(400, "CONNECT needs HOST:PORT")
+    if ":" in host and not (host.startswith("[") and host.endswith("]")):
+        raise Refused(400, "an IPv6 address is written [ADDRESS]:PORT")
+    return canonical_host(host), int(port_text)
+
+
+class EgressProxy:
+    """The proxy of one session: ``allow`` decides, ``denials`` counts what was refused."""
+
+    def __init__(
+        self,
+        allow: tuple[Destination, ...],
+        limits: ProxyLimits | None = None,
+        resolver: Resolver | None = None,
+    ) -> None:
+        self.allow = allow
+        self.limits = limits or ProxyLimits()
+        self.resolver = resolver or system_resolver
+        self.denials: dict[str, int] = {}
+        self.active = 0
+        self._listed = {(e.address, e.port) for e in allow if e.address is not None}
+
+    # -- deciding ------------------------------------------------------------------------
+
+    def _deny(self, host: str, port: int) -> Refused:
+        destination = _printable(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+        if destination not in self.denials and len(self.denials) >= self.limits.max_denied_destinations:
+            destination = OTHER_DESTINATIONS
+        self.denials[destination] = self.denials.get(destination, 0) + 1
+        return Refused(403, f"egress to {destination} is not allowed for this session")
+
+    async def vetted_addresses(self, host: str, port: int) -> list[IPAddress]:
+        """The addresses the proxy may connect to for ``host``:``port``; ``Refused`` (403) when none."""
+        if not allowed(self.allow, host, port):
+            raise self._deny(host, port)
+        literal = _address(host)
+        if literal is not None:
+            return [literal]
+        try:
+            answers = await asyncio.wait_for(self.resolver(host, port), self.limits.connect_timeout)
+        except (OSError, TimeoutError, UnicodeError):
+            raise Refused(502, f"{_printable(host)} could not be resolved") from None
+        vetted: list[IPAddress] = []
+        for text in answers:
+            address = _address(text)
+            if address is None or address in vetted:
+                continue
+            if (address.is_global and not address.is_multicast) or (address, port) in self._listed:
+                vetted.append(address)
+        if not vetted:
+            raise self._deny(host, port)  # only loopback, link-local or private answers, none listed
+        return vetted
+
+    async def _open(self, host: str, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        last: Exception | None = None
+        for address in await self.vetted_addresses(host, port):
+            try:
+                return await asyncio.wait_for(
+                    asyncio.open_connection(str(address), port, limit=self.limits.chunk),
+                    self.limits.connect_timeout,
+                )
+            except (OSError, TimeoutError) as exc:
+                last = exc
+        raise Refused(502, f"{_printable(host)}:{port} could not be reached ({type(last).__name__})")
+
+    # -- serving -------------------------------------------------------------------------
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """One client connection: one CONNECT tunnel or one plain-HTTP request."""
+        if self.active >= self.limits.max_connections:
+            writer.write(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            await _close(writer)
+            return
+        self.active += 1
+        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=self.limits.max_head_bytes)
+        try:
+            await self._serve(conn, reader, writer)
+        except Refused as refused:
+            _answer(conn, writer, refused.status, refused.reason)
+        except h11.RemoteProtocolError:
+            _answer(conn, writer, 400, "malformed request")
+        except (OSError, TimeoutError, h11.LocalProtocolError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            self.active -= 1
+            await _close(writer)
+
+    async def _serve(self, conn: h11.Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        request = await self._read_head(conn, reader)
+        if not isinstance(request, h11.Request):
+            return
+        target = request.target.decode("ascii", "replace")
+        if request.method == b"CONNECT":
+            host, port = parse_authority(target)
+            upstream_reader, upstream_writer = await self._open(host, port)
+            writer.write(conn.send(h11.Response(status_code=200, headers=[])) or b"")
+            leftover, _ = conn.trailing_data
+            if leftover:
+                upstream_writer.write(leftover)
+            await self._tunnel(reader, writer, upstream_reader, upstream_writer)
+            return
+        await self._forward(conn, request, target, reader, writer)
+
+    async def _read_head(self, conn: h11.Connection, reader: asyncio.StreamReader) -> object:
+        """The request head, refused once more than ``max_head_bytes`` arrived without completing it."""
+        received = 0
+        while True:
+            event = conn.next_event()
+            if event is not h11.NEED_DATA:
+                return event
+            if received >= self.limits.max_head_bytes:
+                raise Refused(400, f"the request head is larger than {self.limits.max_head_bytes} bytes")
+            data = await asyncio.wait_for(
+                reader.read(self.limits.max_head_bytes - received + 1), self.limits.head_timeout
+            )
+            received += len(data)
+            conn.receive_data(data)
+
+    async def _tunnel(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        upstream_reader: asyncio.StreamReader,
+        upstream_writer: asyncio.StreamWriter,
+    ) -> None:
+        try:
+            await asyncio.gather(
+                _pump(reader, upstream_writer, self.limits),
+                _pump(upstream_reader, writer, self.limits),
+            )
+        finally:
+            await _close(upstream_writer)
+
+    async def _forward(
+        self,
+        conn: h11.Connection,
+        request: h11.Request,
+        target: str,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> None:
+        url = urlsplit(target)
+        if url.scheme.lower() != "http" or not url.netloc:
+            raise Refused(400, "a proxy request names an absolute http:// URL (https goes through CONNECT)")
+        if "@" in url.netloc:
+            raise Refused(400, "user info in the URL is not forwarded")
+        try:
+            host, port = canonical_host(url.hostname or ""), url.port or 80
+        except ValueError:
+            raise Refused(400, "the URL's port is not valid") from None
+        upstream_reader, upstream_writer = await self._open(host, port)
+        try:
+            upstream = h11.Connection(h11.CLIENT, max_incomplete_event_size=self.limits.max_head_bytes)
+            headers = [(k, v) for k, v in request.headers if k not in HOP_BY_HOP and k != b"host"]
+            headers = [(b"host", url.netloc.encode("ascii")), *headers, (b"connection", b"close")]
+            if conn.they_are_waiting_for_100_continue:
+                writer.write(conn.send(h11.InformationalResponse(status_code=100, headers=[])) or b"")
+            origin = (url.path or "/") + (f"?{url.query}" if url.query else "")
+            upstream_writer.write(
+                upstream.send(h11.Request(method=request.method, target=origin, headers=headers)) or b""
+            )
+            while True:  # the request body
+                event = await _next_event(conn, reader, self.limits.idle_timeout, self.limits.chunk)
+                if isinstance(event, h11.Data):
+                    upstream_writer.write(upstream.send(h11.Data(data=event.data)) or b"")
+                    await upstream_writer.drain()
+                elif isinstance(event, h11.EndOfMessage):
+                    upstream_writer.write(upstream.send(h11.EndOfMessage()) or b"")
+                    break
+                else:
+                    return
+            await upstream_writer.drain()
+            await self._relay_response(conn, upstream, upstream_reader, writer)
+        finally:
+            await _close(upstream_writer)
+
+    async def _relay_response(
+        self,
+        conn: h11.Connection,
+        upstream: h11.Connection,
+        upstream_reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> None:
+        while True:
+            event = await _next_event(upstream, upstream_reader, self.limits.idle_timeout, self.limits.chunk)
+            if isinstance(event, h11.InformationalResponse):
+                continue
+            if isinstance(event, h11.Response):
+                headers = [(k, v) for k, v in event.headers if k not in HOP_BY_HOP]
+                headers.append((b"connection", b"close"))
+                writer.write(
+                    conn.send(h11.Response(status_code=event.status_code, headers=headers, reason=event.reason)) or b""
+                )
+            elif isinstance(event, h11.Data):
+                writer.write(conn.send(h11.Data(data=event.data)) or b"")
+                await writer.drain()
+            elif isinstance(event, h11.EndOfMessage):
+                writer.write(conn.send(h11.EndOfMessage()) or b"")
+                await writer.drain()
+                return
+            else:
+                raise Refused(502, "the upstream closed the connection before answering")
+
+
+async def _next_event(
+    conn: h11.Connection, reader: asyncio.StreamReader, timeout: float, chunk: int
+) -> h11.Event | type[h11.PAUSED] | type[h11.NEED_DATA]:
+    while True:
+        event = conn.next_event()
+        if event is not h11.NEED_DATA:
+            return event
+        data = await asyncio.wait_for(reader.read(chunk), timeout)
+        conn.receive_data(data)
+
+
+async def _pump(source: asyncio.StreamReader, sink: asyncio.StreamWriter, limits: ProxyLimits) -> None:
+    """Copy one direction of a tunnel, with back-pressure, then pass the half-close on."""
+    try:
+        while True:
+            data = await asyncio.wait_for(source.read(limits.chunk), limits.idle_timeout)
+            if not data:
+                break
+            sink.write(data)
+            await sink.drain()
+        if sink.can_write_eof():
+            sink.write_eof()
+    except (OSError, TimeoutError):
+        sink.transport.abort()
+
+
+def _answer(conn: h11.Connection, writer: asyncio.StreamWriter, status: int, reason: str) -> None:
+    """The proxy's own answer to a request it did not forward (when the exchange still allows one)."""
+    if conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
+        return
+    body = f"broker egress proxy: {reason}\n".encode()
+    headers = [
+        (b"content-type", b"text/plain; charset=utf-8"),
+        (b"content-length", str(len(body)).encode()),
+        (b"connection", b"close"),
+    ]
+    try:
+        writer.write(conn.send(h11.Response(status_code=status, headers=headers)) or b"")
+        writer.write(conn.send(h11.Data(data=body)) or b"")
+        writer.write(conn.send(h11.EndOfMessage()) or b"")
+    except h11.LocalProtocolError:
+        return
+
+
+async def _close(writer: asyncio.StreamWriter) -> None:
+    with contextlib.suppress(OSError, RuntimeError, TimeoutError):
+        if not writer.is_closing():
+            await asyncio.wait_for(writer.drain(), 5)
+        writer.close()
+        await asyncio.wait_for(writer.wait_closed(), 5)
+    with contextlib.suppress(Exception):
+        writer.transport.abort()

@@ -1,0 +1,14 @@
+"""``egress.denied`` records: one per refused destination per session, with how often it was refused."""
+
+from __future__ import annotations
+
+from broker.issuance_log import IssuanceLog
+
+
+def log_denials(log: IssuanceLog, denials: dict[str, int], *, session: str, task: str, requester: str) -> int:
+    """Append the session's refused destinations (sorted, so the log reads the same every time)."""
+    for destination, count in sorted(denials.items()):
+        log.append(
+            "egress.denied", session=session, task=task, requester=requester, destination=destination, count=count
+        )
+    return len(denials)

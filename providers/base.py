@@ -22,9 +22,9 @@ from datetime import datetime
 from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar, TypeAlias
 
-from broker.errors import ProviderError
-from broker.fields import Fields
-from broker.secret import Secret
+from broker.vocab.errors import ProviderError
+from broker.vocab.fields import Fields
+from broker.vocab.secret import Secret
 
 __all__ = [
     "FIX_MARK",

@@ -15,8 +15,8 @@ if TYPE_CHECKING:
 
 PROVIDER_TYPES: dict[str, str] = {
     "vault": "providers.vault:VaultProvider",
-    "aws_sts": "providers.aws_sts:AwsStsProvider",
-    "github_app": "providers.github_app:GitHubAppProvider",
+    "aws_sts": "providers.aws.provider:AwsStsProvider",
+    "github_app": "providers.github.provider:GitHubAppProvider",
 }
 
 

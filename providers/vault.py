@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from broker.errors import BrokerError, ConfigError, ManifestError, ProviderError
-from broker.fields import Fields
-from broker.globs import any_match
-from broker.secretfiles import read_secret_file
+from broker.vocab.errors import BrokerError, ConfigError, ManifestError, ProviderError
+from broker.vocab.fields import Fields
+from broker.vocab.globs import any_match
+from broker.vocab.secretfiles import read_secret_file
 from providers.base import (
     FIX_MARK,
     CredentialRequest,
@@ -192,7 +192,7 @@ class VaultProvider(Provider):
         return client
 
     def mint(self, request: CredentialRequest, context: MintContext) -> MintedCredential:
-        from broker.secret import Secret
+        from broker.vocab.secret import Secret
 
         assert isinstance(request, VaultRequest)
         client = self.client()

@@ -31,12 +31,12 @@ from urllib.parse import urlparse
 
 import pytest
 
-from broker.errors import ProviderError
-from broker.logs import JsonFormatter, TextFormatter, event
-from broker.secret import Secret
-from providers.aws_sts import AwsStsProvider
+from broker.vocab.errors import ProviderError
+from broker.vocab.logs import JsonFormatter, TextFormatter, event
+from broker.vocab.secret import Secret
+from providers.aws.provider import AwsStsProvider
 from providers.base import MintContext, MintedCredential, Provider, RevokeTarget
-from providers.github_app import GitHubAppProvider
+from providers.github.provider import GitHubAppProvider
 from providers.vault import VaultProvider
 from tests.emulators.github_app import GitHubAppEmulator
 from tests.fixtures.aws import BROKER_SECRET

@@ -6,30 +6,33 @@ import csv
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from broker.cli.context import load_config, open_broker
 from broker.vocab.errors import BadInput
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    from broker.audit.verify import Head, VerifyResult
+    from broker.core.config import Config
 
 audit_app = typer.Typer(help="Verify and read the issuance log.", no_args_is_help=True)
 
 LIST_COLUMNS = ("seq", "time", "event", "session", "task", "credential", "provider", "requester")
 
 
-def _cli() -> Any:
-    from broker.cli import app as cli
-
-    return cli
-
-
 def _log_path(ctx: typer.Context, log: Path | None) -> Path:
     if log is not None:
         return log
-    return Path(_cli()._config(ctx).state_dir) / "issuance.jsonl"
+    return Path(load_config(ctx).state_dir) / "issuance.jsonl"
 
 
-def _parse_time(value: str | None, option: str) -> Any:
+def _parse_time(value: str | None, option: str) -> datetime | None:
     if value is None:
         return None
     from broker.vocab.time import parse_iso
@@ -72,7 +75,7 @@ def verify(
 
     expected = [parse_head(expect_head)] if expect_head is not None else []
     offline = log is not None and public_key is not None
-    config = None if offline else _cli()._config(ctx)
+    config = None if offline else load_config(ctx)
     path = log if log is not None else Path(config.state_dir) / "issuance.jsonl"  # type: ignore[union-attr]
     keys = _public_keys(config, public_key)
     if config is not None and log is None:
@@ -104,7 +107,7 @@ def verify(
     if result.torn_tail and repair:
         removed = repair_torn_tail(path)
         if config is not None and log is None:
-            with _cli()._broker(config) as broker:
+            with open_broker(config) as broker:
                 broker.log.append(
                     "log.repaired", session=None, task=None, requester=str(broker.requester), bytes_removed=removed
                 )
@@ -115,7 +118,7 @@ def verify(
     typer.echo(result.summary(witness=witness is not None))
 
 
-def _public_keys(config: Any, public_key: Path | None) -> Any:
+def _public_keys(config: Config | None, public_key: Path | None) -> dict[str, Ed25519PublicKey]:
     from broker.audit.verify import parse_public_keys
 
     if public_key is not None:
@@ -125,10 +128,11 @@ def _public_keys(config: Any, public_key: Path | None) -> Any:
             raise BadInput(f"public key file {public_key}: {getattr(exc, 'strerror', None) or 'unreadable'}") from None
     from broker.audit.keys import load_signing_keys
 
+    assert config is not None  # only --log with --public-key runs without a config
     return parse_public_keys("\n".join(load_signing_keys(config.audit_key).public_key_lines()))
 
 
-def _store_head(config: Any) -> list[Any]:
+def _store_head(config: Config) -> list[Head]:
     """The newest checkpoint the session store recorded (a truncation check against the live log)."""
     from broker.audit.verify import Head
     from broker.core.store import open_store
@@ -141,7 +145,7 @@ def _store_head(config: Any) -> list[Any]:
     return [Head(*head)] if head else []
 
 
-def _checked(ctx: typer.Context, path: Path, no_verify: bool) -> Any:
+def _checked(ctx: typer.Context, path: Path, no_verify: bool) -> VerifyResult | None:
     """Check the log's chain before reading it (exit 6 when broken); a prefix checked before is only rehashed."""
     if no_verify:
         return None
@@ -154,7 +158,7 @@ def _checked(ctx: typer.Context, path: Path, no_verify: bool) -> Any:
 
     store = None
     with contextlib.suppress(BrokerError):
-        config = _cli()._config(ctx)
+        config = load_config(ctx)
         if os.path.exists(Path(config.state_dir) / "sessions.db"):
             store = open_store(config.state_dir)
     try:
@@ -258,7 +262,7 @@ def lookup(
 
     if (secret_file is None) == (not secret_stdin):
         raise BadInput("lookup needs exactly one of --secret-file FILE or --secret-stdin")
-    config = _cli()._config(ctx)
+    config = load_config(ctx)
     keys = load_fingerprint_keys(config.fingerprint_key)  # never the signing key
     path = _log_path(ctx, log)
     checked = _checked(ctx, path, no_verify)
@@ -318,7 +322,7 @@ def public_key(ctx: typer.Context) -> None:
     """
     from broker.audit.keys import load_or_create_keys
 
-    config = _cli()._config(ctx)
+    config = load_config(ctx)
     for line in load_or_create_keys(config.audit_key, config.fingerprint_key).public_key_lines():
         typer.echo(line)
 
@@ -336,7 +340,7 @@ def rotate_key(
     """
     from broker.audit.keys import rotate_fingerprint_key, rotate_signing_key
 
-    config = _cli()._config(ctx)
+    config = load_config(ctx)
     if which == "signing":
         signing = rotate_signing_key(config.audit_key)
         typer.echo(f"new signing key {signing.key_id}; {len(signing.retired)} retired key(s) kept for verification")
@@ -357,7 +361,7 @@ def migrate_keys(ctx: typer.Context) -> None:
     """
     from broker.audit.keys import migrate_key_file
 
-    config = _cli()._config(ctx)
+    config = load_config(ctx)
     done = migrate_key_file(config.audit_key, config.fingerprint_key)
     if done is None:
         typer.echo(f"nothing to do: {config.audit_key} holds only the signing key")

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from broker.cli.context import options, print_json
+
 if TYPE_CHECKING:
     from broker.core.doctor import Check
 
@@ -66,14 +68,13 @@ def doctor(
     One line per check, ✓ or ✗ with what to fix; nothing is minted. Exit 0 when every check passes, 2 otherwise.
     Example: broker doctor --json
     """
-    from broker.cli import app as cli
     from broker.core.config import config_path
     from broker.core.doctor import run_doctor
     from broker.vocab.errors import BadInput
 
-    report = run_doctor(config_path(cli._options(ctx).config))
+    report = run_doctor(config_path(options(ctx).config))
     if as_json:
-        cli._print_json(report.to_json())
+        print_json(report.to_json())
     else:
         colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
         for check in report.checks:

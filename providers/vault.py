@@ -22,8 +22,8 @@ from urllib.parse import urlsplit
 
 from broker.vocab.errors import BrokerError, ConfigError, ManifestError, ProviderError
 from broker.vocab.fields import Fields
+from broker.vocab.files import read_secret_file
 from broker.vocab.globs import any_match
-from broker.vocab.secretfiles import read_secret_file
 from providers.base import (
     FIX_MARK,
     CredentialRequest,

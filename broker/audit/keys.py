@@ -14,12 +14,10 @@ older fingerprints are still found. An older installation kept both keys in
 from __future__ import annotations
 
 import base64
-import contextlib
 import hashlib
 import json
 import os
 import secrets
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +26,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat, PublicFormat
 
 from broker.vocab.errors import ConfigError
+from broker.vocab.files import FileTooLarge, NotRegularFile, read_bounded, write_private_file
 from broker.vocab.secret import Secret
 from broker.vocab.time import iso, utcnow
 
@@ -226,18 +225,17 @@ def _fingerprint_document(current: Secret, retired: tuple[Secret, ...]) -> bytes
 
 def _read(path: Path, what: str) -> dict[str, Any]:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        raw, info = read_bounded(path, MAX_KEY_FILE_BYTES, follow_symlinks=False)
     except FileNotFoundError:
         raise ConfigError(f"{what} {path} not found (run broker init)") from None
+    except NotRegularFile:
+        raise ConfigError(f"{what} {path} must be a regular file readable only by its owner") from None
+    except FileTooLarge:
+        raise ConfigError(f"{what} {path} is malformed") from None
     except OSError as exc:
         raise ConfigError(f"{what} {path}: {exc.strerror}") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_mode & 0o077:
-            raise ConfigError(f"{what} {path} must be a regular file readable only by its owner")
-        raw = os.read(fd, MAX_KEY_FILE_BYTES)
-    finally:
-        os.close(fd)
+    if info.st_mode & 0o077:
+        raise ConfigError(f"{what} {path} must be a regular file readable only by its owner")
     try:
         document = json.loads(raw)
     except ValueError:
@@ -253,21 +251,7 @@ def _publish(path: Path, data: bytes, *, replace: bool) -> None:
         os.makedirs(path.parent, mode=0o700, exist_ok=True)
     except OSError as exc:
         raise ConfigError(f"cannot create {path.parent}: {exc.strerror}") from None
-    temporary = path.with_name(f".{path.name}.{secrets.token_hex(6)}")
     try:
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o400)
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        if replace:
-            os.rename(temporary, path)
-        else:
-            with contextlib.suppress(FileExistsError):  # another broker created it first; use theirs
-                os.link(temporary, path)
+        write_private_file(path.parent, path.name, data, mode=0o400, durable=True, replace=replace)
     except OSError as exc:
         raise ConfigError(f"cannot write {path}: {exc.strerror}") from None
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temporary)

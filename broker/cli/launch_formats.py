@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from broker.vocab.errors import BadInput, OutputError
+from broker.vocab.files import write_all
 
 FORMATS = ("json", "env", "docker", "podman", "bwrap")
 
@@ -120,9 +121,7 @@ class SessionFile:
         data = f"{session_id}\n".encode()
         try:
             os.ftruncate(self._fd, 0)
-            written = 0
-            while written < len(data):
-                written += os.pwrite(self._fd, data[written:], written)
+            write_all(self._fd, data, offset=0)
         except OSError as exc:
             raise BadInput(f"--session-file {self.path}: {exc.strerror}") from None
 

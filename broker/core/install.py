@@ -14,10 +14,8 @@ doctor``. Nothing here prints or exits.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import secrets
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +23,7 @@ from pathlib import Path
 from broker.audit.keys import load_fingerprint_keys, load_or_create_keys, load_signing_keys
 from broker.core.config import check_own_directory
 from broker.vocab.errors import BadInput, ConfigError
+from broker.vocab.files import write_private_file
 
 CONFIG_NAME = "broker.toml"
 POLICY_EXAMPLE_NAME = "default.yaml.example"
@@ -207,20 +206,8 @@ def _directory(path: Path, mode: int, what: str) -> InitStep:
 def _write(path: Path, text: str, mode: int, what: str) -> InitStep:
     """Write ``path`` atomically with exactly ``mode`` (a temporary file renamed into place)."""
     action = "overwritten" if os.path.lexists(path) else "created"
-    temporary = path.with_name(f".{path.name}.{secrets.token_hex(6)}")
     try:
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
-        try:
-            os.fchmod(fd, mode)
-            view = memoryview(text.encode("utf-8"))
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.rename(temporary, path)
+        write_private_file(path.parent, path.name, text.encode("utf-8"), mode=mode, durable=True)
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            temporary.unlink(missing_ok=True)
         raise ConfigError(f"cannot write {path}: {exc.strerror}") from None
     return InitStep(path, action, f"{what}, mode {mode:04o}")

@@ -19,10 +19,12 @@ from pathlib import Path
 from broker.host import mounts
 from broker.host.sessiondir import DIR_OPEN, RuntimeDir
 from broker.vocab.errors import RuntimeDirError
+from broker.vocab.files import read_bounded, write_private_file
 from broker.vocab.secret import Secret
 
 KEEP_DIR = ".keep"
 KEEP_TMPFS_SIZE = "16m"
+MAX_KEPT_BYTES = 64 * 1024
 _NAME = re.compile(r"[a-z0-9][a-z0-9~-]{0,63}")  # "~": renewed generations (kv~2)
 
 
@@ -58,28 +60,15 @@ class KeepSafe:
         file_name = self._file(session_id, name)
         fd_dir = os.open(self.path, DIR_OPEN)
         try:
-            temporary = f".{file_name}.tmp"
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(temporary, dir_fd=fd_dir)
-            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-            fd = os.open(temporary, flags, 0o400, dir_fd=fd_dir)
-            try:
-                os.write(fd, secret.reveal_bytes())
-            finally:
-                os.close(fd)
-            os.rename(temporary, file_name, src_dir_fd=fd_dir, dst_dir_fd=fd_dir)
+            write_private_file(fd_dir, file_name, secret.reveal_bytes(), mode=0o400)
         finally:
             os.close(fd_dir)
 
     def get(self, session_id: str, name: str) -> Secret | None:
         try:
-            fd = os.open(self.path / self._file(session_id, name), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            data, _ = read_bounded(self.path / self._file(session_id, name), MAX_KEPT_BYTES, follow_symlinks=False)
         except (FileNotFoundError, NotADirectoryError):  # nothing kept, or no usable keep-safe to keep it in
             return None
-        try:
-            data = os.read(fd, 64 * 1024)
-        finally:
-            os.close(fd)
         return Secret(data) if data else None
 
     def rename(self, session_id: str, name: str, new_name: str) -> None:

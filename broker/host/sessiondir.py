@@ -14,7 +14,6 @@ import contextlib
 import json
 import logging
 import os
-import secrets
 import stat
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from pathlib import Path
 
 from broker.host import mounts
 from broker.vocab.errors import RuntimeDirError
+from broker.vocab.files import read_bounded, write_private_file
 from broker.vocab.logs import event
 from broker.vocab.secret import Secret
 
@@ -141,23 +141,8 @@ class SessionDirectory:
             self._write_atomic(top, file_name, data)
 
     def _write_atomic(self, dir_fd: int, file_name: str, data: bytes) -> None:
-        if "/" in file_name or file_name in ("", ".", ".."):
-            raise ValueError(f"bad file name {file_name!r}")
-        temporary = f".{file_name}.{secrets.token_hex(6)}.tmp"
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        fd = os.open(temporary, flags, 0o400, dir_fd=dir_fd)
-        try:
-            os.fchown(fd, self.uid, self.gid) if os.geteuid() == 0 else None
-            os.fchmod(fd, 0o400)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-        except BaseException:
-            os.close(fd)
-            os.unlink(temporary, dir_fd=dir_fd)
-            raise
-        os.close(fd)
-        os.rename(temporary, file_name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        owner = (self.uid, self.gid) if os.geteuid() == 0 else None
+        write_private_file(dir_fd, file_name, data, mode=0o400, owner=owner)
 
     def seal(self) -> None:
         """Final modes and owners: directories 0500, owned by the sandbox uid/gid."""
@@ -216,15 +201,7 @@ def is_broker_session_dir(runtime_dir: Path, name: str) -> bool:
 def _read_session_document(runtime_dir: Path, name: str) -> bytes:
     """``name/session.json``, a small regular file, read without following a symbolic link anywhere."""
     with _dir_fd(runtime_dir) as parent, _dir_fd(name, dir_fd=parent) as top:
-        fd = os.open("session.json", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=top)
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise ValueError("session.json is not a regular file")
-            data = os.read(fd, MAX_SESSION_DOCUMENT_BYTES + 1)
-        finally:
-            os.close(fd)
-    if len(data) > MAX_SESSION_DOCUMENT_BYTES:
-        raise ValueError("session.json is too large")
+        data, _ = read_bounded("session.json", MAX_SESSION_DOCUMENT_BYTES, dir_fd=top, follow_symlinks=False)
     return data
 
 

@@ -23,8 +23,8 @@ from urllib.parse import urlsplit
 
 from broker import __version__
 from broker.vocab.errors import ConfigError, ProviderError
+from broker.vocab.files import read_secret_file
 from broker.vocab.secret import Secret
-from broker.vocab.secretfiles import read_secret_file
 
 if TYPE_CHECKING:
     import requests

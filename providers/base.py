@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import functools
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ from datetime import datetime
 from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar, TypeAlias
 
-from broker.vocab.errors import ProviderError
+from broker.vocab.errors import BrokerError, ProviderError
 from broker.vocab.fields import Fields
 from broker.vocab.secret import Secret
 
@@ -191,8 +192,42 @@ class RevokeOutcome(enum.StrEnum):
     VALID_UNTIL_EXPIRY = "valid-until-expiry"
 
 
+#: The calls the core makes across the seam; an exception outside the ``BrokerError`` family that
+#: escapes one of them (a provider bug, an SDK surprise) comes out as a ``ProviderError`` naming it.
+GUARDED_CALLS = ("mint", "revoke", "find_minted", "planned_reference")
+
+
+def _guarded(action: str, method: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def call(self: Provider, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except BrokerError:
+            raise
+        except Exception as exc:
+            # Only the type: an unexpected exception's text may hold anything, a secret included.
+            raise ProviderError(
+                f"{self.type_name} {self.name}: {action} failed: unexpected {type(exc).__name__}", retryable=False
+            ) from exc
+
+    call.__dict__["guarded"] = True
+    return call
+
+
 class Provider(ABC):
-    """One configured provider instance (``[providers.NAME]`` in the config)."""
+    """One configured provider instance (``[providers.NAME]`` in the config).
+
+    Every subclass's ``mint``, ``revoke``, ``find_minted`` and ``planned_reference``
+    is wrapped on class creation so that nothing but the ``BrokerError`` family
+    crosses the seam, whatever the implementation forgets to convert.
+    """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for action in GUARDED_CALLS:
+            method = cls.__dict__.get(action)
+            if callable(method) and not getattr(method, "guarded", False):
+                setattr(cls, action, _guarded(action.replace("_", " "), method))
 
     type_name: ClassVar[str]
     #: The provider's own ceiling on a credential's lifetime, in seconds (None: no limit).

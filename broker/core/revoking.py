@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -96,7 +96,9 @@ def revoke_locked(broker: Broker, session: SessionRecord, *, reason: str) -> Rev
             for r in unsettled
         }
     outcomes = [
-        CredentialOutcome(r.name, r.provider, futures[r.name].result() if r.name in futures else r.state)
+        CredentialOutcome(
+            r.name, r.provider, _outcome(futures[r.name], session.id, r) if r.name in futures else r.state
+        )
         for r in records
     ]
     report = RevokeReport(session.id, session.task, tuple(outcomes), dir_removed)
@@ -112,6 +114,19 @@ def revoke_locked(broker: Broker, session: SessionRecord, *, reason: str) -> Rev
             dir_removed=dir_removed,
         )
     return report
+
+
+def _outcome(future: Future[str], session_id: str, record: CredentialRecord) -> str:
+    """One credential's outcome; a failure nobody foresaw leaves it pending (stored state unchanged, sweep retries)
+    instead of costing the other credentials their report."""
+    try:
+        return future.result()
+    except Exception as exc:
+        LOG.warning(
+            "revocation failed unexpectedly; left pending for sweep",
+            extra={"broker_fields": {"session": session_id, "credential": record.name, "error": type(exc).__name__}},
+        )
+        return "pending"
 
 
 def _remove_directory(broker: Broker, session: SessionRecord) -> bool:

@@ -21,7 +21,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path, PurePosixPath
-from typing import Any, ClassVar, TypeAlias
+from typing import Any, ClassVar, Generic, TypeAlias, TypeVar
 
 from broker.vocab.errors import BrokerError, ProviderError
 from broker.vocab.fields import Fields
@@ -38,6 +38,7 @@ __all__ = [
     "MintedCredential",
     "Provider",
     "ProviderError",
+    "RequestT",
     "RevokeOutcome",
     "RevokeTarget",
 ]
@@ -86,15 +87,18 @@ class CredentialRequest:
         return {}
 
 
+RequestT = TypeVar("RequestT", bound=CredentialRequest)
+
+
 @dataclass(frozen=True)
-class Grant(ABC):
+class Grant(ABC, Generic[RequestT]):
     """One compiled grant of a policy rule for one provider instance."""
 
     provider: str
     max_ttl: int | None
 
     @abstractmethod
-    def check(self, request: CredentialRequest) -> list[str]:
+    def check(self, request: RequestT) -> list[str]:
         """Why ``request`` falls outside this grant; an empty list means it is covered."""
 
 
@@ -199,7 +203,7 @@ GUARDED_CALLS = ("mint", "revoke", "find_minted", "planned_reference")
 
 def _guarded(action: str, method: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(method)
-    def call(self: Provider, *args: Any, **kwargs: Any) -> Any:
+    def call(self: Provider[Any], *args: Any, **kwargs: Any) -> Any:
         try:
             return method(self, *args, **kwargs)
         except BrokerError:
@@ -214,7 +218,7 @@ def _guarded(action: str, method: Callable[..., Any]) -> Callable[..., Any]:
     return call
 
 
-class Provider(ABC):
+class Provider(ABC, Generic[RequestT]):
     """One configured provider instance (``[providers.NAME]`` in the config).
 
     Every subclass's ``mint``, ``revoke``, ``find_minted`` and ``planned_reference``
@@ -249,21 +253,21 @@ class Provider(ABC):
 
     @classmethod
     @abstractmethod
-    def from_config(cls, name: str, fields: Fields, config_dir: Path) -> Provider:
+    def from_config(cls, name: str, fields: Fields, config_dir: Path) -> Provider[RequestT]:
         """Build the instance from its config table; no network, no SDK import."""
 
     @classmethod
     @abstractmethod
-    def parse_request(cls, fields: Fields, *, name: str, provider: str, ttl: int | None) -> CredentialRequest:
+    def parse_request(cls, fields: Fields, *, name: str, provider: str, ttl: int | None) -> RequestT:
         """Read the provider-specific fields of one manifest credential (untrusted)."""
 
     @classmethod
     @abstractmethod
-    def compile_grant(cls, fields: Fields, *, provider: str, max_ttl: int | None) -> Grant:
+    def compile_grant(cls, fields: Fields, *, provider: str, max_ttl: int | None) -> Grant[RequestT]:
         """Read and compile the provider-specific fields of one policy grant."""
 
     @abstractmethod
-    def mint(self, request: CredentialRequest, context: MintContext) -> MintedCredential:
+    def mint(self, request: RequestT, context: MintContext) -> MintedCredential:
         """Mint the credential at the provider; raise ``ProviderError`` on failure."""
 
     @abstractmethod
@@ -281,7 +285,7 @@ class Provider(ABC):
         for module in self.sdk_modules:
             importlib.import_module(module)
 
-    def planned_reference(self, request: CredentialRequest, context: MintContext) -> dict[str, str]:
+    def planned_reference(self, request: RequestT, context: MintContext) -> dict[str, str]:
         """What the reference will hold that is known before minting (stored with the ``minting`` state)."""
         return {}
 
@@ -297,7 +301,7 @@ class Provider(ABC):
 
     def reserve(
         self,
-        wanted: Sequence[tuple[CredentialRequest, MintContext]],
+        wanted: Sequence[tuple[RequestT, MintContext]],
         live: Callable[[], Sequence[RevokeTarget]],
         now: datetime,
     ) -> contextlib.AbstractContextManager[None]:
@@ -320,10 +324,6 @@ class Provider(ABC):
         """The budgets of ``roles`` (names from ``budget_role``); a provider failure is an ``error``, never raised."""
         return []
 
-    def describe(self) -> dict[str, str]:
-        """Non-secret facts for status and doctor output."""
-        return {"name": self.name, "type": self.type_name}
-
     def health(self) -> list[HealthCheck]:
         """``broker doctor``'s checks of this instance: ``(check, ok, detail)``, mints nothing.
 
@@ -333,5 +333,5 @@ class Provider(ABC):
         """
         return []
 
-    def close(self) -> None:  # noqa: B027 - optional hook
+    def close(self) -> None:
         """Release connections."""

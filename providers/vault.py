@@ -63,12 +63,11 @@ class VaultRequest(CredentialRequest):
 
 
 @dataclass(frozen=True)
-class VaultGrant(Grant):
+class VaultGrant(Grant[VaultRequest]):
     policies: tuple[str, ...] = ()
     max_uses: int | None = None
 
-    def check(self, request: CredentialRequest) -> list[str]:
-        assert isinstance(request, VaultRequest)
+    def check(self, request: VaultRequest) -> list[str]:
         reasons = [f"vault policy {p!r} is not granted" for p in request.policies if not any_match(self.policies, p)]
         if self.max_uses is not None:
             if request.num_uses == 0:
@@ -78,7 +77,7 @@ class VaultGrant(Grant):
         return reasons
 
 
-class VaultProvider(Provider):
+class VaultProvider(Provider[VaultRequest]):
     type_name = "vault"
     can_find_minted = True
     sdk_modules = ("requests", "hvac", "hvac.exceptions", "hvac.adapters")
@@ -162,9 +161,6 @@ class VaultProvider(Provider):
         max_uses = fields.integer("max_uses", minimum=1, maximum=MAX_USES)
         return VaultGrant(provider=provider, max_ttl=max_ttl, policies=policies, max_uses=max_uses)
 
-    def describe(self) -> dict[str, str]:
-        return {"name": self.name, "type": self.type_name, "addr": self.addr}
-
     # -- provider calls ------------------------------------------------------------------
 
     def client(self) -> hvac.Client:
@@ -191,10 +187,9 @@ class VaultProvider(Provider):
             )
         return client
 
-    def mint(self, request: CredentialRequest, context: MintContext) -> MintedCredential:
+    def mint(self, request: VaultRequest, context: MintContext) -> MintedCredential:
         from broker.vocab.secret import Secret
 
-        assert isinstance(request, VaultRequest)
         client = self.client()
         ttl = f"{context.ttl}s"
         # A child token inherits the broker's entity; an orphan does not (the role must be orphan=true).

@@ -112,10 +112,10 @@ def minted(monkeypatch: pytest.MonkeyPatch) -> set[str]:
     """The secrets every provider minted in this test (in-process runs), captured at ``Provider.mint``."""
     captured: set[str] = set()
 
-    def spy(cls: type[Provider]) -> None:
+    def spy(cls: type[Provider[Any]]) -> None:
         original = cls.mint
 
-        def mint(self: Provider, request: Any, context: MintContext) -> MintedCredential:
+        def mint(self: Provider[Any], request: Any, context: MintContext) -> MintedCredential:
             credential = original(self, request, context)
             captured.update(secret_values(credential))
             return credential

@@ -19,8 +19,6 @@ from typing import Any, TextIO
 from broker.vocab.errors import BadInput, OutputError
 from broker.vocab.files import write_all
 
-FORMATS = ("json", "env", "docker", "podman", "bwrap")
-
 
 def emit(text: str) -> None:
     """Print ``text`` and flush it now, raising when it cannot be delivered (stdout closed, a broken pipe).

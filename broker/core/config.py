@@ -13,7 +13,7 @@ import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from broker.core.strictdata import elided
 from broker.vocab.errors import ConfigError
@@ -76,11 +76,8 @@ class Config:
     default_ttl: int
     max_ttl: int
     mount_tmpfs: str  # auto: mount a tmpfs per session when the broker holds CAP_SYS_ADMIN
-    providers: dict[str, Provider]
+    providers: dict[str, Provider[Any]]
     witness: WitnessConfig | None = None
-
-    def provider(self, name: str) -> Provider:
-        return self.providers[name]
 
 
 def resolve_path(base: Path, value: str) -> Path:
@@ -168,7 +165,7 @@ def parse_config(table: object, path: Path) -> Config:
     if mount_tmpfs not in MOUNT_MODES:
         raise ConfigError(f"mount_tmpfs: must be one of {', '.join(MOUNT_MODES)}")
     witness = _witness(fields)
-    providers: dict[str, Provider] = {}
+    providers: dict[str, Provider[Any]] = {}
     table_providers = fields.mapping("providers", required=False)
     if table_providers is not None:
         for name, _ in table_providers.items():

@@ -254,7 +254,7 @@ def check_providers(config: Config) -> list[Check]:
     return checks
 
 
-def _health(provider: Provider) -> list[HealthCheck]:
+def _health(provider: Provider[Any]) -> list[HealthCheck]:
     try:
         results = provider.health()
     except BrokerError as exc:

@@ -188,6 +188,6 @@ def _parse_credential(fields: Fields, config: Config, session_ttl: int | None) -
     if ttl is not None and session_ttl is not None and ttl > session_ttl:
         raise fields.fail("ttl", "longer than the session's ttl")
     provider_cls = type(config.providers[provider_name])
-    request = provider_cls.parse_request(fields, name=name, provider=provider_name, ttl=ttl)
+    request: CredentialRequest = provider_cls.parse_request(fields, name=name, provider=provider_name, ttl=ttl)
     fields.done()
     return request

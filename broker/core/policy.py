@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from broker.core.config import Config
 from broker.core.manifest import Manifest
@@ -68,7 +69,7 @@ class Rule:
     tasks: tuple[str, ...]
     requesters: tuple[str, ...] | None
     max_ttl: int | None
-    grants: tuple[Grant, ...]
+    grants: tuple[Grant[Any], ...]
     allow_root_sandbox: bool = False
     sandbox_uids: IdSet = IdSet(())
     sandbox_gids: IdSet = IdSet(())
@@ -241,7 +242,7 @@ def _id_set(fields: Fields, key: str) -> IdSet:
     return IdSet(tuple(ranges))
 
 
-def _compile_grant(fields: Fields, config: Config) -> Grant:
+def _compile_grant(fields: Fields, config: Config) -> Grant[Any]:
     provider = fields.req_string("provider", max_len=64)
     if provider not in config.providers:
         known = ", ".join(sorted(config.providers)) or "none configured"

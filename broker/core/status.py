@@ -20,7 +20,7 @@ def session_status(
     store: SessionStore,
     *,
     include_ended: bool,
-    providers: Mapping[str, Provider] | None = None,
+    providers: Mapping[str, Provider[Any]] | None = None,
     now: datetime | None = None,
 ) -> list[dict[str, Any]]:
     states = None if include_ended else LIVE_SESSION_STATES
@@ -59,7 +59,7 @@ def session_status(
 
 
 def deny_budgets(
-    store: SessionStore, providers: Mapping[str, Provider], records: list[CredentialRecord], now: datetime
+    store: SessionStore, providers: Mapping[str, Provider[Any]], records: list[CredentialRecord], now: datetime
 ) -> dict[tuple[str, str], DenyBudget]:
     """The deny budget of every role ``records`` draw on, by (provider, role)."""
     roles: dict[str, set[str]] = {}

@@ -31,13 +31,10 @@ FSCONFIG_SET_FLAG = 0
 FSOPEN_CLOEXEC = 0x1
 
 
-_libc = libc
-
-
 def filesystem_type(path: Path) -> int:
     """The ``f_type`` magic of the filesystem holding ``path``."""
     buf = ctypes.create_string_buffer(256)
-    if _libc().statfs(os.fsencode(path), buf) != 0:
+    if libc().statfs(os.fsencode(path), buf) != 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err), str(path))
     return int(struct.unpack_from("l", buf.raw)[0])
@@ -60,7 +57,7 @@ def mount_tmpfs(
     attempts = [preferred, ()] if preferred else [()]
     for extra in attempts:
         options = ",".join([base, *extra]).encode()
-        if _libc().mount(b"tmpfs", os.fsencode(path), b"tmpfs", flags, options) == 0:
+        if libc().mount(b"tmpfs", os.fsencode(path), b"tmpfs", flags, options) == 0:
             return extra
         err = ctypes.get_errno()
         if err != EINVAL or not extra:
@@ -74,7 +71,7 @@ def tmpfs_accepts(option: str) -> bool | None:
     Asks through ``fsopen``/``fsconfig`` (Linux 5.2+, CAP_SYS_ADMIN): a
     filesystem context is configured and closed, nothing is mounted.
     """
-    syscall, long = _libc().syscall, ctypes.c_long
+    syscall, long = libc().syscall, ctypes.c_long
     fd = int(syscall(long(SYS_FSOPEN), ctypes.c_char_p(b"tmpfs"), long(FSOPEN_CLOEXEC)))
     if fd < 0:
         return None
@@ -89,10 +86,10 @@ def tmpfs_accepts(option: str) -> bool | None:
 
 def unmount(path: Path) -> None:
     """Unmount ``path``; detach lazily when it is busy."""
-    if _libc().umount2(os.fsencode(path), 0) == 0:
+    if libc().umount2(os.fsencode(path), 0) == 0:
         return
     err = ctypes.get_errno()
-    if err == 16 and _libc().umount2(os.fsencode(path), MNT_DETACH) == 0:  # EBUSY
+    if err == 16 and libc().umount2(os.fsencode(path), MNT_DETACH) == 0:  # EBUSY
         return
     err = ctypes.get_errno()
     raise OSError(err, os.strerror(err), str(path))

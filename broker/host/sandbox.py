@@ -47,7 +47,6 @@ class SandboxSpec:
     env: Mapping[str, str] = field(default_factory=dict)
     network: bool = False
     read_only_binds: tuple[tuple[str, str], ...] = ()
-    secrets_writable: bool = False  # negative tests only
 
 
 def default_identity() -> str:
@@ -97,7 +96,7 @@ def bwrap_command(spec: SandboxSpec, identity: str | None = None, *, seccomp_fd:
     made = set(_BASE_DIRS)
     binds: list[tuple[str, str, str]] = []
     if spec.secrets_dir is not None:
-        binds.append(("--bind" if spec.secrets_writable else "--ro-bind", spec.secrets_dir, spec.mount_path))
+        binds.append(("--ro-bind", spec.secrets_dir, spec.mount_path))
     binds += [("--ro-bind", src, dest) for src, dest in spec.read_only_binds]
     for option, src, dest in binds:
         for parent in _parents(dest):

@@ -167,9 +167,6 @@ class SessionDirectory:
                     with _dir_fd(entry.name, dir_fd=top) as sub:
                         os.fchmod(sub, 0o700)
 
-    def exists(self) -> bool:
-        return os.path.lexists(self.path)
-
     def remove(self) -> bool:
         """Wipe and unmount; True when nothing is left. Safe to call again."""
         return remove_session_path(self.runtime.path, self.session_id)

@@ -28,7 +28,7 @@ from broker.vocab.holding import holding
 from providers.aws.deny import ROLE_INLINE_BUDGET, DenyEntry, DenyList, entries_for, policy_size
 from providers.aws.request import AWS_MAX_TTL, AwsStsRequest
 from providers.aws.revoke import DenyPolicyWriter
-from providers.base import CredentialRequest, DenyBudget, MintContext, RevokeTarget
+from providers.base import DenyBudget, MintContext, RevokeTarget
 
 if TYPE_CHECKING:
     from providers.aws.provider import AwsStsProvider
@@ -72,14 +72,13 @@ def measure(
 @contextlib.contextmanager
 def reserve(
     provider: AwsStsProvider,
-    wanted: Sequence[tuple[CredentialRequest, MintContext]],
+    wanted: Sequence[tuple[AwsStsRequest, MintContext]],
     live: Callable[[], Sequence[RevokeTarget]],
     now: datetime,
 ) -> Iterator[None]:
     """Hold each wanted role's lock and check its room; PolicyDenied when a revocation would not fit."""
     by_role: dict[str, list[tuple[AwsStsRequest, MintContext]]] = {}
     for request, context in wanted:
-        assert isinstance(request, AwsStsRequest)
         by_role.setdefault(request.role_name, []).append((request, context))
     with contextlib.ExitStack() as stack:
         for role_name in sorted(by_role):

@@ -26,12 +26,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from broker.vocab.errors import BrokerError, ProviderError
+from broker.vocab.errors import ProviderError
 from broker.vocab.fields import Fields
 from broker.vocab.secret import Secret
 from providers.aws import budget as aws_budget
 from providers.aws.deny import DenyEntry, entries_for
 from providers.aws.errors import AwsErrors
+from providers.aws.files import config_file, credentials_file
+from providers.aws.health import health_checks
 from providers.aws.request import (
     AWS_MAX_TTL,
     AWS_MIN_TTL,
@@ -43,8 +45,6 @@ from providers.aws.request import (
 )
 from providers.aws.revoke import DenyPolicyWriter
 from providers.base import (
-    FIX_MARK,
-    CredentialRequest,
     DenyBudget,
     HealthCheck,
     MintContext,
@@ -53,7 +53,6 @@ from providers.base import (
     Provider,
     RevokeOutcome,
     RevokeTarget,
-    clock_check,
 )
 
 REGION = re.compile(r"[a-z]{2}(-[a-z0-9]+){1,3}", re.ASCII)
@@ -75,7 +74,7 @@ def role_session_name(session_id: str, credential: str) -> str:
     return f"{session_id}.{credential[:keep]}.{digest}"[:64]
 
 
-class AwsStsProvider(Provider):
+class AwsStsProvider(Provider[AwsStsRequest]):
     type_name = "aws_sts"
     sdk_modules = ("botocore.session", "botocore.config", "botocore.exceptions", "filelock")
     min_ttl = AWS_MIN_TTL
@@ -136,12 +135,6 @@ class AwsStsProvider(Provider):
     def compile_grant(cls, fields: Fields, *, provider: str, max_ttl: int | None) -> AwsStsGrant:
         return compile_aws_grant(fields, provider=provider, max_ttl=max_ttl)
 
-    def describe(self) -> dict[str, str]:
-        facts = {"name": self.name, "type": self.type_name, "region": self.region, "revoke": self.revoke_mode}
-        if self.endpoint_url:
-            facts["endpoint_url"] = self.endpoint_url
-        return facts
-
     # -- clients -------------------------------------------------------------------------
 
     def client(self, service: str) -> Any:
@@ -189,27 +182,11 @@ class AwsStsProvider(Provider):
 
     def health(self) -> list[HealthCheck]:
         """``GetCallerIdentity`` with the broker's own identity, and the clock; mints nothing."""
-        import time
-
-        try:
-            with AwsErrors(self, "GetCallerIdentity"):
-                identity = self.client("sts").get_caller_identity()
-                received = time.time()
-        except BrokerError as exc:
-            fix = (
-                f"{FIX_MARK}check the broker's AWS identity and [providers.{self.name}] (region, endpoint_url, profile)"
-            )
-            return [("identity", False, exc.message + fix)]
-        who = f"the broker is {identity.get('Arn', '?')} (account {identity.get('Account', '?')})"
-        results: list[HealthCheck] = [("identity", True, who)]
-        headers = (identity.get("ResponseMetadata") or {}).get("HTTPHeaders") or {}
-        clock = clock_check(headers.get("date"), received, f"aws {self.endpoint_url or 'STS'}")
-        return results + ([clock] if clock else [])
+        return health_checks(self)
 
     # -- mint ----------------------------------------------------------------------------
 
-    def mint(self, request: CredentialRequest, context: MintContext) -> MintedCredential:
-        assert isinstance(request, AwsStsRequest)
+    def mint(self, request: AwsStsRequest, context: MintContext) -> MintedCredential:
         session_name = role_session_name(context.session_id, request.name)
         if not SESSION_NAME.fullmatch(session_name) or not SESSION_NAME.fullmatch(context.session_id):
             raise ProviderError(f"aws {self.name}: session id {context.session_id!r} is unusable", retryable=False)
@@ -278,8 +255,8 @@ class AwsStsProvider(Provider):
             reference=reference,
             secret=secret,
             files={
-                "credentials": self._credentials_file(access_key_id, secret, token),
-                "config": self._config_file(),
+                "credentials": credentials_file(access_key_id, secret, token),
+                "config": config_file(self.region, self.endpoint_url),
             },
             expires_at=min(_aware(expiration), _aware(context.session_expires_at)),
             scope=request.scope(),
@@ -290,9 +267,8 @@ class AwsStsProvider(Provider):
             },
         )
 
-    def planned_reference(self, request: CredentialRequest, context: MintContext) -> dict[str, str]:
+    def planned_reference(self, request: AwsStsRequest, context: MintContext) -> dict[str, str]:
         """The role and the session name: enough to deny a session whose AssumeRole answer never arrived."""
-        assert isinstance(request, AwsStsRequest)
         return {
             "role_arn": request.role_arn,
             "role_session_name": role_session_name(context.session_id, request.name),
@@ -348,25 +324,11 @@ class AwsStsProvider(Provider):
             return "GetCallerIdentity with the new credentials names another identity"
         return ""
 
-    def _credentials_file(self, access_key_id: str, secret: Secret, token: Secret) -> Secret:
-        return Secret(
-            "[default]\n"
-            f"aws_access_key_id = {access_key_id}\n"
-            f"aws_secret_access_key = {secret.reveal()}\n"
-            f"aws_session_token = {token.reveal()}\n"
-        )
-
-    def _config_file(self) -> str:
-        lines = ["[default]", f"region = {self.region}"]
-        if self.endpoint_url:
-            lines.append(f"endpoint_url = {self.endpoint_url}")
-        return "\n".join(lines) + "\n"
-
     # -- room for revocations (providers.aws.budget) --------------------------------------
 
     def reserve(
         self,
-        wanted: Sequence[tuple[CredentialRequest, MintContext]],
+        wanted: Sequence[tuple[AwsStsRequest, MintContext]],
         live: Callable[[], Sequence[RevokeTarget]],
         now: datetime,
     ) -> contextlib.AbstractContextManager[None]:

@@ -109,15 +109,14 @@ def parse_aws_request(fields: Fields, *, name: str, provider: str, ttl: int | No
 
 
 @dataclass(frozen=True)
-class AwsStsGrant(Grant):
+class AwsStsGrant(Grant[AwsStsRequest]):
     roles: tuple[str, ...] = ()
     actions: tuple[str, ...] = ()
     resources: tuple[str, ...] | None = None
     require_session_policy: bool = False
     policy_arns: tuple[str, ...] = ()
 
-    def check(self, request: CredentialRequest) -> list[str]:
-        assert isinstance(request, AwsStsRequest)
+    def check(self, request: AwsStsRequest) -> list[str]:
         reasons: list[str] = []
         if not any_match(self.roles, request.role_arn, cross_slash=True):
             reasons.append(f"role {request.role_arn} is not granted")

@@ -32,7 +32,6 @@ from broker.vocab.secret import Secret
 from broker.vocab.time import iso
 from providers.base import (
     FIX_MARK,
-    CredentialRequest,
     HealthCheck,
     MintContext,
     MintedCredential,
@@ -53,7 +52,7 @@ APP_ID = re.compile(r"[1-9][0-9]{0,19}")
 TOKEN = re.compile(r"[\x21-\x7e]{8,8192}")  # opaque, any length, but printable and one line
 
 
-class GitHubAppProvider(Provider):
+class GitHubAppProvider(Provider[GitHubRequest]):
     type_name = "github_app"
     max_ttl = 3600  # GitHub's installation tokens live one hour
     fixed_lifetime = 3600  # and cannot be shortened: revoking is the only way to end one early
@@ -116,13 +115,9 @@ class GitHubAppProvider(Provider):
     def compile_grant(cls, fields: Fields, *, provider: str, max_ttl: int | None) -> GitHubGrant:
         return compile_grant(fields, provider=provider, max_ttl=max_ttl)
 
-    def describe(self) -> dict[str, str]:
-        return {"name": self.name, "type": self.type_name, "api_url": self.api_url, "app_id": self.app_id}
-
     # -- provider calls ------------------------------------------------------------------
 
-    def mint(self, request: CredentialRequest, context: MintContext) -> MintedCredential:
-        assert isinstance(request, GitHubRequest)
+    def mint(self, request: GitHubRequest, context: MintContext) -> MintedCredential:
         names, permissions = request.names(), request.permission_map()
         if not names or not permissions:  # either would widen the token to the whole installation
             raise ProviderError(f"github {self.name}: refusing a token without repositories or permissions")

@@ -72,12 +72,11 @@ class GitHubRequest(CredentialRequest):
 
 
 @dataclass(frozen=True)
-class GitHubGrant(Grant):
+class GitHubGrant(Grant[GitHubRequest]):
     repositories: tuple[str, ...] = ()  # owner/name globs; '*' and '?' stop at '/'
     permissions: tuple[tuple[str, str], ...] = ()  # name -> highest level granted
 
-    def check(self, request: CredentialRequest) -> list[str]:
-        assert isinstance(request, GitHubRequest)
+    def check(self, request: GitHubRequest) -> list[str]:
         reasons = [
             f"repository {repo!r} is not granted"
             for repo in request.repositories

@@ -70,7 +70,8 @@ def verify(
 
     Example: broker audit verify --log issuance.jsonl --public-key broker.pub --strict
     """
-    from broker.audit.verify import failure_json, parse_head, repair_torn_tail, verify_log
+    from broker.audit.chain import repair_torn_tail
+    from broker.audit.verify import failure_json, parse_head, verify_log
     from broker.vocab.errors import LogVerificationError
 
     expected = [parse_head(expect_head)] if expect_head is not None else []
@@ -152,7 +153,7 @@ def _checked(ctx: typer.Context, path: Path, no_verify: bool) -> VerifyResult | 
     import contextlib
     import os
 
-    from broker.audit.verify import CheckedPrefix, check_chain
+    from broker.audit.chain import CheckedPrefix, check_chain
     from broker.core.store import open_store
     from broker.vocab.errors import BrokerError
 

@@ -1,10 +1,10 @@
 """The ``broker`` console script.
 
 ``broker --version`` and ``broker --help`` are answered from this module
-alone (the help text is pre-rendered in ``broker.help_text``, and a test
+alone (the help text is pre-rendered in ``broker.cli.help_text``, and a test
 keeps it equal to what the CLI renders), so a launcher's health probe does
 not pay for loading the whole command line. Everything else goes to
-``broker.cli``.
+``broker.cli.app``.
 """
 
 from __future__ import annotations
@@ -20,13 +20,13 @@ def run() -> None:
         sys.stdout.write(f"broker {__version__}\n")
         sys.exit(0)
     if args in (["--help"], ["-h"]):
-        from broker.help_text import TOP_LEVEL_HELP
+        from broker.cli.help_text import TOP_LEVEL_HELP
 
         sys.stdout.write(TOP_LEVEL_HELP)
         sys.exit(0)
-    from broker.process_hardening import lock_memory
+    from broker.host.process_hardening import lock_memory
 
-    memory = lock_memory()  # before a secret can be read; see broker.process_hardening
-    from broker.cli import main
+    memory = lock_memory()  # before a secret can be read; see broker.host.process_hardening
+    from broker.cli.app import main
 
     sys.exit(main(args, memory=memory))

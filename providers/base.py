@@ -15,16 +15,17 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import functools
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path, PurePosixPath
-from typing import Any, ClassVar, TypeAlias
+from typing import Any, ClassVar, Generic, TypeAlias, TypeVar
 
-from broker.errors import ProviderError
-from broker.fields import Fields
-from broker.secret import Secret
+from broker.vocab.errors import BrokerError, ProviderError
+from broker.vocab.fields import Fields
+from broker.vocab.secret import Secret
 
 __all__ = [
     "FIX_MARK",
@@ -37,6 +38,7 @@ __all__ = [
     "MintedCredential",
     "Provider",
     "ProviderError",
+    "RequestT",
     "RevokeOutcome",
     "RevokeTarget",
 ]
@@ -85,15 +87,18 @@ class CredentialRequest:
         return {}
 
 
+RequestT = TypeVar("RequestT", bound=CredentialRequest)
+
+
 @dataclass(frozen=True)
-class Grant(ABC):
+class Grant(ABC, Generic[RequestT]):
     """One compiled grant of a policy rule for one provider instance."""
 
     provider: str
     max_ttl: int | None
 
     @abstractmethod
-    def check(self, request: CredentialRequest) -> list[str]:
+    def check(self, request: RequestT) -> list[str]:
         """Why ``request`` falls outside this grant; an empty list means it is covered."""
 
 
@@ -191,8 +196,42 @@ class RevokeOutcome(enum.StrEnum):
     VALID_UNTIL_EXPIRY = "valid-until-expiry"
 
 
-class Provider(ABC):
-    """One configured provider instance (``[providers.NAME]`` in the config)."""
+#: The calls the core makes across the seam; an exception outside the ``BrokerError`` family that
+#: escapes one of them (a provider bug, an SDK surprise) comes out as a ``ProviderError`` naming it.
+GUARDED_CALLS = ("mint", "revoke", "find_minted", "planned_reference")
+
+
+def _guarded(action: str, method: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def call(self: Provider[Any], *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except BrokerError:
+            raise
+        except Exception as exc:
+            # Only the type: an unexpected exception's text may hold anything, a secret included.
+            raise ProviderError(
+                f"{self.type_name} {self.name}: {action} failed: unexpected {type(exc).__name__}", retryable=False
+            ) from exc
+
+    call.__dict__["guarded"] = True
+    return call
+
+
+class Provider(ABC, Generic[RequestT]):
+    """One configured provider instance (``[providers.NAME]`` in the config).
+
+    Every subclass's ``mint``, ``revoke``, ``find_minted`` and ``planned_reference``
+    is wrapped on class creation so that nothing but the ``BrokerError`` family
+    crosses the seam, whatever the implementation forgets to convert.
+    """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for action in GUARDED_CALLS:
+            method = cls.__dict__.get(action)
+            if callable(method) and not getattr(method, "guarded", False):
+                setattr(cls, action, _guarded(action.replace("_", " "), method))
 
     type_name: ClassVar[str]
     #: The provider's own ceiling on a credential's lifetime, in seconds (None: no limit).
@@ -214,21 +253,21 @@ class Provider(ABC):
 
     @classmethod
     @abstractmethod
-    def from_config(cls, name: str, fields: Fields, config_dir: Path) -> Provider:
+    def from_config(cls, name: str, fields: Fields, config_dir: Path) -> Provider[RequestT]:
         """Build the instance from its config table; no network, no SDK import."""
 
     @classmethod
     @abstractmethod
-    def parse_request(cls, fields: Fields, *, name: str, provider: str, ttl: int | None) -> CredentialRequest:
+    def parse_request(cls, fields: Fields, *, name: str, provider: str, ttl: int | None) -> RequestT:
         """Read the provider-specific fields of one manifest credential (untrusted)."""
 
     @classmethod
     @abstractmethod
-    def compile_grant(cls, fields: Fields, *, provider: str, max_ttl: int | None) -> Grant:
+    def compile_grant(cls, fields: Fields, *, provider: str, max_ttl: int | None) -> Grant[RequestT]:
         """Read and compile the provider-specific fields of one policy grant."""
 
     @abstractmethod
-    def mint(self, request: CredentialRequest, context: MintContext) -> MintedCredential:
+    def mint(self, request: RequestT, context: MintContext) -> MintedCredential:
         """Mint the credential at the provider; raise ``ProviderError`` on failure."""
 
     @abstractmethod
@@ -246,7 +285,7 @@ class Provider(ABC):
         for module in self.sdk_modules:
             importlib.import_module(module)
 
-    def planned_reference(self, request: CredentialRequest, context: MintContext) -> dict[str, str]:
+    def planned_reference(self, request: RequestT, context: MintContext) -> dict[str, str]:
         """What the reference will hold that is known before minting (stored with the ``minting`` state)."""
         return {}
 
@@ -262,7 +301,7 @@ class Provider(ABC):
 
     def reserve(
         self,
-        wanted: Sequence[tuple[CredentialRequest, MintContext]],
+        wanted: Sequence[tuple[RequestT, MintContext]],
         live: Callable[[], Sequence[RevokeTarget]],
         now: datetime,
     ) -> contextlib.AbstractContextManager[None]:
@@ -285,10 +324,6 @@ class Provider(ABC):
         """The budgets of ``roles`` (names from ``budget_role``); a provider failure is an ``error``, never raised."""
         return []
 
-    def describe(self) -> dict[str, str]:
-        """Non-secret facts for status and doctor output."""
-        return {"name": self.name, "type": self.type_name}
-
     def health(self) -> list[HealthCheck]:
         """``broker doctor``'s checks of this instance: ``(check, ok, detail)``, mints nothing.
 
@@ -298,5 +333,5 @@ class Provider(ABC):
         """
         return []
 
-    def close(self) -> None:  # noqa: B027 - optional hook
+    def close(self) -> None:
         """Release connections."""

@@ -8,15 +8,15 @@ the entries below exist.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from providers.base import Provider
 
 PROVIDER_TYPES: dict[str, str] = {
     "vault": "providers.vault:VaultProvider",
-    "aws_sts": "providers.aws_sts:AwsStsProvider",
-    "github_app": "providers.github_app:GitHubAppProvider",
+    "aws_sts": "providers.aws.provider:AwsStsProvider",
+    "github_app": "providers.github.provider:GitHubAppProvider",
 }
 
 
@@ -24,9 +24,9 @@ def known_types() -> list[str]:
     return sorted(PROVIDER_TYPES)
 
 
-def provider_class(type_name: str) -> type[Provider]:
+def provider_class(type_name: str) -> type[Provider[Any]]:
     """The class for ``type_name``; KeyError for unknown types (callers word the error)."""
     module_name, _, class_name = PROVIDER_TYPES[type_name].partition(":")
     module = importlib.import_module(module_name)
-    cls: type[Provider] = getattr(module, class_name)
+    cls: type[Provider[Any]] = getattr(module, class_name)
     return cls

@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from broker.errors import BrokerError, ConfigError, ManifestError, ProviderError
-from broker.fields import Fields
-from broker.globs import any_match
-from broker.secretfiles import read_secret_file
+from broker.vocab.errors import BrokerError, ConfigError, ManifestError, ProviderError
+from broker.vocab.fields import Fields
+from broker.vocab.files import read_secret_file
+from broker.vocab.globs import any_match
 from providers.base import (
     FIX_MARK,
     CredentialRequest,
@@ -75,16 +75,18 @@ class VaultRequest(CredentialRequest):
         return {"policies": list(self.policies), "num_uses": self.num_uses}
 
 
+AnyVaultRequest = VaultRequest | DynamicRequest  # a token, or a dynamic secret (database, pki, ssh)
+
+
 @dataclass(frozen=True)
-class VaultGrant(Grant):
+class VaultGrant(Grant[AnyVaultRequest]):
     policies: tuple[str, ...] = ()
     max_uses: int | None = None
     dynamic: DynamicGrant = field(default_factory=DynamicGrant)
 
-    def check(self, request: CredentialRequest) -> list[str]:
+    def check(self, request: AnyVaultRequest) -> list[str]:
         if isinstance(request, DynamicRequest):
             return self.dynamic.check(request)
-        assert isinstance(request, VaultRequest)
         if not self.policies:
             return ["this grant names no vault policies (policies)"]
         reasons = [f"vault policy {p!r} is not granted" for p in request.policies if not any_match(self.policies, p)]
@@ -96,7 +98,7 @@ class VaultGrant(Grant):
         return reasons
 
 
-class VaultProvider(Provider):
+class VaultProvider(Provider[AnyVaultRequest]):
     type_name = "vault"
     can_find_minted = True
     sdk_modules = ("requests", "hvac", "hvac.exceptions", "hvac.adapters")
@@ -196,9 +198,6 @@ class VaultProvider(Provider):
             raise fields.fail("policies", "required (or database_roles, pki_roles, ssh_roles)")
         return VaultGrant(provider=provider, max_ttl=max_ttl, policies=policies, max_uses=max_uses, dynamic=dynamic)
 
-    def describe(self) -> dict[str, str]:
-        return {"name": self.name, "type": self.type_name, "addr": self.addr}
-
     # -- provider calls ------------------------------------------------------------------
 
     def client(self) -> hvac.Client:
@@ -225,12 +224,11 @@ class VaultProvider(Provider):
             )
         return client
 
-    def mint(self, request: CredentialRequest, context: MintContext) -> MintedCredential:
-        from broker.secret import Secret
+    def mint(self, request: AnyVaultRequest, context: MintContext) -> MintedCredential:
+        from broker.vocab.secret import Secret
 
         if isinstance(request, DynamicRequest):
             return mint_dynamic(self, request, context)
-        assert isinstance(request, VaultRequest)
         client = self.client()
         ttl = f"{context.ttl}s"
         # A child token inherits the broker's entity; an orphan does not (the role must be orphan=true).

@@ -15,9 +15,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from broker.errors import ManifestError
-from broker.fields import Fields
-from broker.globs import any_match, glob_match
+from broker.vocab.errors import ManifestError
+from broker.vocab.fields import Fields
+from broker.vocab.globs import any_match, glob_match
 from providers.base import CredentialRequest
 
 KINDS = ("token", "database", "pki", "ssh")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from broker.errors import BrokerError
+from broker.vocab.errors import BrokerError
 from providers.base import FIX_MARK, HealthCheck
 
 

@@ -22,8 +22,8 @@ from datetime import datetime, timedelta
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from broker.errors import ProviderError
-from broker.secret import Secret
+from broker.vocab.errors import ProviderError
+from broker.vocab.secret import Secret
 from providers.base import MintContext, MintedCredential, MintRejected, RevokeOutcome, RevokeTarget
 from providers.vault_dynamic import DatabaseRequest, DynamicRequest, PkiRequest, SshRequest
 

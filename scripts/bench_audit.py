@@ -50,10 +50,10 @@ def build_audit_log(records: int, every: int) -> tuple[Path, float, bool]:
 
 
 def _write_audit_log(directory: Path, records: int, every: int) -> None:
-    """Records as ``broker issue``/``revoke`` append them, chained and checkpointed as broker/issuance_log.py does."""
-    from broker.auditkeys import load_or_create_keys
-    from broker.issuance_log import GENESIS, canonical, checkpoint_message, record_hash
-    from broker.secret import Secret
+    """Records as ``broker issue``/``revoke`` append them, chained and checkpointed as broker/audit/log.py does."""
+    from broker.audit.keys import load_or_create_keys
+    from broker.audit.log import GENESIS, canonical, checkpoint_message, record_hash
+    from broker.vocab.secret import Secret
 
     keys = load_or_create_keys(directory / "audit.key", directory / "fingerprint.key")
     (directory / "broker.pub").write_text("\n".join(keys.public_key_lines()) + "\n")
@@ -61,7 +61,7 @@ def _write_audit_log(directory: Path, records: int, every: int) -> None:
         f'state_dir = "{directory / "state"}"\nruntime_dir = "{WORK / "audit-run"}"\n'
         f'policy_dir = "{directory / "policies"}"\naudit_key = "{directory / "audit.key"}"\n'
     )
-    from broker.store import open_store
+    from broker.core.store import open_store
 
     (directory / "state").mkdir(mode=0o700)
     open_store(directory / "state").close()  # where lookup notes the prefix it checked
@@ -210,9 +210,9 @@ def _witness_bucket(directory: Path, endpoint_url: str, env: dict[str, str]) -> 
     """A bucket with Object Lock on the moto server, holding the witness objects of the log."""
     import boto3
 
-    from broker.config import WitnessConfig
-    from broker.timeutil import utcnow
-    from broker.witness import put_checkpoint
+    from broker.core.config import WitnessConfig
+    from broker.core.witness import put_checkpoint
+    from broker.vocab.time import utcnow
 
     s3 = boto3.client(
         "s3",
@@ -263,7 +263,7 @@ def figure_audit(settings: Settings, report: Report) -> None:
         "--json",
     ]
     must(run(verify_cmd, env=env), "audit verify (warm-up)")
-    from broker.store import open_store
+    from broker.core.store import open_store
 
     store = open_store(directory / "state")
     store._conn.execute("DELETE FROM checked_prefix")  # the first lookup checks the whole chain

@@ -5,7 +5,7 @@ another, with the same libraries, and nothing else (no manifest, no policy,
 no store, no log, no locks, no per-session mount):
 
     issue:  hvac token create through the token role (same parameters as providers/vault.py);
-            boto3 iam get_role, sts assume_role (same parameters as providers/aws_sts.py),
+            boto3 iam get_role, sts assume_role (same parameters as providers/aws/provider.py),
             sts get_caller_identity with the new credentials;
             GitHub App JWT (pyjwt, RS256), installation lookup, POST access_tokens;
             the files written 0400 into a fresh directory on tmpfs, plus the references.

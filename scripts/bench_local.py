@@ -36,8 +36,8 @@ from bench_common import (  # noqa: E402
     run,
 )
 
-from broker import mounts  # noqa: E402
-from broker.durations import parse_duration  # noqa: E402
+from broker.host import mounts  # noqa: E402
+from broker.vocab.durations import parse_duration  # noqa: E402
 from tests.fixtures.github import rsa_key_pair  # noqa: E402
 from tests.fixtures.net import free_port, wait_http  # noqa: E402
 from tests.fixtures.openbao import ROOT_TOKEN, OpenBao, start_openbao, stop_openbao  # noqa: E402

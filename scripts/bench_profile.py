@@ -2,7 +2,7 @@
 
     python scripts/bench_profile.py [--top N] [--out DIR] -- --config CFG issue --task T --json
 
-Runs ``broker.cli.main(ARGS)`` in this process (a fresh interpreter, so every
+Runs ``broker.cli.app.main(ARGS)`` in this process (a fresh interpreter, so every
 import the command triggers is profiled too) with the main thread under
 cProfile and every ``ThreadPoolExecutor`` worker under a profiler of its
 own, then prints the top functions by cumulative time per thread (wall-clock
@@ -55,7 +55,7 @@ def main(argv: list[str]) -> int:
     main_profile.enable()
     code = 0
     try:
-        from broker.cli import main as broker_main
+        from broker.cli.app import main as broker_main
 
         code = broker_main(args)
     except SystemExit as exc:

@@ -2,7 +2,7 @@
 
     python scripts/bench_seed.py CONFIG TASK COUNT
 
-Opens one ``Broker`` and calls ``broker.issuing.issue`` COUNT times in a loop,
+Opens one ``Broker`` and calls ``broker.core.issuing.issue`` COUNT times in a loop,
 exactly what ``broker issue`` does minus interpreter start, imports and
 config loading per session. Provider refusals are counted and retried (bounded). Prints
 ``{"issued": N, "errors": {message: count}, "seconds": S}``.
@@ -18,11 +18,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from broker.config import load_config  # noqa: E402
-from broker.core import Broker  # noqa: E402
-from broker.errors import BrokerError  # noqa: E402
-from broker.issuing import issue  # noqa: E402
-from broker.manifest import load_manifest  # noqa: E402
+from broker.core.broker import Broker  # noqa: E402
+from broker.core.config import load_config  # noqa: E402
+from broker.core.issuing import issue  # noqa: E402
+from broker.core.manifest import load_manifest  # noqa: E402
+from broker.vocab.errors import BrokerError  # noqa: E402
 
 
 def main(argv: list[str]) -> int:

@@ -26,7 +26,7 @@ from moto.server import ThreadedMotoServer
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from broker import mounts  # noqa: E402
+from broker.host import mounts  # noqa: E402
 from tests.emulators.github_app import GitHubAppEmulator  # noqa: E402
 from tests.fixtures.github import rsa_key_pair  # noqa: E402
 from tests.fixtures.openbao import OpenBao, start_openbao, stop_openbao  # noqa: E402

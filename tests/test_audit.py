@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.issuance_log import record_hash
+from broker.audit.log import record_hash
 from tests.fixtures.brokerenv import BrokerEnv
 from tests.fixtures.openbao import VAULT_TASK
 
@@ -71,7 +71,7 @@ def test_offline_verification_with_the_public_key_alone(busy_log: BrokerEnv, tmp
     public.write_text(busy_log.run("audit", "public-key").stdout)
     copy = tmp_path / "copy.jsonl"
     copy.write_bytes(busy_log.log_path.read_bytes())
-    from broker.cli import main
+    from broker.cli.app import main
 
     assert (
         main(["--config", "/nonexistent.toml", "audit", "verify", "--log", str(copy), "--public-key", str(public)]) == 0

@@ -11,14 +11,14 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 
-from broker.auditkeys import (
+from broker.audit.keys import (
     fingerprint_key_id_for,
     key_id_for,
     load_fingerprint_keys,
     load_or_create_keys,
     load_signing_keys,
 )
-from broker.secret import Secret
+from broker.vocab.secret import Secret
 from tests.fixtures.brokerenv import BrokerEnv
 from tests.fixtures.openbao import VAULT_TASK
 

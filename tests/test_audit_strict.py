@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.issuance_log import canonical, record_hash
+from broker.audit.log import canonical, record_hash
 from tests.fixtures.brokerenv import BrokerEnv
 from tests.fixtures.openbao import VAULT_TASK
 

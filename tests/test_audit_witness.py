@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from broker.auditkeys import load_or_create_keys
-from broker.issuance_log import GENESIS, canonical, checkpoint_message, record_hash
+from broker.audit.keys import load_or_create_keys
+from broker.audit.log import GENESIS, canonical, checkpoint_message, record_hash
 from tests.fixtures.aws import WitnessBucket
 from tests.fixtures.brokerenv import BrokerEnv
 from tests.fixtures.openbao import VAULT_TASK

@@ -17,13 +17,13 @@ from typing import Any
 
 import pytest
 
-from broker.config import load_config
-from broker.core import Broker
-from broker.errors import PolicyDenied
-from broker.issuing import issue
-from broker.manifest import load_manifest
-from broker.revoking import revoke_session
-from providers.aws_deny import POLICY_NAME, ROLE_INLINE_BUDGET, SOURCE_IDENTITY, DenyList, entries_for, policy_size
+from broker.core.broker import Broker
+from broker.core.config import load_config
+from broker.core.issuing import issue
+from broker.core.manifest import load_manifest
+from broker.core.revoking import revoke_session
+from broker.vocab.errors import PolicyDenied
+from providers.aws.deny import POLICY_NAME, ROLE_INLINE_BUDGET, SOURCE_IDENTITY, DenyList, entries_for, policy_size
 from tests.fixtures.aws import ACCOUNT, REGION, ROLE_ARN, AwsRole, iam_client
 from tests.fixtures.brokerenv import BrokerEnv, make_env
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.seccomp import program_fd
+from broker.host.seccomp import program_fd
 from tests.fixtures.sandbox import (
     SandboxSecrets,
     bwrap_command,

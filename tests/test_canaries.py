@@ -31,12 +31,12 @@ from urllib.parse import urlparse
 
 import pytest
 
-from broker.errors import ProviderError
-from broker.logs import JsonFormatter, TextFormatter, event
-from broker.secret import Secret
-from providers.aws_sts import AwsStsProvider
+from broker.vocab.errors import ProviderError
+from broker.vocab.logs import JsonFormatter, TextFormatter, event
+from broker.vocab.secret import Secret
+from providers.aws.provider import AwsStsProvider
 from providers.base import MintContext, MintedCredential, Provider, RevokeTarget
-from providers.github_app import GitHubAppProvider
+from providers.github.provider import GitHubAppProvider
 from providers.vault import VaultProvider
 from tests.emulators.github_app import GitHubAppEmulator
 from tests.fixtures.aws import BROKER_SECRET
@@ -112,10 +112,10 @@ def minted(monkeypatch: pytest.MonkeyPatch) -> set[str]:
     """The secrets every provider minted in this test (in-process runs), captured at ``Provider.mint``."""
     captured: set[str] = set()
 
-    def spy(cls: type[Provider]) -> None:
+    def spy(cls: type[Provider[Any]]) -> None:
         original = cls.mint
 
-        def mint(self: Provider, request: Any, context: MintContext) -> MintedCredential:
+        def mint(self: Provider[Any], request: Any, context: MintContext) -> MintedCredential:
             credential = original(self, request, context)
             captured.update(secret_values(credential))
             return credential

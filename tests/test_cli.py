@@ -96,7 +96,7 @@ def test_a_corrupt_session_store_is_a_one_line_error(broker_env: BrokerEnv) -> N
 
 def test_the_pre_rendered_top_level_help_is_current() -> None:
     """The console script answers --help without loading the CLI; the text must be what the CLI renders."""
-    from broker.help_text import TOP_LEVEL_HELP
+    from broker.cli.help_text import TOP_LEVEL_HELP
 
     rendered = subprocess.run(
         [sys.executable, "-m", "broker.cli", "--help"],
@@ -105,7 +105,7 @@ def test_the_pre_rendered_top_level_help_is_current() -> None:
         env={**os.environ, "COLUMNS": "80"},
         check=True,
     ).stdout
-    assert rendered == TOP_LEVEL_HELP, "broker/help_text.py is stale: run scripts/gen-reference"
+    assert rendered == TOP_LEVEL_HELP, "broker/cli/help_text.py is stale: run scripts/gen-reference"
 
 
 @pytest.mark.parametrize("args", [["--version"], ["--help"], ["-h"], ["status", "--bogus"]])
@@ -240,7 +240,7 @@ def test_stdout_that_cannot_take_the_document_revokes_and_exits_4(
 def test_a_session_file_write_failing_after_minting_revokes_and_exits_4(
     broker_env: BrokerEnv, github_emulator: GitHubAppEmulator, github_app_keys: AppKeys, tmp_path: Path
 ) -> None:
-    from broker import mounts
+    from broker.host import mounts
 
     task = add_github(broker_env, github_emulator, github_app_keys)
     full = tmp_path / "full"

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from broker.config import load_config
-from broker.errors import ConfigError
-from broker.secret import Secret
+from broker.core.config import load_config
+from broker.vocab.errors import ConfigError
+from broker.vocab.secret import Secret
 from providers.base import Provider
 from providers.registry import PROVIDER_TYPES, known_types, provider_class
 
@@ -83,7 +83,7 @@ def test_vault_addr_must_be_https_unless_loopback(
     tmp_path: Path, addr: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A token sent over plain http to a remote Vault can be read on the way; the config is refused (exit 2)."""
-    from broker.cli import main
+    from broker.cli.app import main
 
     path = tmp_path / "broker.toml"
     path.write_text(vault_config(addr))
@@ -116,7 +116,7 @@ def test_missing_config_names_the_ways_to_set_it(tmp_path: Path) -> None:
 
 
 def test_cli_uses_broker_config_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from broker.cli import main
+    from broker.cli.app import main
 
     monkeypatch.setenv("BROKER_CONFIG", str(tmp_path / "missing.toml"))
     assert main(["status"]) == 2

@@ -289,7 +289,9 @@ def test_a_broker_that_may_not_lock_memory_still_works_and_says_so(vault_env: Br
 
 
 def test_harden_process_marks_the_process_non_dumpable() -> None:
-    script = "from broker.process_hardening import harden_process, is_dumpable; harden_process(); print(is_dumpable())"
+    script = (
+        "from broker.host.process_hardening import harden_process, is_dumpable; harden_process(); print(is_dumpable())"
+    )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
 

@@ -23,13 +23,13 @@ from pathlib import Path
 
 import pytest
 
-from broker import mounts
-from broker.config import check_own_directory
-from broker.errors import RuntimeDirError
-from broker.keepsafe import KeepSafe
-from broker.libc import libc
-from broker.secret import Secret
-from broker.sessiondir import RuntimeDir, SessionDirectory, prepare_runtime_dir, remove_session_path
+from broker.core.config import check_own_directory
+from broker.host import mounts
+from broker.host.keepsafe import KeepSafe
+from broker.host.libc import libc
+from broker.host.sessiondir import RuntimeDir, SessionDirectory, prepare_runtime_dir, remove_session_path
+from broker.vocab.errors import RuntimeDirError
+from broker.vocab.secret import Secret
 from tests.fixtures.brokerenv import BrokerEnv, make_env
 from tests.fixtures.net import closed_port
 

@@ -15,15 +15,15 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
-from broker.errors import ConfigError, ManifestError, PolicyFileError, ProviderError
-from broker.fields import Fields
-from broker.secret import Secret
-from broker.timeutil import iso
+from broker.vocab.errors import ConfigError, ManifestError, PolicyFileError, ProviderError
+from broker.vocab.fields import Fields
+from broker.vocab.secret import Secret
+from broker.vocab.time import iso
 from providers.base import MintContext, MintedCredential, MintRejected, RevokeOutcome, RevokeTarget
-from providers.github_app import GitHubAppProvider, GitHubGrant, GitHubRequest
-from providers.github_git import GitHost, git_host, gitconfig
-from providers.github_http import RetryPolicy
-from providers.github_permissions import PERMISSIONS as PERMISSION_TABLE
+from providers.github.git import GitHost, git_host, gitconfig
+from providers.github.http import RetryPolicy
+from providers.github.permissions import PERMISSIONS as PERMISSION_TABLE
+from providers.github.provider import GitHubAppProvider, GitHubGrant, GitHubRequest
 from providers.registry import provider_class
 from tests.emulators.github_app import GitHubAppEmulator
 from tests.emulators.github_state import NOT_ACCESSIBLE, NOT_GRANTED
@@ -233,12 +233,7 @@ def test_config() -> None:
         "https://ghe.example.com/api/v3"
     )
     assert provider.max_ttl == 3600 and provider.min_ttl == 1
-    assert provider.describe() == {
-        "name": "github",
-        "type": "github_app",
-        "api_url": "https://api.github.com",
-        "app_id": "123456",
-    }
+    assert (provider.name, provider.type_name) == ("github", "github_app")
 
 
 @pytest.mark.parametrize(
@@ -265,7 +260,7 @@ def test_config_loading_stays_cheap() -> None:
     """Building the provider neither imports requests/jwt/cryptography nor touches the key or network."""
     code = (
         "import sys, pathlib\n"
-        "from broker.errors import ConfigError\nfrom broker.fields import Fields\n"
+        "from broker.vocab.errors import ConfigError\nfrom broker.vocab.fields import Fields\n"
         "from providers.registry import provider_class\n"
         "cls = provider_class('github_app')\n"
         "f = Fields({'app_id': '1', 'private_key_file': '/nonexistent.pem'}, 'p', ConfigError)\n"

@@ -8,7 +8,7 @@ the one-line error, which names the offending field (or, for a denial, the
 credential and what fell outside the grant).
 
 GitHub compares owner and repository names case-insensitively; so does the
-broker (``providers/github_request.py``): ``Octo-Org/Widgets`` is covered by a
+broker (``providers/github/request.py``): ``Octo-Org/Widgets`` is covered by a
 grant of ``octo-org/widgets`` (see the test below), while a confusable such as
 a Cyrillic letter is not even a valid name.
 """
@@ -22,9 +22,9 @@ from typing import Any
 
 import pytest
 
-from broker.config import Config, parse_config
-from broker.errors import ManifestError
-from broker.manifest import parse_manifest
+from broker.core.config import Config, parse_config
+from broker.core.manifest import parse_manifest
+from broker.vocab.errors import ManifestError
 from tests.fixtures.brokerenv import BrokerEnv, make_env
 from tests.fixtures.net import closed_port
 from tests.fixtures.stack import STACK_POLICY, STACK_TASK

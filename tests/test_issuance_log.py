@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from broker.auditkeys import load_or_create_keys
-from broker.errors import ConfigError, LogVerificationError
-from broker.issuance_log import GENESIS, IssuanceLog, checkpoint_message
-from broker.secret import Secret
+from broker.audit.keys import load_or_create_keys
+from broker.audit.log import GENESIS, IssuanceLog, checkpoint_message
+from broker.vocab.errors import ConfigError, LogVerificationError
+from broker.vocab.secret import Secret
 
 
 def independent_hash(record: dict[str, object]) -> str:

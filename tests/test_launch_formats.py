@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.launch_formats import render
+from broker.cli.launch_formats import render
 
 DOCUMENT = {
     "session": "s-4k2j9x7q3m1p",
@@ -60,8 +60,8 @@ def test_values_are_quoted_for_the_shell() -> None:
 
 
 def test_the_session_file_is_written_but_never_through_a_symlink(tmp_path: Path) -> None:
-    from broker.errors import BadInput
-    from broker.launch_formats import write_session_file
+    from broker.cli.launch_formats import write_session_file
+    from broker.vocab.errors import BadInput
 
     path = tmp_path / "session"
     write_session_file(path, "s-4k2j9x7q3m1p")

@@ -17,12 +17,12 @@ from urllib.parse import urlparse
 
 import pytest
 
-from broker import mounts
-from broker.config import load_config
-from broker.core import Broker
-from broker.sessiondir import SESSION_TMPFS_MODE, SESSION_TMPFS_SIZE
-from broker.sweeping import SweepReport, sweep
-from broker.timeutil import parse_iso
+from broker.core.broker import Broker
+from broker.core.config import load_config
+from broker.core.sweeping import SweepReport, sweep
+from broker.host import mounts
+from broker.host.sessiondir import SESSION_TMPFS_MODE, SESSION_TMPFS_SIZE
+from broker.vocab.time import parse_iso
 from tests.emulators.github_app import GitHubAppEmulator
 from tests.fixtures.aws import ACCOUNT, ROLE_ARN, AwsRole, iam_client
 from tests.fixtures.brokerenv import BrokerEnv, make_env
@@ -243,7 +243,7 @@ def test_sigkill_after_a_mint_before_its_log_record_and_files(vault_env: BrokerE
     try:
 
         def minted_session() -> str:
-            from broker.store import open_store
+            from broker.core.store import open_store
 
             store = open_store(vault_env.state_dir)
             try:
@@ -501,7 +501,7 @@ def _assumed_sessions() -> list[str]:
 
 
 def deny_document(role: AwsRole) -> dict[str, Any]:
-    from providers.aws_deny import POLICY_NAME
+    from providers.aws.deny import POLICY_NAME
 
     response = iam_client(role.endpoint_url).get_role_policy(RoleName=role.name, PolicyName=POLICY_NAME)
     document: dict[str, Any] = response["PolicyDocument"]

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from broker.config import Config, parse_config
-from broker.errors import ManifestError
-from broker.manifest import parse_manifest
+from broker.core.config import Config, parse_config
+from broker.core.manifest import parse_manifest
+from broker.vocab.errors import ManifestError
 from providers.vault import VaultRequest
 
 GOOD = """\

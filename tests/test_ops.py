@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from broker.auditkeys import load_fingerprint_keys, load_or_create_keys, load_signing_keys
-from broker.config import load_config
-from broker.setup import DEFAULT_POLICY
+from broker.audit.keys import load_fingerprint_keys, load_or_create_keys, load_signing_keys
+from broker.core.config import load_config
+from broker.core.install import DEFAULT_POLICY
 from providers.base import FIX_MARK, clock_check
 from tests.emulators.github_app import GitHubAppEmulator
 from tests.fixtures.aws import REGION, AwsRole

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from broker.config import Config, parse_config
-from broker.errors import PolicyFileError
-from broker.manifest import parse_manifest
-from broker.policy import Decision, Requester, decide, load_policy
+from broker.core.config import Config, parse_config
+from broker.core.manifest import parse_manifest
+from broker.core.policy import Decision, Requester, decide, load_policy
+from broker.vocab.errors import PolicyFileError
 
 CI = Requester(name="ci", uid=1001)
 

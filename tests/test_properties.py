@@ -29,10 +29,10 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
-from broker.config import Config, load_config, parse_config
-from broker.errors import BadInput
-from broker.manifest import CREDENTIAL_NAME, TASK_NAME, Manifest, parse_manifest
-from broker.policy import load_policy_file
+from broker.core.config import Config, load_config, parse_config
+from broker.core.manifest import CREDENTIAL_NAME, TASK_NAME, Manifest, parse_manifest
+from broker.core.policy import load_policy_file
+from broker.vocab.errors import BadInput
 from tests.fixtures.brokerenv import BrokerEnv, make_env
 from tests.fixtures.net import closed_port
 from tests.fixtures.stack import STACK_POLICY, STACK_TASK

@@ -1,4 +1,4 @@
-"""docs/reference.md is generated from broker/reference.py, which lists exactly the keys the loaders read."""
+"""docs/reference.md is generated from broker/cli/reference.py, which lists exactly the keys the loaders read."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from broker import fields as fields_module
-from broker.config import Config, parse_config
-from broker.manifest import parse_manifest
-from broker.policy import load_policy
-from broker.reference import CONFIG, MANIFEST, POLICY, Section, render
+from broker.cli.reference import CONFIG, MANIFEST, POLICY, Section, render
+from broker.core.config import Config, parse_config
+from broker.core.manifest import parse_manifest
+from broker.core.policy import load_policy
+from broker.vocab import fields as fields_module
 from tests.fixtures.stack import STACK_TASK
 
 ROOT = Path(__file__).resolve().parents[1]

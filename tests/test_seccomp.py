@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from broker import seccomp
-from broker.sandbox import SETPRIV
+from broker.host import seccomp
+from broker.host.sandbox import SETPRIV
 
 MARK = 133  # EHWPOISON (memory page has hardware error)
 ARCH = next((a for a in seccomp.ARCHES if a.name == platform.machine()), None)

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from broker import mounts
-from broker.errors import RuntimeDirError
-from broker.secret import Secret
-from broker.sessiondir import RuntimeDir, SessionDirectory, prepare_runtime_dir, remove_session_path
+from broker.host import mounts
+from broker.host.sessiondir import RuntimeDir, SessionDirectory, prepare_runtime_dir, remove_session_path
+from broker.vocab.errors import RuntimeDirError
+from broker.vocab.secret import Secret
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (mounts, chown)")
 

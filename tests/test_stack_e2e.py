@@ -13,7 +13,7 @@ from typing import Any
 import boto3
 import pytest
 
-from providers.aws_deny import SOURCE_IDENTITY
+from providers.aws.deny import SOURCE_IDENTITY
 from tests.emulators.github_app import GitHubAppEmulator
 from tests.fixtures.aws import AwsRole, iam_client
 from tests.fixtures.brokerenv import BrokerEnv

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from broker import mounts
+from broker.host import mounts
 from tests.fixtures.brokerenv import BrokerEnv, Result, make_env
 from tests.fixtures.openbao import VAULT_TASK, OpenBao, add_vault_provider
 
@@ -63,7 +63,7 @@ def tmpfs_env(tmp_path: Path, openbao: OpenBao) -> Iterator[BrokerEnv]:
 
 
 def test_the_broker_really_runs_without_cap_sys_admin() -> None:
-    probe = "import os; from broker import mounts; print(os.geteuid(), mounts.can_mount())"
+    probe = "import os; from broker.host import mounts; print(os.geteuid(), mounts.can_mount())"
     done = subprocess.run(
         without_sys_admin(sys.executable, "-c", probe), capture_output=True, text=True, cwd=ROOT, check=True
     )

@@ -11,7 +11,7 @@ from typing import Any
 import hvac
 import pytest
 
-from broker import mounts
+from broker.host import mounts
 from tests.fixtures.brokerenv import BrokerEnv
 from tests.fixtures.net import closed_port
 from tests.fixtures.openbao import CHILD_ROLE, VAULT_TASK, OpenBao, admin_approle, approle_table

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from broker.egress.destinations import Destination, DestinationError, parse_destination
-from broker.fields import Fields, describe, shown
+from broker.vocab.fields import Fields, describe, shown
 
 MAX_DESTINATIONS = 200
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from broker.issuance_log import IssuanceLog
+from broker.audit.log import IssuanceLog
 
 
 def log_denials(log: IssuanceLog, denials: dict[str, int], *, session: str, task: str, requester: str) -> int:

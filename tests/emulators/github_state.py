@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 import jwt
 
-from providers.github_permissions import PERMISSIONS, rank
+from providers.github.permissions import PERMISSIONS, rank
 from tests.emulators import github_shapes as shapes
 
 TOKEN_TTL = 3600

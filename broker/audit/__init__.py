@@ -1,0 +1,1 @@
+"""The issuance log: append, sign, verify and query; imports only ``broker.vocab``."""

@@ -1,0 +1,181 @@
+"""The issuance log: append-only JSON lines with a SHA-256 hash chain and signed checkpoints.
+
+Each record has ``seq``, ``time``, ``event``, ``session``, ``task``,
+``requester``, ``prev`` and ``hash`` (SHA-256 of the canonical JSON of the
+record without ``hash``). Appends happen under a file lock (``filelock``),
+each record is written with one ``write`` on an ``O_APPEND`` descriptor and
+fsynced before the call returns. ``checkpoint()`` appends a record signed
+with Ed25519 over the head, so a copy of the log verifies offline.
+"""
+
+from __future__ import annotations
+
+import base64
+import errno
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from filelock import FileLock, Timeout
+
+from broker.audit.keys import AuditKeys
+from broker.vocab.errors import BadInput, LogVerificationError, StoreError
+from broker.vocab.time import iso_precise, utcnow
+
+GENESIS = "0" * 64
+LOG_NAME = "issuance.jsonl"
+
+
+def canonical(record: dict[str, Any]) -> bytes:
+    return json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def record_hash(record: dict[str, Any]) -> str:
+    body = {k: v for k, v in record.items() if k != "hash"}
+    return hashlib.sha256(canonical(body)).hexdigest()
+
+
+def checkpoint_message(seq: int, head_hash: str) -> bytes:
+    """The bytes a checkpoint signs: the head it vouches for."""
+    return f"broker-checkpoint:v1:{seq}:{head_hash}".encode()
+
+
+def read_last_line(fd: int) -> bytes | None:
+    """The last line of the file (without its newline); None for an empty file."""
+    size = os.fstat(fd).st_size
+    if size == 0:
+        return None
+    end = size - 1 if os.pread(fd, 1, size - 1) == b"\n" else size
+    buffer = b""
+    position = end
+    while True:
+        start = max(0, position - 8192)
+        buffer = os.pread(fd, position - start, start) + buffer
+        cut = buffer.rfind(b"\n")
+        if cut >= 0:
+            return buffer[cut + 1 :]
+        if start == 0:
+            return buffer
+        position = start
+
+
+def _open_log(path: Path, flags: int) -> int:
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise StoreError(f"issuance log {path} is a symbolic link; remove it") from None
+        raise StoreError(f"issuance log {path}: {exc.strerror}") from None
+
+
+class IssuanceLog:
+    def __init__(self, state_dir: Path, keys: AuditKeys, *, lock_timeout: float = 30.0) -> None:
+        self.path = state_dir / LOG_NAME
+        self.keys = keys
+        self._lock = FileLock(str(state_dir / (LOG_NAME + ".lock")), timeout=lock_timeout)
+        self.appended = 0
+
+    def append(
+        self,
+        event: str,
+        *,
+        session: str | None,
+        task: str | None,
+        requester: str,
+        **fields: Any,
+    ) -> dict[str, Any]:
+        try:
+            with self._lock:
+                return self._append_locked(event, session, task, requester, fields)
+        except Timeout:
+            raise StoreError(f"issuance log {self.path} is locked by another process") from None
+
+    def _append_locked(
+        self, event: str, session: str | None, task: str | None, requester: str, fields: dict[str, Any]
+    ) -> dict[str, Any]:
+        fd = _open_log(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
+        try:
+            seq, prev = self._head(fd)
+            record: dict[str, Any] = {
+                "seq": seq + 1,
+                "time": iso_precise(utcnow()),
+                "event": event,
+                "session": session,
+                "task": task,
+                "requester": requester,
+                "prev": prev,
+                **fields,
+            }
+            record["hash"] = record_hash(record)
+            os.write(fd, canonical(record) + b"\n")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        self.appended += 1
+        return record
+
+    def head(self) -> tuple[int, str]:
+        """The last record's ``seq`` and ``hash``; raises when the log could not take another record."""
+        fd = _open_log(self.path, os.O_RDONLY | os.O_CREAT)
+        try:
+            return self._head(fd)
+        finally:
+            os.close(fd)
+
+    def _head(self, fd: int) -> tuple[int, str]:
+        size = os.fstat(fd).st_size
+        if size == 0:
+            return 0, GENESIS
+        if os.pread(fd, 1, size - 1) != b"\n":
+            raise LogVerificationError(
+                f"issuance log {self.path} ends in a torn record; run broker audit verify --repair"
+            )
+        last = read_last_line(fd)
+        try:
+            record = json.loads(last or b"")
+            return int(record["seq"]), str(record["hash"])
+        except (ValueError, KeyError, TypeError):
+            raise LogVerificationError(f"issuance log {self.path}: the last record is not valid") from None
+
+    def checkpoint(self, requester: str) -> dict[str, Any] | None:
+        """Sign the current head when this process appended anything since its last checkpoint."""
+        if self.appended == 0:
+            return None
+        try:
+            with self._lock:
+                fd = _open_log(self.path, os.O_RDONLY)
+                try:
+                    seq, head = self._head(fd)
+                finally:
+                    os.close(fd)
+                signature = self.keys.private_key().sign(checkpoint_message(seq, head))
+                record = self._append_locked(
+                    "checkpoint",
+                    None,
+                    None,
+                    requester,
+                    {
+                        "head_seq": seq,
+                        "head_hash": head,
+                        "key_id": self.keys.key_id,
+                        "signature": base64.b64encode(signature).decode(),
+                    },
+                )
+        except Timeout:
+            raise StoreError(f"issuance log {self.path} is locked by another process") from None
+        self.appended = 0
+        return record
+
+
+def open_for_reading(path: Path) -> BinaryIO:
+    """The log (or an auditor's copy of it) opened for reading; a one-line error when it is not there."""
+    try:
+        return open(path, "rb")
+    except FileNotFoundError:
+        raise BadInput(f"issuance log {path} not found") from None
+    except IsADirectoryError:
+        raise BadInput(f"issuance log {path} is a directory") from None
+    except OSError as exc:
+        raise BadInput(f"issuance log {path}: {exc.strerror}") from None

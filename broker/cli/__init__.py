@@ -1,0 +1,1 @@
+"""The command line: parse, call the core, print. Only ``broker.entry`` and ``__main__`` import it."""

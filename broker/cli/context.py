@@ -1,0 +1,69 @@
+"""What every command takes from the command line: the global options, the config, an open broker, output.
+
+The command modules (``sessions``, ``policy``, ``audit``, ``ops``) import this
+module, never ``app``, so there is no circle; everything is typed. The core is
+imported on first use: ``broker --help`` must not pay for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from broker.vocab.errors import BrokerError
+
+if TYPE_CHECKING:
+    from broker.core.broker import Broker
+    from broker.core.config import Config
+
+
+@dataclass(frozen=True)
+class Options:
+    """The global options, kept on the click context by the ``app`` callback."""
+
+    config: str | None
+    debug: bool
+
+
+def options(ctx: typer.Context) -> Options:
+    found = ctx.find_object(Options)
+    return found if found is not None else Options(config=None, debug=False)
+
+
+def load_config(ctx: typer.Context) -> Config:
+    """The config named by ``--config``/``BROKER_CONFIG``, or the default path."""
+    from broker.core.config import config_path
+    from broker.core.config import load_config as load
+
+    return load(config_path(options(ctx).config))
+
+
+@contextlib.contextmanager
+def open_broker(config: Config) -> Iterator[Broker]:
+    """A ``Broker`` for one command, closed (its checkpoint signed) when the command is done."""
+    from broker.core.broker import Broker
+
+    broker = Broker.open(config)
+    try:
+        yield broker
+    except BaseException:
+        # The command's own failure is what to report; a checkpoint that fails now is signed by the next command.
+        with contextlib.suppress(BrokerError):
+            broker.close()
+        raise
+    broker.close()
+
+
+def print_json(data: Any) -> None:
+    typer.echo(json.dumps(data, indent=2))
+
+
+def print_error(message: str) -> None:
+    """The one error line format: ``broker: error: ...``."""
+    sys.stderr.write(f"broker: error: {message}\n")

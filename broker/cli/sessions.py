@@ -1,0 +1,279 @@
+"""``broker issue | revoke | status | renew | exec | sweep``: the session commands (parse, call the core, print)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from broker.cli.context import load_config, open_broker, print_error, print_json
+from broker.vocab.errors import RevokeIncomplete
+
+
+class OutputFormat(StrEnum):
+    json = "json"
+    env = "env"
+    docker = "docker"
+    podman = "podman"
+    bwrap = "bwrap"
+
+
+def issue(
+    ctx: typer.Context,
+    task: Annotated[str, typer.Option("--task", help="Task manifest (YAML or JSON; - for stdin).")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the session document as JSON.")] = False,
+    fmt: Annotated[OutputFormat | None, typer.Option("--format", help="What to print for the launcher.")] = None,
+    session_file: Annotated[
+        Path | None, typer.Option("--session-file", help="Also write the session id to this file.")
+    ] = None,
+) -> None:
+    """Decide, mint, inject and log the credentials a task manifest asks for.
+
+    Example: broker issue --task task.yaml --format docker --session-file /tmp/session
+    """
+    from broker.cli.launch_formats import SessionFile, emit, render
+    from broker.core.issuing import issue as issue_session
+    from broker.core.manifest import load_manifest
+
+    config = load_config(ctx)
+    manifest = load_manifest(task, config)
+    target = SessionFile.open(session_file) if session_file is not None else None  # before anything is minted
+
+    def deliver(document: dict[str, Any]) -> None:
+        """Runs while the session can still be rolled back: any failure here revokes it (exit 4)."""
+        if target is not None:
+            target.write(document["session"])
+        if as_json or fmt is not None:
+            emit(render(document, (fmt or OutputFormat.json).value))
+        else:
+            emit(_issue_text(document))
+
+    try:
+        with open_broker(config) as broker:
+            issue_session(broker, manifest, deliver)
+    finally:
+        if target is not None:
+            target.close()
+
+
+def _issue_text(document: dict[str, Any]) -> str:
+    lines = [
+        f"session {document['session']}  task {document['task']}  expires {document['expires_at']}",
+        f"dir {document['dir']}  (mount it read-only at {document['mount_path']})",
+    ]
+    for credential in document["credentials"]:
+        lines.append(
+            f"  {credential['name']}: {credential['type']} via {credential['provider']},"
+            f" expires {credential['expires_at']}, files {', '.join(credential['files'])}"
+        )
+    lines += [f"  {key}={value}" for key, value in document["env"].items()]
+    return "\n".join(lines)
+
+
+def revoke(
+    ctx: typer.Context,
+    session: Annotated[str | None, typer.Option("--session", help="Session id to revoke.")] = None,
+    task: Annotated[str | None, typer.Option("--task", help="Revoke every live session of this task.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the outcome as JSON.")] = False,
+) -> None:
+    """Revoke every credential of a session at its provider and wipe its directory (idempotent).
+
+    Example: broker revoke --session s-4k2j9x7q3m1p
+    """
+    from broker.core.revoking import revoke_session, revoke_task
+    from broker.vocab.errors import UsageError
+    from broker.vocab.session_ids import check_session_id
+
+    if (session is None) == (task is None):
+        raise UsageError("revoke needs exactly one of --session ID or --task NAME")
+    if session is not None:
+        check_session_id(session)
+    config = load_config(ctx)
+    with open_broker(config) as broker:
+        if session is not None:
+            reports = [revoke_session(broker, session)]
+        else:
+            assert task is not None
+            reports = revoke_task(broker, task)
+    if as_json:
+        print_json(reports[0].to_json() if session is not None else [r.to_json() for r in reports])
+    else:
+        for report in reports:
+            typer.echo(f"session {report.session}: directory {'removed' if report.dir_removed else 'NOT removed'}")
+            for credential in report.credentials:
+                typer.echo(f"  {credential.name} ({credential.provider}): {credential.outcome}")
+    incomplete = [r.session for r in reports if not r.complete]
+    if incomplete:
+        raise RevokeIncomplete(
+            f"revocation incomplete for {', '.join(incomplete)}: pending credentials stay for broker sweep"
+        )
+
+
+def status(
+    ctx: typer.Context,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    show_all: Annotated[bool, typer.Option("--all", help="Include ended sessions.")] = False,
+) -> None:
+    """List live sessions (with --all, ended ones too).
+
+    Example: broker status --json
+    """
+    from broker.core.status import session_status
+
+    config = load_config(ctx)
+    with open_broker(config) as broker:
+        providers = broker.config.providers if as_json else None  # --json adds each AWS role's deny budget
+        sessions = session_status(broker.store, include_ended=show_all, providers=providers, now=broker.clock())
+    if as_json:
+        print_json(sessions)
+        return
+    if not sessions:
+        typer.echo("no live sessions" if not show_all else "no sessions")
+        return
+    from broker.cli.output import print_table, time_left
+    from broker.vocab.time import parse_iso, utcnow
+
+    now = utcnow()
+    rows = [
+        [
+            item["session"],
+            item["task"],
+            item["state"],
+            time_left(parse_iso(item["expires_at"]), now),
+            ", ".join(f"{c['name']} ({c['type']}, {c['state']})" for c in item["credentials"]),
+        ]
+        for item in sessions
+    ]
+    print_table(("SESSION", "TASK", "STATE", "EXPIRES", "CREDENTIALS"), rows)
+
+
+def renew(
+    ctx: typer.Context,
+    session: Annotated[str, typer.Option("--session", help="Session whose short-lived credentials to re-mint.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the renewals as JSON.")] = False,
+) -> None:
+    """Re-mint credentials that expire before their session (GitHub's hour), swap the files, revoke the old ones.
+
+    Example: broker renew --session s-4k2j9x7q3m1p
+    """
+    from broker.core.renewing import renew_session
+    from broker.vocab.session_ids import check_session_id
+
+    check_session_id(session)
+    config = load_config(ctx)
+    with open_broker(config) as broker:
+        renewals = renew_session(broker, session)
+    if as_json:
+        print_json([r.to_json() for r in renewals])
+        return
+    if not renewals:
+        typer.echo("nothing to renew: every credential lasts as long as the session")
+    for item in renewals:
+        typer.echo(
+            f"  {item.name}: expires {item.new_expires_at} (was {item.old_expires_at}; old one {item.old_outcome})"
+        )
+    if any(r.old_outcome == "pending" for r in renewals):
+        raise RevokeIncomplete("a replaced credential could not be revoked now; it stays pending for broker sweep")
+
+
+class SandboxKind(StrEnum):
+    none = "none"
+    bwrap = "bwrap"
+
+
+class NetworkKind(StrEnum):
+    none = "none"
+    host = "host"
+    allowlist = "allowlist"
+
+
+def exec(
+    ctx: typer.Context,
+    command: Annotated[list[str], typer.Argument(help="The command to run (after --).", metavar="-- CMD ARGS...")],
+    task: Annotated[str, typer.Option("--task", help="Task manifest (YAML or JSON).")],
+    sandbox: Annotated[SandboxKind, typer.Option("--sandbox", help="Run CMD in bubblewrap, or on the host.")] = (
+        SandboxKind.bwrap
+    ),
+    network: Annotated[
+        NetworkKind | None,
+        typer.Option(
+            "--network",
+            help="Network inside the sandbox [default: allowlist when the manifest has a network section, else none].",
+            show_default=False,
+        ),
+    ] = None,
+    workspace: Annotated[
+        Path | None, typer.Option("--workspace", help="Directory bound read-write at /workspace [default: a tmpfs].")
+    ] = None,
+    read_only: Annotated[
+        list[str] | None, typer.Option("--ro-bind", help="Extra host path bound read-only at the same path.")
+    ] = None,
+) -> None:
+    """Issue, run CMD with only its scoped credentials, revoke when it ends; exit with CMD's status.
+
+    CMD gets a clean environment: PATH, HOME, LANG, TERM, the session's hints and the manifest's sandbox.env.
+    Example: broker exec --task task.yaml --sandbox bwrap --workspace ./repo -- make test
+    """
+    from broker.core.executing import ExecOptions, check_sandbox_available, execute
+    from broker.core.manifest import load_manifest
+
+    options = ExecOptions(
+        command=tuple(command),
+        sandbox=sandbox.value,
+        network=network.value if network is not None else None,
+        workspace=workspace,
+        read_only=tuple(read_only or ()),
+    )
+    config = load_config(ctx)
+    manifest = load_manifest(task, config)
+    check_sandbox_available(options, manifest)
+    with open_broker(config) as broker:
+        result = execute(broker, manifest, options)
+    if not result.revoke.complete:
+        print_error(f"session {result.session}: revocation incomplete; pending credentials stay for broker sweep")
+    raise typer.Exit(result.status)
+
+
+def sweep(
+    ctx: typer.Context,
+    as_json: Annotated[bool, typer.Option("--json", help="Print what was done as JSON.")] = False,
+) -> None:
+    """Revoke expired sessions, retry pending revocations, finish what a crash left, remove orphans.
+
+    Only provable broker session directories are removed; anything else in runtime_dir is listed as foreign
+    and left alone. Run it every minute (scripts/systemd/broker-sweep.timer). Exit 5 while something stays pending.
+    Example: broker sweep --json
+    """
+    from broker.cli.output import progress_bar
+    from broker.core.sweeping import sweep as run_sweep
+    from broker.vocab.fields import shown
+
+    config = load_config(ctx)
+    with open_broker(config) as broker, progress_bar("sweeping sessions") as progress:
+        report = run_sweep(broker, progress)
+    if as_json:
+        print_json(report.to_json())
+    else:
+        typer.echo(
+            f"expired {len(report.expired)}, recovered {len(report.recovered)}, retried {len(report.retried)},"
+            f" orphans removed {len(report.orphans_removed)}, busy {len(report.busy)}, pending {len(report.pending)},"
+            f" foreign {len(report.foreign)}"
+        )
+        for item in report.pending:
+            typer.echo(f"  pending: {item['session']} {item['credential']}")
+        for name in report.foreign:
+            typer.echo(f"  foreign, left alone: {shown(name, 80)}")
+    if not report.complete:
+        raise RevokeIncomplete(f"{len(report.pending)} credential(s) still pending; the next sweep retries them")
+
+
+def register(app: typer.Typer) -> None:
+    """Add the session commands to the main application, in help order."""
+    app.command()(issue)
+    app.command()(revoke)
+    app.command()(status)
+    app.command()(renew)
+    app.command(context_settings={"allow_interspersed_args": False})(exec)
+    app.command()(sweep)

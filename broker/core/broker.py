@@ -1,0 +1,135 @@
+"""The broker's working parts for one command: config, store, log, keys and the caller.
+
+``Broker.open`` builds them from a loaded ``Config``; the operations
+(``issuing``, ``revoking``, ``status``) take a ``Broker``. Nothing here prints
+or exits.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import secrets
+import string
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from broker.audit.keys import AuditKeys, load_or_create_keys
+from broker.audit.log import IssuanceLog
+from broker.core.config import Config
+from broker.core.locks import lock_dir
+from broker.core.policy import Policy, Requester, load_policy
+from broker.core.store import SessionStore, open_store
+from broker.host.keepsafe import KeepSafe
+from broker.host.sessiondir import RuntimeDir, prepare_runtime_dir
+from broker.vocab.errors import StoreError
+from broker.vocab.time import utcnow
+
+if TYPE_CHECKING:
+    from broker.core.witness import FlushResult
+
+SESSION_ALPHABET = string.ascii_lowercase + string.digits
+
+
+def new_session_id() -> str:
+    return "s-" + "".join(secrets.choice(SESSION_ALPHABET) for _ in range(12))
+
+
+def current_requester() -> Requester:
+    uid = os.getuid()
+    try:
+        name = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        name = ""
+    return Requester(name=name, uid=uid)
+
+
+def preload_providers(broker: Broker, names: set[str]) -> None:
+    """Import the SDKs of these providers in this thread, before worker threads use them."""
+    for name in sorted(names):
+        provider = broker.config.providers.get(name)
+        if provider is not None:
+            provider.preload()
+
+
+def ensure_state_dir(config: Config) -> None:
+    try:
+        os.makedirs(config.state_dir, mode=0o700, exist_ok=True)
+    except OSError as exc:
+        raise StoreError(f"state_dir {config.state_dir}: {exc.strerror}") from None
+    if not os.access(config.state_dir, os.W_OK | os.X_OK):
+        raise StoreError(f"state_dir {config.state_dir} is not writable by this user")
+    info = os.stat(config.state_dir)  # a symlink to another disk is fine; its target must be the broker's
+    if info.st_uid != os.geteuid() or info.st_mode & 0o022:
+        raise StoreError(
+            f"state_dir {config.state_dir} must be owned by the broker's user and not writable by group or others"
+        )
+
+
+@dataclass
+class Broker:
+    config: Config
+    store: SessionStore
+    log: IssuanceLog
+    keys: AuditKeys
+    requester: Requester
+    clock: Callable[[], datetime] = field(default=utcnow)
+
+    @classmethod
+    def open(cls, config: Config) -> Broker:
+        ensure_state_dir(config)
+        keys = load_or_create_keys(config.audit_key, config.fingerprint_key)
+        for provider in config.providers.values():
+            provider.use_lock_dir(lock_dir(config.state_dir))
+        return cls(
+            config=config,
+            store=open_store(config.state_dir),
+            log=IssuanceLog(config.state_dir, keys),
+            keys=keys,
+            requester=current_requester(),
+        )
+
+    @cached_property
+    def policy(self) -> Policy:
+        return load_policy(self.config.policy_dir, self.config)
+
+    @cached_property
+    def runtime(self) -> RuntimeDir:
+        return prepare_runtime_dir(self.config.runtime_dir, self.config.mount_tmpfs)
+
+    @cached_property
+    def keepsafe(self) -> KeepSafe:
+        return KeepSafe(self.config.runtime_dir)
+
+    def checkpoint(self) -> dict[str, Any] | None:
+        """Sign the log head if this command appended since its last checkpoint; queue it for the witness."""
+        checkpoint = self.log.checkpoint(str(self.requester))
+        if checkpoint is not None:
+            self.store.set_log_head(int(checkpoint["seq"]), str(checkpoint["hash"]))
+            if self.config.witness is not None:
+                from broker.core.witness import note_checkpoint
+
+                note_checkpoint(self.store, self.config.witness, checkpoint, self.clock())
+        return checkpoint
+
+    def witness(self) -> FlushResult | None:
+        """Send the checkpoints the witness has not received yet; a failure stays pending, never raises."""
+        witness = self.config.witness
+        if witness is None:
+            return None
+        from broker.core.witness import flush
+
+        return flush(self.store, witness, self.clock())
+
+    def close(self) -> None:
+        """Sign the log head if this command appended, witness it, then release everything."""
+        try:
+            self.checkpoint()
+            self.witness()
+        finally:
+            self.store.close()
+            for provider in self.config.providers.values():
+                provider.close()

@@ -1,0 +1,232 @@
+"""Operator configuration: the TOML file named by ``--config`` / ``BROKER_CONFIG``.
+
+Loading validates every field and builds every provider instance (cheaply:
+no network, no SDK import), so a broken config fails before any work starts.
+Relative paths are taken relative to the config file's directory.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from broker.core.strictdata import elided
+from broker.vocab.errors import ConfigError
+from broker.vocab.fields import Fields, shown
+from broker.vocab.files import read_regular_file, shown_path
+from providers.registry import known_types, provider_class
+
+if TYPE_CHECKING:
+    from providers.base import Provider
+
+DEFAULT_CONFIG_PATH = Path("/etc/broker/broker.toml")
+CONFIG_ENV = "BROKER_CONFIG"
+MAX_CONFIG_BYTES = 256 * 1024
+INSTANCE_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
+MOUNT_MODES = ("auto", "always", "never")
+# Directories other software shares: sweep empties what it finds in runtime_dir, so neither may be one.
+SHARED_DIRECTORIES = ("/", "/run", "/tmp", "/var/run", "/dev/shm", "/var/tmp", "/home", "/root")
+FIRST_USER_UID = 1000
+NOBODY_UID = 65534
+
+
+WITNESS_URL = re.compile(r"s3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?:/([A-Za-z0-9!_.*'()/-]{0,512}))?")
+LONG_DURATION = re.compile(r"([0-9]{1,6})([smhd])")
+LONG_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+DEFAULT_WITNESS_RETENTION = 400 * 86400
+
+
+@dataclass(frozen=True)
+class WitnessConfig:
+    """``[audit] witness``: an S3 bucket with Object Lock where every checkpoint is also written."""
+
+    bucket: str
+    prefix: str
+    endpoint_url: str | None = None
+    region: str | None = None
+    profile: str | None = None
+    retention: int = DEFAULT_WITNESS_RETENTION  # seconds of COMPLIANCE retention per object
+    interval: int = 0  # 0: every checkpoint; else only the newest, once per interval
+
+    @property
+    def url(self) -> str:
+        return f"s3://{self.bucket}/{self.prefix}"
+
+
+def parse_witness_url(value: str, field: str) -> tuple[str, str]:
+    match = WITNESS_URL.fullmatch(value)
+    if match is None:
+        raise ConfigError(f"{field}: {value[:60]!r} is not s3://BUCKET/PREFIX")
+    return match.group(1), (match.group(2) or "").strip("/")
+
+
+@dataclass(frozen=True)
+class Config:
+    path: Path
+    state_dir: Path
+    runtime_dir: Path
+    policy_dir: Path
+    audit_key: Path
+    fingerprint_key: Path
+    default_ttl: int
+    max_ttl: int
+    mount_tmpfs: str  # auto: mount a tmpfs per session when the broker holds CAP_SYS_ADMIN
+    providers: dict[str, Provider[Any]]
+    witness: WitnessConfig | None = None
+
+
+def resolve_path(base: Path, value: str) -> Path:
+    path = Path(value)
+    return path if path.is_absolute() else (base / path)
+
+
+def config_path(explicit: str | None) -> Path:
+    if explicit:
+        return Path(explicit)
+    env = os.environ.get(CONFIG_ENV)
+    return Path(env) if env else DEFAULT_CONFIG_PATH
+
+
+def check_own_directory(key: str, path: Path) -> Path:
+    """``path`` unless it is (or resolves to) a shared system directory or a home directory."""
+    try:
+        resolved = path.resolve()
+        shared = {Path(d) for d in SHARED_DIRECTORIES} | {Path(d).resolve() for d in SHARED_DIRECTORIES}
+        homes = _home_directories()
+    except (OSError, RuntimeError):  # a symbolic link loop
+        raise ConfigError(f"{key}: {shown(str(path), 80)} cannot be resolved (a symbolic link loop?)") from None
+    if resolved in shared or path in shared or resolved.parent == Path("/home") or resolved in homes:
+        via = "" if resolved == path else f" (resolves to {shown(str(resolved), 80)})"
+        raise ConfigError(
+            f"{key}: {shown(str(path), 80)}{via} is a shared system or home directory;"
+            " give the broker a directory of its own"
+        )
+    return path
+
+
+def _home_directories() -> set[Path]:
+    """The home directories of root and of every user account (uid 1000 and up, but not nobody)."""
+    accounts = [e for e in pwd.getpwall() if e.pw_uid == 0 or FIRST_USER_UID <= e.pw_uid < NOBODY_UID]
+    return {Path(e.pw_dir).resolve() for e in accounts if e.pw_dir.startswith("/") and e.pw_dir != "/nonexistent"}
+
+
+def load_config(path: Path) -> Config:
+    hint = " (use --config or BROKER_CONFIG)"
+    data, _ = read_regular_file(
+        path, what="config file", max_bytes=MAX_CONFIG_BYTES, error=ConfigError, missing_hint=hint
+    )
+    name = f"config file {shown_path(path)}"
+    try:
+        table = tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError(f"{name} is not valid UTF-8") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{name} is not valid TOML{_toml_problem(str(exc))}") from None
+    except (RecursionError, ValueError):  # nesting too deep, an integer of thousands of digits
+        raise ConfigError(f"{name} is not valid TOML: too deeply nested or a number too large") from None
+    return parse_config(table, path)
+
+
+_TOML_WHERE = re.compile(r"(.*?) \((?:at line (\d+), column \d+|at end of document)\)")
+
+
+def _toml_problem(message: str) -> str:
+    """`` at line N: problem`` from tomllib's message, with any content it quotes elided."""
+    where = _TOML_WHERE.fullmatch(" ".join(message.split()))
+    if where is None:
+        return ": malformed"
+    line = f" at line {where.group(2)}" if where.group(2) else " at the end"
+    return f"{line}: {elided(where.group(1))}"
+
+
+def parse_config(table: object, path: Path) -> Config:
+    base = path.resolve().parent
+    fields = Fields(table, "", ConfigError)
+
+    def path_field(key: str, default: str) -> Path:
+        value = fields.string(key, required=False, max_len=4096) or default
+        return resolve_path(base, value)
+
+    state_dir = check_own_directory("state_dir", path_field("state_dir", "/var/lib/broker"))
+    runtime_dir = check_own_directory("runtime_dir", path_field("runtime_dir", "/run/broker"))
+    policy_dir = path_field("policy_dir", "/etc/broker/policies")
+    audit_key = path_field("audit_key", "/etc/broker/audit.key")
+    fingerprint_key = path_field("fingerprint_key", str(audit_key.parent / "fingerprint.key"))
+    default_ttl = fields.duration("default_ttl") or 30 * 60
+    max_ttl = fields.duration("max_ttl") or 12 * 3600
+    if default_ttl > max_ttl:
+        raise ConfigError("default_ttl: longer than max_ttl")
+    mount_tmpfs = fields.string("mount_tmpfs", required=False) or "auto"
+    if mount_tmpfs not in MOUNT_MODES:
+        raise ConfigError(f"mount_tmpfs: must be one of {', '.join(MOUNT_MODES)}")
+    witness = _witness(fields)
+    providers: dict[str, Provider[Any]] = {}
+    table_providers = fields.mapping("providers", required=False)
+    if table_providers is not None:
+        for name, _ in table_providers.items():
+            if not INSTANCE_NAME.fullmatch(name):
+                raise ConfigError(f"providers.{shown(name)}: instance names are lower-case letters, digits, _ and -")
+            instance = table_providers.mapping(name)
+            assert instance is not None
+            type_name = instance.req_string("type")
+            try:
+                cls = provider_class(type_name)
+            except KeyError:
+                raise ConfigError(
+                    f"providers.{name}.type: unknown provider type {type_name[:40]!r}"
+                    f" (known: {', '.join(known_types())})"
+                ) from None
+            providers[name] = cls.from_config(name, instance, base)
+            instance.done()
+    fields.done()
+    return Config(
+        path=path,
+        state_dir=state_dir,
+        runtime_dir=runtime_dir,
+        policy_dir=policy_dir,
+        audit_key=audit_key,
+        fingerprint_key=fingerprint_key,
+        default_ttl=default_ttl,
+        max_ttl=max_ttl,
+        mount_tmpfs=mount_tmpfs,
+        providers=providers,
+        witness=witness,
+    )
+
+
+def _witness(fields: Fields) -> WitnessConfig | None:
+    audit = fields.mapping("audit", required=False)
+    if audit is None:
+        return None
+    url = audit.string("witness", required=False, max_len=600)
+    endpoint_url = audit.string("witness_endpoint_url", required=False, max_len=1024)
+    region = audit.string("witness_region", required=False, max_len=64)
+    profile = audit.string("witness_profile", required=False, max_len=128)
+    retention = _long_duration(audit, "witness_retention", DEFAULT_WITNESS_RETENTION, allow_zero=False)
+    interval = _long_duration(audit, "witness_interval", 0, allow_zero=True)
+    audit.done()
+    if url is None:
+        return None
+    bucket, prefix = parse_witness_url(url, "audit.witness")
+    return WitnessConfig(bucket, prefix, endpoint_url, region, profile, retention, interval)
+
+
+def _long_duration(fields: Fields, key: str, default: int, *, allow_zero: bool) -> int:
+    """Seconds for ``400d``, ``12h``, ``0s`` or an integer (days are allowed here, unlike session TTLs)."""
+    value = fields.raw(key)
+    if value is None:
+        return default
+    if isinstance(value, int) and not isinstance(value, bool):
+        seconds = value
+    elif isinstance(value, str) and (match := LONG_DURATION.fullmatch(value)):
+        seconds = int(match.group(1)) * LONG_UNITS[match.group(2)]
+    else:
+        raise fields.fail(key, "expected a duration such as 0s, 12h or 400d")
+    if seconds < 0 or (seconds == 0 and not allow_zero):
+        raise fields.fail(key, "must be positive" if not allow_zero else "must not be negative")
+    return seconds

@@ -1,0 +1,222 @@
+"""``exec``: issue, run a command with only its credentials, revoke when it ends.
+
+The command gets a clean environment (PATH, HOME, LANG, TERM, the session's
+hints and the manifest's ``sandbox.env``), never the broker's own. With
+``--sandbox bwrap`` it runs inside bubblewrap as the manifest's sandbox user
+(``broker.host.sandbox``), under the seccomp filter of ``broker.host.seccomp``; with
+``--sandbox none`` it runs on the host, as the sandbox user when the broker
+is root, and the hints point at the host directory. SIGINT, SIGTERM and
+SIGHUP are forwarded to the command; whatever happens, the session is
+revoked when the command ends, and a killed broker leaves the session to
+``sweep``.
+
+With ``--network allowlist`` (the default when the manifest has a
+``network`` section) the sandbox gets its own network namespace whose only
+way out is the session's egress proxy (``broker.egress``), bridged in on
+``127.0.0.1:PORT``; the refused destinations are logged as ``egress.denied``
+when the command ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from broker.core.broker import Broker
+from broker.core.issuing import issue, signals_blocked
+from broker.core.locks import session_lock
+from broker.core.manifest import Manifest
+from broker.core.revoking import RevokeReport, revoke_locked
+from broker.egress.bridge import forwarder_argv, proxy_hints
+from broker.egress.records import log_denials
+from broker.egress.running import RunningProxy, running_proxy
+from broker.host.sandbox import (
+    EGRESS_SOCKET,
+    SANDBOX_PATH,
+    SETPRIV,
+    WORKSPACE,
+    SandboxSpec,
+    bwrap_command,
+    bwrap_path,
+    extra_binds,
+)
+from broker.host.seccomp import program_fd
+from broker.vocab.errors import BadInput
+
+PASSED_THROUGH = ("LANG", "TERM")
+FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+COMMAND_NOT_FOUND = 127
+
+
+@dataclass(frozen=True)
+class ExecOptions:
+    command: tuple[str, ...]
+    sandbox: str = "bwrap"  # or "none"
+    network: str | None = None  # "none", "host" or "allowlist"; None: allowlist when the manifest has a network
+    workspace: Path | None = None
+    read_only: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    status: int
+    session: str
+    revoke: RevokeReport
+
+
+def network_mode(options: ExecOptions, manifest: Manifest) -> str:
+    if options.network is not None:
+        return options.network
+    return "allowlist" if manifest.network and options.sandbox == "bwrap" else "none"
+
+
+def check_sandbox_available(options: ExecOptions, manifest: Manifest | None = None) -> None:
+    """Refuse before minting anything when the sandbox cannot be built here."""
+    if options.network == "allowlist" and options.sandbox != "bwrap":
+        raise BadInput("--network allowlist needs --sandbox bwrap: only a network namespace can enforce it")
+    if options.sandbox != "bwrap":
+        return
+    if bwrap_path() is None:
+        raise BadInput("bubblewrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)")
+    if os.geteuid() == 0 and not os.path.exists(SETPRIV):
+        raise BadInput(f"{SETPRIV} is missing (Debian/Ubuntu: apt-get install util-linux)")
+
+
+def child_environment(
+    document: Mapping[str, Any], manifest: Manifest, options: ExecOptions, parent: Mapping[str, str]
+) -> dict[str, str]:
+    env: dict[str, str] = {}
+    if options.sandbox == "bwrap":
+        env["PATH"] = SANDBOX_PATH
+        env["HOME"] = WORKSPACE
+    else:
+        env["PATH"] = parent.get("PATH", SANDBOX_PATH)
+        env["HOME"] = str(options.workspace or Path.cwd())
+    for name in PASSED_THROUGH:
+        if name in parent:
+            env[name] = parent[name]
+    env.update(manifest.sandbox.env)
+    hints: Mapping[str, str] = document["env"]
+    mount_path, directory = str(document["mount_path"]), str(document["dir"])
+    for key, value in hints.items():
+        if options.sandbox == "none" and value.startswith(mount_path + "/"):
+            value = directory + value[len(mount_path) :]  # no mount: point at the host directory
+        env[key] = value
+    return env
+
+
+def execute(broker: Broker, manifest: Manifest, options: ExecOptions) -> ExecResult:
+    """Issue, run the command, revoke; returns the command's exit status as a shell reports it."""
+    check_sandbox_available(options, manifest)
+    document = issue(broker, manifest)
+    session_id = document["session"]
+    lock = session_lock(broker.config.state_dir, session_id)
+    lock.acquire()  # held while the command runs: if this broker dies, sweep revokes the session
+    try:
+        broker.store.mark_exec_bound(session_id)
+        broker.log.checkpoint(str(broker.requester))
+        try:
+            with contextlib.ExitStack() as stack:
+                proxy = None
+                if network_mode(options, manifest) == "allowlist":
+                    owner = (manifest.sandbox.uid, manifest.sandbox.gid) if os.geteuid() == 0 else None
+                    proxy = stack.enter_context(running_proxy(manifest.network, socket_owner=owner))
+                    stack.callback(_log_denials, broker, proxy, session_id, manifest.task)
+                status = _run(document, manifest, options, proxy)
+        finally:
+            with signals_blocked():
+                record = broker.store.get_session(session_id)
+                assert record is not None
+                report = revoke_locked(broker, record, reason="exec ended")
+    finally:
+        lock.release()
+    return ExecResult(status=status, session=session_id, revoke=report)
+
+
+def _log_denials(broker: Broker, proxy: RunningProxy, session_id: str, task: str) -> None:
+    log_denials(broker.log, proxy.denials(), session=session_id, task=task, requester=str(broker.requester))
+
+
+def _run(document: Mapping[str, Any], manifest: Manifest, options: ExecOptions, proxy: RunningProxy | None) -> int:
+    env = child_environment(document, manifest, options, os.environ)
+    if proxy is not None:
+        env.update(proxy_hints())
+    workspace = str(options.workspace.resolve()) if options.workspace else None
+    command = list(options.command)
+    if options.sandbox == "bwrap":
+        if _resolve(command[0], SANDBOX_PATH) is None:
+            return COMMAND_NOT_FOUND
+        spec = SandboxSpec(
+            uid=manifest.sandbox.uid,
+            gid=manifest.sandbox.gid,
+            secrets_dir=str(document["dir"]),
+            mount_path=str(document["mount_path"]),
+            workspace=workspace,
+            env=env,
+            network=options.network == "host",
+            read_only_binds=extra_binds(options.read_only),
+            egress_socket=str(proxy.socket_path) if proxy is not None else None,
+        )
+        if proxy is not None:
+            command = forwarder_argv(EGRESS_SOCKET, command)
+        with program_fd() as seccomp_fd:
+            argv = [*bwrap_command(spec, seccomp_fd=seccomp_fd), *command]
+            env = {"PATH": SANDBOX_PATH}
+            return _spawn(argv, env=env, cwd=None, manifest=manifest, drop=False, pass_fds=(seccomp_fd,))
+    if _resolve(command[0], env["PATH"]) is None:
+        return COMMAND_NOT_FOUND
+    return _spawn(command, env=env, cwd=workspace, manifest=manifest, drop=os.geteuid() == 0)
+
+
+def _resolve(program: str, path: str) -> str | None:
+    if "/" in program:
+        return program if os.access(program, os.X_OK) else None
+    return shutil.which(program, path=path)
+
+
+def _spawn(
+    argv: list[str],
+    *,
+    env: dict[str, str],
+    cwd: str | None,
+    manifest: Manifest,
+    drop: bool,
+    pass_fds: tuple[int, ...] = (),
+) -> int:
+    identity: dict[str, Any] = {}
+    if drop:  # the host command never runs as root
+        identity = {"user": manifest.sandbox.uid, "group": manifest.sandbox.gid, "extra_groups": []}
+    try:
+        child = subprocess.Popen(argv, env=env, cwd=cwd, close_fds=True, pass_fds=pass_fds, **identity)
+    except FileNotFoundError:
+        return COMMAND_NOT_FOUND
+    except PermissionError:
+        return 126
+    with _forwarding(child):
+        status = child.wait()
+    return 128 - status if status < 0 else status
+
+
+@contextmanager
+def _forwarding(child: subprocess.Popen[bytes]) -> Iterator[None]:
+    """While the command runs, the broker's stop signals go to the command instead."""
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        if child.poll() is None:
+            child.send_signal(signum)
+
+    previous = {signum: signal.signal(signum, forward) for signum in FORWARDED_SIGNALS}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

@@ -1,0 +1,390 @@
+"""``issue``: decide, mint, inject, log; and roll everything back when any step fails.
+
+The order keeps every minted credential reachable: the store records a
+credential as ``minting`` (with the part of its reference known in advance)
+before the provider call and ``active`` with its reference right after, the
+log records the issuance, then its files are written. A credential the
+provider returned but that cannot be recorded, or that fails a check after
+minting, is withheld (``broker.core.withholding``): logged with its fingerprint
+and revoked at once, or kept ``pending`` for ``sweep``. Once anything is
+minted, ``issue`` either
+completes (checkpoint, ``--session-file``, the printed document: ``deliver``)
+or revokes everything and fails with exit 4.
+Before all that, each provider reserves room to revoke what it will mint
+(``broker.core.reserving``); without room the issue is denied like a policy denial.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from datetime import datetime, timedelta
+from pathlib import PurePosixPath
+from typing import Any
+
+from broker.core.broker import Broker, new_session_id, preload_providers
+from broker.core.locks import session_lock
+from broker.core.manifest import Manifest
+from broker.core.policy import Decision, decide
+from broker.core.reserving import reserved
+from broker.core.revoking import SETTLED_OUTCOMES, revoke_credential
+from broker.core.store import SessionRecord
+from broker.core.withholding import cause_text, fate, issued_fields, withhold
+from broker.host.sessiondir import SessionDirectory
+from broker.vocab.errors import (
+    BadInput,
+    BrokerError,
+    InternalError,
+    Interrupted,
+    IssueRolledBack,
+    PolicyDenied,
+    ProviderError,
+)
+from broker.vocab.logs import event
+from broker.vocab.time import iso
+from providers.base import CredentialRequest, MintContext, MintedCredential, MintRejected
+
+LOG = logging.getLogger("broker.issue")
+
+
+def check(broker: Broker, manifest: Manifest) -> Decision:
+    """The policy decision for ``manifest`` (no side effects)."""
+    decision = decide(broker.policy, manifest, broker.requester, broker.config)
+    event(
+        LOG,
+        "policy decision",
+        task=manifest.task,
+        requester=decision.requester,
+        allowed=decision.allowed,
+        session_ttl=decision.session_ttl,
+        credentials=[c.to_json() for c in decision.credentials],
+    )
+    return decision
+
+
+Deliver = Callable[[dict[str, Any]], None]
+
+
+def issue(broker: Broker, manifest: Manifest, deliver: Deliver | None = None) -> dict[str, Any]:
+    """Issue a session for ``manifest``; returns the session document.
+
+    ``deliver`` hands the document to the caller (``--session-file``, stdout)
+    while the session can still be rolled back: if it raises, or a signal
+    arrives first, every credential is revoked again.
+    """
+    decision = check(broker, manifest)
+    if not decision.allowed:
+        broker.log.append(
+            "session.denied",
+            session=None,
+            task=manifest.task,
+            requester=str(broker.requester),
+            credentials=[c.to_json() for c in decision.credentials],
+            reasons=list(decision.reasons),
+        )
+        raise PolicyDenied(decision.denial_message(), decision.reasons)
+    _check_sandbox_owner(manifest)
+    broker.log.head()  # a log that cannot take records (torn, unreadable) fails the issue before anything is minted
+    runtime = broker.runtime
+    now = broker.clock().replace(microsecond=0)
+    expires_at = now + timedelta(seconds=decision.session_ttl)
+    session_id = new_session_id()
+    directory = SessionDirectory(runtime, session_id, manifest.sandbox.uid, manifest.sandbox.gid)
+    with reserved(broker, manifest, decision, session_id, expires_at, now):  # until the store knows the credentials
+        lock = session_lock(broker.config.state_dir, session_id)
+        lock.acquire()  # held until the session is complete or rolled back: sweep leaves it alone
+        try:
+            _record_session(broker, manifest, session_id, now, expires_at, directory)
+            return _issue_locked(broker, manifest, decision, session_id, expires_at, directory, deliver)
+        finally:
+            lock.release()
+
+
+def _record_session(
+    broker: Broker,
+    manifest: Manifest,
+    session_id: str,
+    now: datetime,
+    expires_at: datetime,
+    directory: SessionDirectory,
+) -> None:
+    broker.store.create_session(
+        SessionRecord(
+            id=session_id,
+            task=manifest.task,
+            requester=str(broker.requester),
+            state="issuing",
+            created_at=now,
+            expires_at=expires_at,
+            dir=str(directory.path),
+            mount_path=str(manifest.sandbox.mount_path),
+            uid=manifest.sandbox.uid,
+            gid=manifest.sandbox.gid,
+            mounted=directory.runtime.mount_per_session,
+            document=None,
+            manifest={"json": manifest.source_is_json, "text": manifest.source},
+        )
+    )
+
+
+def _issue_locked(
+    broker: Broker,
+    manifest: Manifest,
+    decision: Decision,
+    session_id: str,
+    expires_at: datetime,
+    directory: SessionDirectory,
+    deliver: Deliver | None,
+) -> dict[str, Any]:
+    preload_providers(broker, {request.provider for request in manifest.credentials})
+    pool = ThreadPoolExecutor(max_workers=len(manifest.credentials), thread_name_prefix="mint")
+    try:
+        directory.create()
+        futures = [
+            pool.submit(_mint_and_inject, broker, manifest, decision, request, session_id, expires_at, directory)
+            for request in manifest.credentials
+        ]
+        wait(futures, return_when=FIRST_EXCEPTION)
+        results = [future.result() for future in futures]  # the first failure raises here
+        minted = [(request, credential) for request, credential, _ in results]
+        files = {request.name: written for request, _, written in results}
+        document = session_document(broker, manifest, session_id, expires_at, directory, minted, files)
+        directory.write_file("session.json", json.dumps(document, indent=2).encode() + b"\n")
+        directory.seal()
+        broker.store.set_session_document(session_id, document)
+        broker.store.set_session_state(session_id, "active")
+        broker.log.append(
+            "session.issued",
+            session=session_id,
+            task=manifest.task,
+            requester=str(broker.requester),
+            expires_at=iso(expires_at),
+            credentials=[r.name for r, _ in minted],
+            dir=str(directory.path),
+        )
+        broker.checkpoint()
+        if deliver is not None:
+            deliver(document)
+        return document
+    except BaseException as exc:
+        with signals_blocked():
+            pool.shutdown(wait=True, cancel_futures=True)  # nothing may still be minting while we roll back
+            try:
+                any_minted, pending = _roll_back(broker, manifest, session_id, directory, exc)
+            except BaseException as failure:  # the store or the log is unusable: sweep finishes the job
+                raise IssueRolledBack(
+                    f"issue failed ({cause_text(exc)}) and rolling back failed too ({cause_text(failure)});"
+                    " run broker sweep: it revokes whatever this session minted"
+                ) from None
+        if any_minted:
+            raise _after_mint(exc, pending) from None
+        if isinstance(exc, BrokerError | KeyboardInterrupt | SystemExit):
+            raise
+        raise InternalError(f"issue failed unexpectedly ({type(exc).__name__}); nothing was left behind") from exc
+
+
+def _after_mint(exc: BaseException, pending: list[str]) -> BrokerError:
+    """The exit-4 error once something was minted; its message says truly what became of it."""
+    if pending:
+        fate = f"rollback left {', '.join(pending)} pending for broker sweep"
+    else:
+        fate = "what was minted has been rolled back"
+    if isinstance(exc, ProviderError):  # the message names the provider's failure already
+        if pending:
+            exc.message += f" ({fate})"
+        return exc
+    if isinstance(exc, Interrupted):
+        return IssueRolledBack(f"interrupted by signal {exc.signum}; {fate}")
+    return IssueRolledBack(f"issue failed after minting ({cause_text(exc)}); {fate}")
+
+
+@contextlib.contextmanager
+def signals_blocked() -> Iterator[None]:
+    """Hold SIGINT/SIGTERM/SIGHUP while rolling back, so a second signal cannot cut it short."""
+    signals = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, signals)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def _check_sandbox_owner(manifest: Manifest) -> None:
+    if os.geteuid() != 0 and (manifest.sandbox.uid, manifest.sandbox.gid) != (os.getuid(), os.getgid()):
+        raise BadInput(
+            f"sandbox.uid/gid {manifest.sandbox.uid}/{manifest.sandbox.gid}: only root can issue files"
+            " owned by another user"
+        )
+
+
+def _mint_and_inject(
+    broker: Broker,
+    manifest: Manifest,
+    decision: Decision,
+    request: CredentialRequest,
+    session_id: str,
+    expires_at: datetime,
+    directory: SessionDirectory,
+) -> tuple[CredentialRequest, MintedCredential, list[str]]:
+    """One credential's whole path: record, mint, record again, log, write its files."""
+    credential = mint_one(broker, manifest, decision, request, session_id, expires_at)
+    record_minted(broker, manifest, decision, request, credential, session_id)
+    return request, credential, directory.write_credential(request.name, credential.files)
+
+
+def mint_one(
+    broker: Broker,
+    manifest: Manifest,
+    decision: Decision,
+    request: CredentialRequest,
+    session_id: str,
+    expires_at: datetime,
+    ttl_cap: int | None = None,
+) -> MintedCredential:
+    provider = broker.config.providers[request.provider]
+    ttl = decision.credential(request.name).ttl
+    assert ttl is not None
+    if ttl_cap is not None:
+        ttl = min(ttl, ttl_cap)
+    context = MintContext(
+        session_id=session_id,
+        task=manifest.task,
+        requester=str(broker.requester),
+        ttl=ttl,
+        session_expires_at=expires_at,
+        mount_dir=manifest.sandbox.mount_path / request.name,
+    )
+    planned = provider.planned_reference(request, context)
+    broker.store.add_credential(session_id, request.name, provider.name, provider.type_name, planned)
+    started = time.monotonic()
+    event(LOG, "mint", credential=request.name, provider=provider.name, type=provider.type_name, ttl=ttl)
+    try:
+        minted = provider.mint(request, context)
+    except MintRejected as exc:
+        outcome = withhold(broker, manifest, decision, request, exc.credential, session_id, why=exc.message)
+        raise ProviderError(f"{exc.message}; {fate(outcome)}", retryable=False) from None
+    except BrokerError as exc:
+        broker.store.set_credential_state(session_id, request.name, "failed")
+        event(
+            LOG,
+            "mint failed",
+            credential=request.name,
+            provider=provider.name,
+            error=exc.message,
+            ms=round((time.monotonic() - started) * 1000),
+        )
+        raise
+    event(
+        LOG,
+        "minted",
+        credential=request.name,
+        provider=provider.name,
+        reference=dict(minted.reference),
+        expires_at=iso(minted.expires_at),
+        ms=round((time.monotonic() - started) * 1000),
+    )
+    return minted
+
+
+def record_minted(
+    broker: Broker,
+    manifest: Manifest,
+    decision: Decision,
+    request: CredentialRequest,
+    credential: MintedCredential,
+    session_id: str,
+    **extra: Any,
+) -> None:
+    """Keep its revocation secret, store its reference, log it; if any of that fails, withhold it."""
+    fingerprint = broker.keys.fingerprint(credential.secret)
+    try:
+        if credential.revoke_secret is not None:
+            broker.keepsafe.put(broker.runtime, session_id, request.name, credential.revoke_secret)
+        broker.store.credential_minted(
+            session_id,
+            request.name,
+            reference=credential.reference,
+            scope=credential.scope,
+            expires_at=credential.expires_at,
+            fingerprint=fingerprint,
+        )
+        broker.log.append(
+            "credential.issued", **issued_fields(broker, manifest, decision, request, credential, session_id), **extra
+        )
+    except BaseException as exc:
+        withhold(broker, manifest, decision, request, credential, session_id, why=f"not recorded: {cause_text(exc)}")
+        raise
+
+
+def _roll_back(
+    broker: Broker, manifest: Manifest, session_id: str, directory: SessionDirectory, cause: BaseException
+) -> tuple[bool, list[str]]:
+    """Revoke whatever was minted, remove the directory, mark the session failed.
+
+    Returns whether anything had been minted and which credentials stay pending.
+    A credential still ``minting`` (its provider call ended without an answer
+    the broker kept) is looked for at its provider, as ``sweep`` does.
+    """
+    requester = str(broker.requester)
+    now = broker.clock()
+    for record in broker.store.credentials(session_id):
+        if record.state in ("minting", "active"):
+            revoke_credential(broker, session_id, manifest.task, record, now, reason="rollback")
+    with contextlib.suppress(OSError):  # sweep removes orphaned directories
+        directory.remove()
+    broker.store.set_session_state(session_id, "failed")
+    records = broker.store.credentials(session_id)
+    pending = [r.name for r in records if r.state not in (*SETTLED_OUTCOMES, "failed")]
+    reason = cause.message if isinstance(cause, BrokerError) else type(cause).__name__
+    broker.log.append(
+        "session.revoked",
+        session=session_id,
+        task=manifest.task,
+        requester=requester,
+        reason=f"issue failed: {reason}",
+        pending=pending,
+    )
+    return any(r.state != "failed" for r in records), pending
+
+
+def session_document(
+    broker: Broker,
+    manifest: Manifest,
+    session_id: str,
+    expires_at: Any,
+    directory: SessionDirectory,
+    minted: list[tuple[CredentialRequest, MintedCredential]],
+    files: dict[str, list[str]],
+) -> dict[str, Any]:
+    env: dict[str, str] = {}
+    credentials = []
+    for request, credential in minted:
+        provider_type = broker.config.providers[request.provider].type_name
+        credentials.append(
+            {
+                "name": request.name,
+                "provider": request.provider,
+                "type": provider_type,
+                "expires_at": iso(credential.expires_at),
+                "files": files[request.name],
+                "scope": dict(credential.scope),
+            }
+        )
+        for key, value in credential.env.items():
+            env.setdefault(key, value)
+    env["BROKER_SESSION"] = session_id
+    return {
+        "session": session_id,
+        "task": manifest.task,
+        "expires_at": iso(expires_at),
+        "dir": str(directory.path),
+        "mount_path": str(PurePosixPath(manifest.sandbox.mount_path)),
+        "credentials": credentials,
+        "env": env,
+    }

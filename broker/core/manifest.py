@@ -1,0 +1,198 @@
+"""The task manifest: untrusted input describing one session and its credentials.
+
+Loading is strict (see ``strictdata``): the generic fields are checked here,
+each credential's provider-specific fields by its provider type. Every error
+is a ``ManifestError`` naming the offending field; nothing is minted for an
+invalid manifest.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from broker.core.config import Config
+from broker.core.strictdata import parse_document
+from broker.egress.destinations import Destination
+from broker.egress.policy import read_network_section
+from broker.vocab.errors import ManifestError
+from broker.vocab.fields import Fields, shown
+from broker.vocab.files import read_regular_file, shown_path
+from providers.base import CredentialRequest
+
+MAX_MANIFEST_BYTES = 64 * 1024
+TASK_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
+CREDENTIAL_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
+MOUNT_PATH = re.compile(r"(/[A-Za-z0-9_][A-Za-z0-9._-]{0,63}){1,8}")
+MAX_ID = 2**31 - 1
+DEFAULT_MOUNT_PATH = PurePosixPath("/run/secrets")
+SYSTEM_PATHS = frozenset(
+    {
+        "/bin",
+        "/boot",
+        "/etc",
+        "/home",
+        "/lib",
+        "/lib64",
+        "/opt",
+        "/root",
+        "/run",
+        "/sbin",
+        "/srv",
+        "/tmp",
+        "/usr",
+        "/var",
+        "/workspace",
+    }
+)
+
+
+ENV_NAME = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
+#: Names the broker sets itself, or that change how programs load or authenticate.
+RESERVED_ENV = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "BROKER_SESSION",
+        "VAULT_ADDR",
+        "AWS_SHARED_CREDENTIALS_FILE",
+        "AWS_CONFIG_FILE",
+        "AWS_REGION",
+        "GIT_CONFIG_GLOBAL",
+        "LD_PRELOAD",
+        "LD_LIBRARY_PATH",
+        "LD_AUDIT",
+        "PYTHONPATH",
+    }
+)
+SECRET_LOOKING = re.compile(r"TOKEN|SECRET|PASSW|CREDENTIAL|PRIVATE|(^|_)KEY($|_)|AUTH")
+ENV_VALUE = re.compile(r"[\x20-\x7e]{0,1024}")
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    uid: int
+    gid: int
+    mount_path: PurePosixPath
+    env: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class Manifest:
+    task: str
+    ttl: int | None
+    sandbox: Sandbox
+    credentials: tuple[CredentialRequest, ...]
+    network: tuple[Destination, ...] = ()  # network.allow: what the sandbox may reach through the egress proxy
+    # The document as given (non-secret), kept so `renew` can decide again and re-mint; not part of equality.
+    source: str = field(default="", compare=False, repr=False)
+    source_is_json: bool = field(default=False, compare=False, repr=False)
+
+
+def read_manifest_bytes(source: str) -> tuple[bytes, bool]:
+    """The manifest's bytes (``-`` reads stdin) and whether to parse it as JSON.
+
+    A file must be a regular file (a symbolic link to one is followed: its
+    content is never echoed); a FIFO, a device or a directory is refused
+    without reading it.
+    """
+    if source == "-":
+        return sys.stdin.buffer.read(MAX_MANIFEST_BYTES + 1), False
+    data, _ = read_regular_file(source, what="task file", max_bytes=MAX_MANIFEST_BYTES, error=ManifestError)
+    return data, Path(source).suffix.lower() == ".json"
+
+
+def load_manifest(source: str, config: Config) -> Manifest:
+    data, as_json = read_manifest_bytes(source)
+    what = "manifest" if source == "-" else f"task file {shown_path(source)}"
+    return parse_manifest(data, config, as_json=as_json, what=what)
+
+
+def parse_manifest(data: bytes, config: Config, *, as_json: bool = False, what: str = "manifest") -> Manifest:
+    document = parse_document(data, what=what, max_bytes=MAX_MANIFEST_BYTES, as_json=as_json, error=ManifestError)
+    fields = Fields(document, "", ManifestError)
+    version = fields.integer("version", required=True)
+    if version != 1:
+        raise ManifestError("version: only version 1 is supported")
+    task = fields.req_string("task", pattern=TASK_NAME, max_len=63, hint="lower-case letters, digits, '.', '_', '-'")
+    ttl = fields.duration("ttl")
+    sandbox = _parse_sandbox(fields.mapping("sandbox", required=False))
+    credentials = tuple(_parse_credential(item, config, ttl) for item in fields.list_of_mappings("credentials"))
+    network = read_network_section(fields.mapping("network", required=False))
+    names = [c.name for c in credentials]
+    for index, name in enumerate(names):
+        if name in names[:index]:
+            raise ManifestError(f"credentials[{index}].name: {name!r} is used twice")
+    fields.done()
+    return Manifest(
+        task=task,
+        ttl=ttl,
+        sandbox=sandbox,
+        credentials=credentials,
+        network=network,
+        source=data.decode("utf-8"),
+        source_is_json=as_json,
+    )
+
+
+def _parse_sandbox(fields: Fields | None) -> Sandbox:
+    if fields is None:
+        return Sandbox(uid=os.getuid(), gid=os.getgid(), mount_path=DEFAULT_MOUNT_PATH)
+    uid = fields.integer("uid", minimum=0, maximum=MAX_ID)
+    gid = fields.integer("gid", minimum=0, maximum=MAX_ID)
+    env = _parse_env(fields.mapping("env", required=False))
+    mount = fields.string("mount_path", required=False, max_len=512)
+    mount_path = DEFAULT_MOUNT_PATH
+    if mount is not None:
+        if not MOUNT_PATH.fullmatch(mount) or any(p in ("..", ".") for p in mount.split("/")):
+            raise ManifestError(f"sandbox.mount_path: {shown(mount)} is not an absolute, normalised path")
+        mount_path = PurePosixPath(mount)
+        if str(mount_path) in SYSTEM_PATHS or mount_path.parts[1] in ("proc", "sys", "dev"):
+            raise ManifestError(f"sandbox.mount_path: {shown(mount)} would cover a system directory of the sandbox")
+    fields.done()
+    return Sandbox(
+        uid=os.getuid() if uid is None else uid,
+        gid=os.getgid() if gid is None else gid,
+        mount_path=mount_path,
+        env=env,
+    )
+
+
+def _parse_env(fields: Fields | None) -> tuple[tuple[str, str], ...]:
+    """``sandbox.env``: extra non-secret variables for ``broker exec`` (names checked, secrets refused)."""
+    if fields is None:
+        return ()
+    items = fields.items()
+    if len(items) > 32:
+        raise ManifestError("sandbox.env: more than 32 variables")
+    result = []
+    for name, value in items:
+        where = fields.where(name)  # escaped and bounded: the name is untrusted
+        if not ENV_NAME.fullmatch(name):
+            raise ManifestError(f"{where}: variable names are upper-case letters, digits and _")
+        if name in RESERVED_ENV:
+            raise ManifestError(f"{where}: set by the broker or the loader; not allowed here")
+        if SECRET_LOOKING.search(name):
+            raise ManifestError(f"{where}: looks like a secret; secrets never go into the environment")
+        if not isinstance(value, str) or not ENV_VALUE.fullmatch(value):
+            raise ManifestError(f"{where}: expected printable text of at most 1024 characters")
+        result.append((name, value))
+    return tuple(result)
+
+
+def _parse_credential(fields: Fields, config: Config, session_ttl: int | None) -> CredentialRequest:
+    name = fields.req_string("name", pattern=CREDENTIAL_NAME, max_len=32, hint="lower-case letters, digits, '_', '-'")
+    provider_name = fields.req_string("provider", max_len=64)
+    if provider_name not in config.providers:
+        known = ", ".join(sorted(config.providers)) or "none configured"
+        raise fields.fail("provider", f"unknown provider {shown(provider_name)} (known: {known})")
+    ttl = fields.duration("ttl")
+    if ttl is not None and session_ttl is not None and ttl > session_ttl:
+        raise fields.fail("ttl", "longer than the session's ttl")
+    provider_cls = type(config.providers[provider_name])
+    request: CredentialRequest = provider_cls.parse_request(fields, name=name, provider=provider_name, ttl=ttl)
+    fields.done()
+    return request

@@ -1,0 +1,117 @@
+"""``renew``: re-mint the credentials that expire before their session does.
+
+A GitHub token lasts an hour, a task may last longer. For each credential
+whose ``expires_at`` is before the session's, under the session lock:
+
+1. the current credential is renamed ``<name>~<n>`` in the store (it stays
+   there, active, until revoked, so a crash forgets nothing);
+2. a new one is minted for what is left of the session, with the policy
+   decided again for the stored manifest (a policy tightened since the issue
+   applies; a denied renewal changes nothing);
+3. its files replace the old ones atomically (a reader sees the old token or
+   the new one, never half of either), ``session.json`` too;
+4. the old credential is revoked.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from typing import Any
+
+from broker.core.broker import Broker
+from broker.core.issuing import mint_one, record_minted
+from broker.core.locks import session_lock
+from broker.core.manifest import Manifest, parse_manifest
+from broker.core.policy import decide
+from broker.core.revoking import revoke_credential
+from broker.core.store import SessionRecord
+from broker.host.sessiondir import SessionDirectory
+from broker.vocab.errors import BadInput, PolicyDenied, UnknownSession
+from broker.vocab.holding import holding
+from broker.vocab.time import iso
+
+
+@dataclass(frozen=True)
+class Renewal:
+    name: str
+    old_expires_at: str
+    new_expires_at: str
+    old_outcome: str
+
+    def to_json(self) -> dict[str, str]:
+        return {
+            "name": self.name,
+            "old_expires_at": self.old_expires_at,
+            "new_expires_at": self.new_expires_at,
+            "old_outcome": self.old_outcome,
+        }
+
+
+def renew_session(broker: Broker, session_id: str) -> list[Renewal]:
+    with holding(session_lock(broker.config.state_dir, session_id), f"session {session_id}"):
+        session = broker.store.get_session(session_id)
+        if session is None:
+            raise UnknownSession(f"unknown session {session_id[:64]!r}")
+        if session.state != "active":
+            raise BadInput(f"session {session_id} is {session.state}; only active sessions are renewed")
+        if session.manifest is None:
+            raise BadInput(f"session {session_id} was issued by an older broker and cannot be renewed")
+        manifest = parse_manifest(
+            str(session.manifest["text"]).encode(), broker.config, as_json=bool(session.manifest["json"])
+        )
+        return _renew(broker, session, manifest)
+
+
+def _renew(broker: Broker, session: SessionRecord, manifest: Manifest) -> list[Renewal]:
+    now = broker.clock()
+    remaining = int((session.expires_at - now).total_seconds())
+    due = [
+        c
+        for c in broker.store.credentials(session.id)
+        if c.state == "active" and "~" not in c.name and c.expires_at is not None and c.expires_at < session.expires_at
+    ]
+    if not due or remaining <= 0:
+        return []
+    decision = decide(broker.policy, manifest, broker.requester, broker.config)
+    if not decision.allowed:
+        raise PolicyDenied(decision.denial_message("renewal denied by policy"), decision.reasons)
+    directory = SessionDirectory(broker.runtime, session.id, session.uid, session.gid)
+    requests = {r.name: r for r in manifest.credentials}
+    renewals = []
+    generation = 1 + sum(1 for c in broker.store.credentials(session.id) if "~" in c.name)
+    for old in due:
+        retired = f"{old.name}~{generation}"
+        generation += 1
+        broker.store.retire_credential(session.id, old.name, retired)
+        broker.keepsafe.rename(session.id, old.name, retired)
+        request = requests[old.name]
+        credential = mint_one(broker, manifest, decision, request, session.id, session.expires_at, ttl_cap=remaining)
+        record_minted(broker, manifest, decision, request, credential, session.id, renewal_of=retired)
+        directory.unseal()
+        try:
+            directory.write_credential(request.name, credential.files)
+        finally:
+            directory.seal()
+        retired_record = replace(old, name=retired)
+        outcome = revoke_credential(broker, session.id, session.task, retired_record, broker.clock(), reason="renewed")
+        assert old.expires_at is not None
+        renewals.append(Renewal(old.name, iso(old.expires_at), iso(credential.expires_at), outcome))
+    _refresh_document(broker, session, directory, renewals)
+    return renewals
+
+
+def _refresh_document(
+    broker: Broker, session: SessionRecord, directory: SessionDirectory, renewals: list[Renewal]
+) -> None:
+    document: dict[str, Any] = dict(session.document or {})
+    new_expiry = {r.name: r.new_expires_at for r in renewals}
+    document["credentials"] = [
+        {**c, "expires_at": new_expiry.get(c["name"], c["expires_at"])} for c in document.get("credentials", [])
+    ]
+    directory.unseal()
+    try:
+        directory.write_file("session.json", json.dumps(document, indent=2).encode() + b"\n")
+    finally:
+        directory.seal()
+    broker.store.set_session_document(session.id, document)

@@ -1,0 +1,75 @@
+"""Room to revoke what an issue is about to mint, held from before the first mint until the store knows it.
+
+A credential whose revocation could not be carried out later must not be
+minted: AWS deny-policy revocations share the role's 10,240 inline-policy
+characters, so an issue that would not fit is denied now (exit 3, a
+``session.denied`` record), before anything exists at a provider. Each
+provider decides (``Provider.reserve``) from the live credentials the store
+knows; ``issue`` keeps the reservation until it has recorded the new ones.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Iterator
+from datetime import datetime
+
+from broker.core.broker import Broker
+from broker.core.manifest import Manifest
+from broker.core.policy import Decision
+from broker.vocab.errors import PolicyDenied
+from providers.base import CredentialRequest, MintContext, RevokeTarget
+
+
+def mint_context(
+    broker: Broker,
+    manifest: Manifest,
+    decision: Decision,
+    request: CredentialRequest,
+    session_id: str,
+    expires_at: datetime,
+) -> MintContext:
+    """What the provider will be told about the session it mints ``request`` for (as ``issuing.mint_one``)."""
+    ttl = decision.credential(request.name).ttl
+    assert ttl is not None
+    return MintContext(
+        session_id=session_id,
+        task=manifest.task,
+        requester=str(broker.requester),
+        ttl=ttl,
+        session_expires_at=expires_at,
+        mount_dir=manifest.sandbox.mount_path / request.name,
+    )
+
+
+@contextlib.contextmanager
+def reserved(
+    broker: Broker, manifest: Manifest, decision: Decision, session_id: str, expires_at: datetime, now: datetime
+) -> Iterator[None]:
+    """Every provider's room for this session's revocations; PolicyDenied (logged) when one has none."""
+    wanted: dict[str, list[tuple[CredentialRequest, MintContext]]] = {}
+    for request in manifest.credentials:
+        context = mint_context(broker, manifest, decision, request, session_id, expires_at)
+        wanted.setdefault(request.provider, []).append((request, context))
+    with contextlib.ExitStack() as stack:
+        for name in sorted(wanted):
+            provider = broker.config.providers[name]
+            try:
+                stack.enter_context(provider.reserve(wanted[name], functools.partial(_live, broker, name, now), now))
+            except PolicyDenied as exc:
+                broker.log.append(
+                    "session.denied",
+                    session=None,
+                    task=manifest.task,
+                    requester=str(broker.requester),
+                    credentials=[c.to_json() for c in decision.credentials],
+                    reasons=list(exc.reasons or (exc.message,)),
+                )
+                raise
+        yield
+
+
+def _live(broker: Broker, provider: str, now: datetime) -> list[RevokeTarget]:
+    """The provider's unexpired credentials as the store knows them right now."""
+    return [RevokeTarget(c.name, c.reference, c.expires_at) for c in broker.store.live_credentials(provider, now)]

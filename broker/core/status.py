@@ -1,0 +1,76 @@
+"""``status``: the sessions the store knows, as JSON-able objects.
+
+With the providers given (``status --json``), each credential whose
+revocation draws on a deny budget (AWS ``deny-policy``: its role's inline
+policies) also carries ``deny_budget``, read once per role from the provider.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from broker.core.store import LIVE_SESSION_STATES, CredentialRecord, SessionStore
+from broker.vocab.time import iso
+from providers.base import DenyBudget, Provider, RevokeTarget
+
+
+def session_status(
+    store: SessionStore,
+    *,
+    include_ended: bool,
+    providers: Mapping[str, Provider[Any]] | None = None,
+    now: datetime | None = None,
+) -> list[dict[str, Any]]:
+    states = None if include_ended else LIVE_SESSION_STATES
+    sessions = [(session, store.credentials(session.id)) for session in store.sessions(states=states)]
+    budgets: dict[tuple[str, str], DenyBudget] = {}
+    if providers is not None and now is not None:
+        budgets = deny_budgets(store, providers, [c for _, records in sessions for c in records], now)
+    result = []
+    for session, records in sessions:
+        credentials = []
+        for c in records:
+            item: dict[str, Any] = {
+                "name": c.name,
+                "provider": c.provider,
+                "type": c.type,
+                "state": c.state,
+                "expires_at": iso(c.expires_at) if c.expires_at else None,
+            }
+            provider = (providers or {}).get(c.provider)
+            role = provider.budget_role(c.reference) if provider is not None else None
+            if role is not None and (c.provider, role) in budgets:
+                item["deny_budget"] = budgets[(c.provider, role)].to_json()
+            credentials.append(item)
+        result.append(
+            {
+                "session": session.id,
+                "task": session.task,
+                "state": session.state,
+                "requester": session.requester,
+                "created_at": iso(session.created_at),
+                "expires_at": iso(session.expires_at),
+                "credentials": credentials,
+            }
+        )
+    return result
+
+
+def deny_budgets(
+    store: SessionStore, providers: Mapping[str, Provider[Any]], records: list[CredentialRecord], now: datetime
+) -> dict[tuple[str, str], DenyBudget]:
+    """The deny budget of every role ``records`` draw on, by (provider, role)."""
+    roles: dict[str, set[str]] = {}
+    for record in records:
+        provider = providers.get(record.provider)
+        role = provider.budget_role(record.reference) if provider is not None else None
+        if provider is not None and role is not None:
+            roles.setdefault(provider.name, set()).add(role)
+    budgets: dict[tuple[str, str], DenyBudget] = {}
+    for name, wanted in sorted(roles.items()):
+        live = [RevokeTarget(c.name, c.reference, c.expires_at) for c in store.live_credentials(name, now)]
+        for budget in providers[name].deny_budgets(wanted, live, now):
+            budgets[(name, budget.role)] = budget
+    return budgets

@@ -1,0 +1,178 @@
+"""``sweep``: finish whatever expiry, a crash or an outage left behind.
+
+One sweep at a time (a lock in ``state_dir/locks``); sessions a live broker
+is working on are skipped (their session lock is held). In order:
+
+1. sessions left ``issuing`` by a crashed ``issue``: roll back (revoke what
+   was minted, look for what a provider minted that the store never heard
+   of, remove the directory);
+2. sessions left ``revoking``: finish the revocation;
+3. ``active`` sessions past ``expires_at``: revoke, logged ``session.expired``;
+   credentials of live sessions past their own ``expires_at``: revoke;
+4. ended sessions with ``pending`` credentials: retry;
+5. directories and tmpfs mounts under ``runtime_dir`` that belong to no live
+   session, and kept revocation secrets nobody needs any more. Only what is
+   provably the broker's goes: a session the store knows, or one whose
+   directory proves it (see ``is_broker_session_dir``). Every other entry is
+   reported as ``foreign`` and left alone, since ``runtime_dir`` may be shared
+   with something the broker knows nothing about;
+6. checkpoints the witness has not received yet (an outage): sent again.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from broker.core.broker import Broker
+from broker.core.locks import remove_session_lock, session_lock, sweep_lock, try_lock
+from broker.core.revoking import RevokeReport, revoke_credential, revoke_locked
+from broker.core.store import LIVE_SESSION_STATES, SessionRecord
+from broker.host.keepsafe import KEEP_DIR
+from broker.host.sessiondir import is_broker_session_dir, remove_session_path
+from broker.vocab.holding import holding
+from broker.vocab.session_ids import is_session_id
+
+
+@dataclass
+class SweepReport:
+    expired: list[str] = field(default_factory=list)
+    recovered: list[str] = field(default_factory=list)
+    retried: list[str] = field(default_factory=list)
+    pending: list[dict[str, str]] = field(default_factory=list)
+    busy: list[str] = field(default_factory=list)
+    orphans_removed: list[str] = field(default_factory=list)
+    foreign: list[str] = field(default_factory=list)
+    witness_pending: int = 0
+
+    @property
+    def complete(self) -> bool:
+        return not self.pending
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "expired": self.expired,
+            "recovered": self.recovered,
+            "retried": self.retried,
+            "pending": self.pending,
+            "busy": self.busy,
+            "orphans_removed": self.orphans_removed,
+            "foreign": self.foreign,
+            "witness_pending": self.witness_pending,
+        }
+
+
+Progress = Callable[[int, int], None]
+
+
+def sweep(broker: Broker, progress: Progress | None = None) -> SweepReport:
+    """One sweep; ``progress(done, total)`` is called after each session looked at."""
+    report = SweepReport()
+    with holding(sweep_lock(broker.config.state_dir), "sweep", timeout=300):
+        now = broker.clock()
+        live = broker.store.sessions(states=LIVE_SESSION_STATES)
+        live_ids = {s.id for s in live}
+        unsettled = sorted({c.session_id for c in broker.store.unsettled_credentials()} - live_ids)
+        total = len(live) + len(unsettled)
+        for done, session in enumerate(live, start=1):
+            _sweep_session(broker, session, now, report)
+            if progress:
+                progress(done, total)
+        for done, session_id in enumerate(unsettled, start=len(live) + 1):
+            ended = broker.store.get_session(session_id)
+            if ended is not None and ended.state not in LIVE_SESSION_STATES:
+                _sweep_session(broker, ended, now, report)
+            if progress:
+                progress(done, total)
+        _remove_orphans(broker, report)
+        witnessed = broker.witness()
+        report.witness_pending = witnessed.pending if witnessed is not None else 0
+    return report
+
+
+def _sweep_session(broker: Broker, session: SessionRecord, now: Any, report: SweepReport) -> None:
+    lock = session_lock(broker.config.state_dir, session.id)
+    if not try_lock(lock):
+        report.busy.append(session.id)
+        return
+    try:
+        current = broker.store.get_session(session.id) or session
+        if current.state == "issuing":
+            result = revoke_locked(broker, current, reason="crash recovery")
+            report.recovered.append(current.id)
+        elif current.state == "revoking":
+            result = revoke_locked(broker, current, reason="sweep")
+            report.recovered.append(current.id)
+        elif current.state == "active" and current.exec_bound:  # its `broker exec` is gone (lock was free)
+            result = revoke_locked(broker, current, reason="exec broker gone")
+            report.recovered.append(current.id)
+        elif current.state == "active" and current.expires_at <= now:
+            result = revoke_locked(broker, current, reason="expired")
+            report.expired.append(current.id)
+        elif current.state == "active":
+            _revoke_expired_credentials(broker, current, now)
+            return
+        else:
+            result = revoke_locked(broker, current, reason="sweep retry")
+            report.retried.append(current.id)
+        _note_pending(result, report)
+        if result.complete:
+            remove_session_lock(broker.config.state_dir, current.id)
+    finally:
+        lock.release()
+
+
+def _revoke_expired_credentials(broker: Broker, session: SessionRecord, now: Any) -> None:
+    """A credential may end before its session (a GitHub token cut to a shorter TTL): revoke it then."""
+    for record in broker.store.credentials(session.id):
+        if record.state == "active" and record.expires_at is not None and record.expires_at <= now:
+            revoke_credential(broker, session.id, session.task, record, now, reason="expired")
+
+
+def _note_pending(result: RevokeReport, report: SweepReport) -> None:
+    for credential in result.credentials:
+        if credential.outcome == "pending":
+            report.pending.append({"session": result.session, "credential": credential.name})
+
+
+def _remove_orphans(broker: Broker, report: SweepReport) -> None:
+    runtime_dir = broker.config.runtime_dir
+    try:
+        names = os.listdir(runtime_dir)
+    except FileNotFoundError:
+        return
+    live = {s.id for s in broker.store.sessions(states=LIVE_SESSION_STATES)}  # read after listing the names
+    for name in sorted(names):
+        if name == KEEP_DIR or name in live:
+            continue
+        if not is_session_id(name):
+            report.foreign.append(name)
+            continue
+        lock = session_lock(broker.config.state_dir, name)
+        if not try_lock(lock):
+            continue  # an issue is creating it right now
+        try:
+            _remove_orphan(broker, name, report)
+        except OSError:
+            pass
+        finally:
+            lock.release()
+    pending = {(c.session_id, c.name) for c in broker.store.unsettled_credentials()}
+    for session_id, name in broker.keepsafe.held():
+        if (session_id, name) not in pending:
+            broker.keepsafe.drop(session_id, name)
+
+
+def _remove_orphan(broker: Broker, name: str, report: SweepReport) -> None:
+    """Remove ``runtime_dir/name`` (its session lock held) when it is provably the broker's own."""
+    runtime_dir = broker.config.runtime_dir
+    known = broker.store.get_session(name)
+    if known is not None and known.state in LIVE_SESSION_STATES:
+        return  # issued after the listing above
+    if known is None and not is_broker_session_dir(runtime_dir, name):
+        report.foreign.append(name)
+        return
+    if remove_session_path(runtime_dir, name):
+        report.orphans_removed.append(name)

@@ -1,0 +1,42 @@
+"""Durations as SPEC.md defines them: ``90s``, ``15m``, ``1h`` or a whole number of seconds."""
+
+from __future__ import annotations
+
+import re
+
+from broker.vocab.errors import BadInput
+
+_DURATION = re.compile(r"([1-9][0-9]{0,8})([smh]?)")
+_UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600}
+#: Nothing the broker hands out lives longer than a week; larger values are typos or attacks.
+MAX_DURATION_SECONDS = 7 * 24 * 3600
+
+
+def parse_duration(value: object, field: str, error: type[BadInput] = BadInput) -> int:
+    """Seconds for a duration value; raise ``error`` naming ``field`` when invalid."""
+    if isinstance(value, bool):
+        raise error(f"{field}: expected a duration such as 90s, 15m or 1h, got a boolean")
+    if isinstance(value, int):
+        seconds = value
+    elif isinstance(value, str):
+        match = _DURATION.fullmatch(value)
+        if match is None:
+            raise error(f"{field}: {value[:40]!r} is not a duration (a positive integer followed by s, m or h)")
+        seconds = int(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    else:
+        raise error(f"{field}: expected a duration such as 90s, 15m or 1h")
+    if seconds <= 0:
+        raise error(f"{field}: a duration must be positive")
+    if seconds > MAX_DURATION_SECONDS:
+        shown = f"{seconds}s" if seconds < 10**20 else "the value"  # a 4000-digit number stays out of the message
+        raise error(f"{field}: {shown} is longer than the 168h the broker accepts")
+    return seconds
+
+
+def format_duration(seconds: int) -> str:
+    """The shortest exact spelling: ``3600`` -> ``1h``, ``90`` -> ``90s``."""
+    if seconds % 3600 == 0:
+        return f"{seconds // 3600}h"
+    if seconds % 60 == 0:
+        return f"{seconds // 60}m"
+    return f"{seconds}s"

@@ -1,0 +1,1 @@
+"""The ``aws_sts`` provider: AssumeRole narrowed by a session policy, revoked by a Deny on the role."""

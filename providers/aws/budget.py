@@ -1,0 +1,166 @@
+"""Room in a role's deny policy: reserved before an AssumeRole, measured for doctor and status.
+
+A revocation that does not fit the role's 10,240 inline-policy characters
+stays pending while the credentials stay valid, and an agent able to start
+and end sessions could fill the policy on purpose. So before assuming a role
+the provider builds the deny policy as it would stand with every live broker
+session of that role revoked (live: unexpired and in the store, revoked
+already or not) plus the new session, next to the role's other inline
+policies; when that would not fit, the issue is denied and nothing is minted.
+Entries other writers left in the policy count as they stand; ended ones are
+pruned first. The check and the mint that follows hold a per-role lock (a
+thread lock and, with a lock dir, a host file lock), so two issues on this
+host cannot both take the last room. Brokers on other hosts (with
+``shared_role_writers``) are only seen through what they already revoked.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import threading
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from broker.vocab.errors import BrokerError, PolicyDenied
+from broker.vocab.holding import holding
+from providers.aws.deny import ROLE_INLINE_BUDGET, DenyEntry, DenyList, entries_for, policy_size
+from providers.aws.request import AWS_MAX_TTL, AwsStsRequest
+from providers.aws.revoke import DenyPolicyWriter
+from providers.base import DenyBudget, MintContext, RevokeTarget
+
+if TYPE_CHECKING:
+    from providers.aws.provider import AwsStsProvider
+
+#: How much later than at the check the new credentials may start (their expiry, and so their bucket, moves).
+MINT_SLACK = timedelta(minutes=10)
+_THREAD_LOCKS: dict[str, threading.RLock] = {}
+_FILE_LOCKS: dict[str, Any] = {}
+_GUARD = threading.Lock()
+
+
+def role_name_of(role_arn: str) -> str:
+    return role_arn.rsplit("/", 1)[-1]
+
+
+def live_entries(role_arn: str, role_id: str, live: Iterable[RevokeTarget], now: datetime) -> dict[str, DenyEntry]:
+    """What revoking each live credential of this role (this role id) adds, by broker session."""
+    entries: dict[str, DenyEntry] = {}
+    for target in live:
+        ref = target.reference
+        if ref.get("role_arn") != role_arn or ref.get("role_id") != role_id or target.expires_at is None:
+            continue
+        if target.expires_at <= now:
+            continue
+        for entry in entries_for(ref.get("assumed_role_id", ""), ref.get("source_identity", ""), target.expires_at):
+            if entry.value and (entry.value not in entries or entries[entry.value].until < entry.until):
+                entries[entry.value] = entry
+    return entries
+
+
+def measure(
+    writer: DenyPolicyWriter, role_name: str, live: Iterable[DenyEntry], now: datetime
+) -> tuple[int, int, DenyList]:
+    """(characters the role's inline policies use now, those of its other policies, the deny list with ``live``)."""
+    others = writer.other_inline_size(role_name)
+    current = writer.read(role_name)
+    reserved = DenyList.parse(current).pruned(now).merged(live)
+    return others + policy_size(current), others, reserved
+
+
+@contextlib.contextmanager
+def reserve(
+    provider: AwsStsProvider,
+    wanted: Sequence[tuple[AwsStsRequest, MintContext]],
+    live: Callable[[], Sequence[RevokeTarget]],
+    now: datetime,
+) -> Iterator[None]:
+    """Hold each wanted role's lock and check its room; PolicyDenied when a revocation would not fit."""
+    by_role: dict[str, list[tuple[AwsStsRequest, MintContext]]] = {}
+    for request, context in wanted:
+        by_role.setdefault(request.role_name, []).append((request, context))
+    with contextlib.ExitStack() as stack:
+        for role_name in sorted(by_role):
+            stack.enter_context(role_lock(provider, role_name))
+        known = live()  # read under the locks: an issue that held them before has stored what it minted
+        for role_name in sorted(by_role):
+            _check_room(provider, role_name, by_role[role_name], known, now)
+        yield
+
+
+def _check_room(
+    provider: AwsStsProvider,
+    role_name: str,
+    wanted: list[tuple[AwsStsRequest, MintContext]],
+    live: Sequence[RevokeTarget],
+    now: datetime,
+) -> None:
+    from providers.aws.provider import role_session_name
+
+    role_arn = wanted[0][0].role_arn
+    role = provider._role(role_name, role_arn)
+    role_id = str(role["RoleId"])
+    current = live_entries(role_arn, role_id, live, now)
+    writer = DenyPolicyWriter(provider, provider.client("iam"))
+    _, others, reserved = measure(writer, role_name, current.values(), now)
+    needed = 0
+    for slack in (timedelta(0), MINT_SLACK):
+        new: list[DenyEntry] = []
+        for request, context in wanted:
+            expires = min(now + timedelta(seconds=context.ttl) + slack, context.session_expires_at)
+            user_id = f"{role_id}:{role_session_name(context.session_id, request.name)}"
+            new.extend(entries_for(user_id, context.session_id, expires))
+        needed = max(needed, others + policy_size(reserved.merged(new).document()))
+    if needed > ROLE_INLINE_BUDGET:
+        sessions = len(current)
+        raise PolicyDenied(
+            f"aws {provider.name}: role {role_name} has {sessions} live broker session(s); revoking this one"
+            f" as well would need {needed} of the {ROLE_INLINE_BUDGET} characters IAM allows the role's"
+            " inline policies, so it is not issued; retry once sessions expire",
+            (f"role {role_name}: no room to revoke another session next to {sessions} live one(s)",),
+        )
+
+
+def budgets(
+    provider: AwsStsProvider, role_arns: Collection[str], live: Sequence[RevokeTarget], now: datetime
+) -> list[DenyBudget]:
+    """One ``DenyBudget`` per role ARN; a failure to read a role is that budget's ``error``."""
+    result = []
+    for role_arn in sorted(role_arns):
+        sessions = 0
+        try:
+            role = provider._role(role_name_of(role_arn), role_arn)
+            current = live_entries(role_arn, str(role["RoleId"]), live, now)
+            sessions = len(current)
+            writer = DenyPolicyWriter(provider, provider.client("iam"))
+            used, others, reserved = measure(writer, role_name_of(role_arn), current.values(), now)
+        except BrokerError as exc:
+            result.append(DenyBudget(role_arn, sessions, ROLE_INLINE_BUDGET, error=exc.message))
+            continue
+        total = others + policy_size(reserved.document())
+        # Another session at worst opens a bucket of its own: the latest one there can be.
+        another = entries_for("", "s-" + "x" * 12, now + timedelta(seconds=AWS_MAX_TTL))
+        full = others + policy_size(reserved.merged(another).document()) > ROLE_INLINE_BUDGET
+        result.append(DenyBudget(role_arn, sessions, ROLE_INLINE_BUDGET, used=used, reserved=total, full=full))
+    return result
+
+
+@contextlib.contextmanager
+def role_lock(provider: AwsStsProvider, role_name: str) -> Iterator[None]:
+    """This role's reservation lock: a re-entrant thread lock, and a host file lock with a lock dir."""
+    key = hashlib.sha256(f"{provider.endpoint_url or ''}|{role_name}".encode()).hexdigest()[:24]
+    with _GUARD:
+        thread_lock = _THREAD_LOCKS.setdefault(key, threading.RLock())
+        file_lock = None
+        if provider.lock_dir is not None:
+            from filelock import FileLock
+
+            path = str(provider.lock_dir / f"aws-budget-{key}.lock")
+            file_lock = _FILE_LOCKS.setdefault(path, FileLock(path, thread_local=False))
+    with thread_lock:
+        if file_lock is None:
+            yield
+            return
+        with holding(file_lock, f"the revocation budget of role {role_name}"):
+            yield

@@ -1,0 +1,97 @@
+"""Writing one role's ``BrokerRevokedSessions`` policy: read, prune, merge, budget, put, read back.
+
+IAM has no compare-and-swap for policy documents, so two revocations racing
+on one role could each write a document lacking the other's entry. The
+provider serialises revocations per role inside one process; against writers
+elsewhere, each write is followed by a pause (``settle_seconds``) and a read
+back, and the whole read-modify-write is retried until the entries are seen.
+The document layout and its pruning live in ``providers.aws.deny``.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from broker.vocab.errors import ProviderError
+from providers.aws.deny import POLICY_NAME, ROLE_INLINE_BUDGET, DenyEntry, DenyList, policy_size
+from providers.aws.errors import AwsErrors, ProviderFacts
+
+
+@dataclass(frozen=True)
+class DenyPolicyWriter:
+    provider: ProviderFacts
+    iam: Any  # a boto3 IAM client of the broker's own identity
+    settle_seconds: float = 1.0
+    attempts: int = 5
+
+    def update(self, role_name: str, wanted: tuple[DenyEntry, ...], now: datetime | None = None) -> None:
+        """Make the role's deny policy hold ``wanted`` (nothing: just prune); ProviderError otherwise."""
+        for attempt in range(self.attempts):
+            moment = now or datetime.now(UTC)
+            others = self.other_inline_size(role_name)
+            current = self.read(role_name)
+            new = DenyList.parse(current).pruned(moment).merged(wanted).document()
+            if new == current:
+                return  # nothing to prune, everything wanted already there
+            self._write(role_name, new, others)
+            if not wanted:
+                return
+            time.sleep(self.settle_seconds)
+            if DenyList.parse(self.read(role_name)).covers(wanted):
+                return
+            time.sleep(random.uniform(0, self.settle_seconds * (attempt + 1)))  # noqa: S311 - jitter
+        raise ProviderError(
+            f"aws {self.provider.name}: the deny policy of role {role_name} kept losing this revocation"
+            f" to concurrent updates ({self.attempts} attempts)"
+        )
+
+    def _write(self, role_name: str, document: dict[str, Any] | None, others: int) -> None:
+        if document is None:
+            with AwsErrors(self.provider, "DeleteRolePolicy", missing_ok=True):
+                self.iam.delete_role_policy(RoleName=role_name, PolicyName=POLICY_NAME)
+            return
+        total = others + policy_size(document)
+        if total > ROLE_INLINE_BUDGET:
+            raise ProviderError(
+                f"aws {self.provider.name}: the inline policies of role {role_name} would total {total}"
+                f" characters with this revocation, above IAM's limit of {ROLE_INLINE_BUDGET} even after"
+                " pruning expired entries; it stays pending until older sessions expire"
+            )
+        text = json.dumps(document, separators=(",", ":"))
+        with AwsErrors(self.provider, "PutRolePolicy"):
+            self.iam.put_role_policy(RoleName=role_name, PolicyName=POLICY_NAME, PolicyDocument=text)
+
+    def read(self, role_name: str) -> dict[str, Any] | None:
+        """The current deny policy, or None when the role has none."""
+        with AwsErrors(self.provider, "GetRolePolicy", missing_ok=True) as errors:
+            response = self.iam.get_role_policy(RoleName=role_name, PolicyName=POLICY_NAME)
+        if errors.missing:
+            return None
+        document: dict[str, Any] = as_document(response["PolicyDocument"])
+        return document
+
+    def other_inline_size(self, role_name: str) -> int:
+        """What the role's other inline policies already use of the shared budget."""
+        total = 0
+        with AwsErrors(self.provider, "ListRolePolicies"):
+            for page in self.iam.get_paginator("list_role_policies").paginate(RoleName=role_name):
+                for policy_name in page.get("PolicyNames", []):
+                    if policy_name == POLICY_NAME:
+                        continue
+                    response = self.iam.get_role_policy(RoleName=role_name, PolicyName=policy_name)
+                    total += policy_size(as_document(response["PolicyDocument"]))
+        return total
+
+
+def as_document(value: object) -> Any:
+    """boto3 decodes policy documents to dicts; tolerate URL-encoded JSON text too."""
+    if isinstance(value, str):
+        from urllib.parse import unquote
+
+        return json.loads(unquote(value))
+    return value

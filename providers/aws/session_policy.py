@@ -1,0 +1,256 @@
+"""AWS session policies: strict parsing of a manifest's ``session_policy``, and glob containment.
+
+``parse_session_policy`` turns the untrusted mapping into a normalised
+``SessionPolicy``: every ``Action`` and ``Resource`` a tuple, the statements a
+tuple, and ``Principal``, ``NotPrincipal`` and unknown keys refused with an
+error naming the field. ``NotAction`` and ``NotResource`` are well-formed IAM,
+so they parse and are kept: the grant check denies them (``aws_request``), so
+the attempt reaches the issuance log. Its compact JSON is exactly what
+``AssumeRole`` receives and what the policy digest covers.
+
+``pattern_within`` decides whether every string one IAM-style glob (``*`` any
+run of characters, ``?`` one character) matches is also matched by another,
+which is what a grant check needs when a request itself holds wildcards.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from broker.vocab.fields import Fields, describe
+
+VERSIONS = ("2012-10-17", "2008-10-17")
+MAX_STATEMENTS = 100
+MAX_ITEMS = 100
+#: ``*``, or ``service:Action`` where the action part may hold ``*`` and ``?``.
+ACTION = re.compile(r"\*|[A-Za-z0-9-]{1,64}:[A-Za-z0-9*?]{1,128}", re.ASCII)
+#: ``*``, or an ARN of printable ASCII without spaces.
+RESOURCE = re.compile(r"\*|arn:[\x21-\x7e]{1,2044}", re.ASCII)
+SID = re.compile(r"[A-Za-z0-9]{1,128}", re.ASCII)
+CONDITION_OPERATOR = re.compile(r"(ForAllValues:|ForAnyValue:)?[A-Za-z]{2,64}", re.ASCII)
+CONDITION_KEY = re.compile(r"[A-Za-z0-9-]{1,64}:[\x21-\x7e]{1,256}", re.ASCII)
+CONDITION_VALUE = re.compile(r"[^\x00-\x1f\x7f]{0,1024}")
+REFUSED_KEYS = {
+    "Principal": "a session policy takes no Principal",
+    "NotPrincipal": "a session policy takes no NotPrincipal",
+}
+POLICY_VARIABLE = re.compile(r"\$\{[^}]*\}")
+#: Containment gives up (answers "not contained") beyond this many explored states.
+MAX_CONTAINMENT_STATES = 200_000
+
+
+@dataclass(frozen=True)
+class Statement:
+    effect: str
+    actions: tuple[str, ...]
+    resources: tuple[str, ...]
+    sid: str | None = None
+    condition_json: str | None = None  # compact JSON of the Condition block, if any
+    not_actions: tuple[str, ...] = ()  # denied by every grant; kept so the denial can name them
+    not_resources: tuple[str, ...] = ()
+
+    def document(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {}
+        if self.sid is not None:
+            doc["Sid"] = self.sid
+        doc["Effect"] = self.effect
+        if self.actions or not self.not_actions:
+            doc["Action"] = list(self.actions)
+        if self.not_actions:
+            doc["NotAction"] = list(self.not_actions)
+        if self.resources or not self.not_resources:
+            doc["Resource"] = list(self.resources)
+        if self.not_resources:
+            doc["NotResource"] = list(self.not_resources)
+        if self.condition_json is not None:
+            doc["Condition"] = json.loads(self.condition_json)
+        return doc
+
+
+@dataclass(frozen=True)
+class SessionPolicy:
+    version: str
+    statements: tuple[Statement, ...]
+
+    def document(self) -> dict[str, Any]:
+        return {"Version": self.version, "Statement": [s.document() for s in self.statements]}
+
+    def to_json(self) -> str:
+        """The compact JSON sent to AWS (ASCII only, so within the API's character set)."""
+        return compact_json(self.document())
+
+
+def compact_json(document: object) -> str:
+    return json.dumps(document, separators=(",", ":"), ensure_ascii=True)
+
+
+# -- parsing -----------------------------------------------------------------------------
+
+
+def parse_session_policy(fields: Fields) -> SessionPolicy:
+    """Read one session policy document; errors name the offending field."""
+    version = fields.raw("Version")
+    if not isinstance(version, str):
+        raise fields.fail("Version", f'expected the string "2012-10-17" (quote it), got {describe(version)}')
+    if version not in VERSIONS:
+        raise fields.fail("Version", f"must be one of {', '.join(VERSIONS)}")
+    raw = fields.raw("Statement")
+    if isinstance(raw, Mapping):
+        single = fields.mapping("Statement")
+        assert single is not None
+        items = [single]
+    elif isinstance(raw, list):
+        items = fields.list_of_mappings("Statement", max_items=MAX_STATEMENTS)
+    else:
+        raise fields.fail("Statement", f"expected a list of statements or one statement, got {describe(raw)}")
+    statements = tuple(_parse_statement(item) for item in items)
+    sids = [s.sid for s in statements if s.sid is not None]
+    for index, sid in enumerate(sids):
+        if sid in sids[:index]:
+            raise fields.fail("Statement", f"Sid {sid!r} is used twice")
+    fields.done()
+    return SessionPolicy(version=version, statements=statements)
+
+
+def _parse_statement(st: Fields) -> Statement:
+    for key, message in REFUSED_KEYS.items():
+        if st.has(key):
+            raise st.fail(key, message)
+    effect = st.req_string("Effect", max_len=16)
+    if effect not in ("Allow", "Deny"):
+        raise st.fail("Effect", f"must be Allow or Deny, not {effect[:16]!r}")
+    action_hint = "'*' or service:Action, with * and ? as wildcards"
+    not_actions = _one_or_more(st, "NotAction", ACTION, action_hint) if st.has("NotAction") else ()
+    not_resources = _one_or_more(st, "NotResource", RESOURCE, "'*' or an ARN") if st.has("NotResource") else ()
+    actions = _one_or_more(st, "Action", ACTION, action_hint) if st.has("Action") or not not_actions else ()
+    resources = (
+        _one_or_more(st, "Resource", RESOURCE, "'*' or an ARN") if st.has("Resource") or not not_resources else ()
+    )
+    sid = st.string("Sid", required=False, pattern=SID, max_len=128, hint="letters and digits")
+    condition = st.mapping("Condition", required=False)
+    condition_json = compact_json(_parse_condition(condition)) if condition is not None else None
+    st.done()
+    return Statement(effect, actions, resources, sid, condition_json, not_actions, not_resources)
+
+
+def _one_or_more(st: Fields, key: str, pattern: re.Pattern[str], hint: str) -> tuple[str, ...]:
+    value = st.raw(key)
+    if isinstance(value, str):
+        single = st.req_string(key, pattern=pattern, max_len=2048, hint=hint)
+        return (single,)
+    if isinstance(value, list):
+        items = st.string_list(key, pattern=pattern, max_items=MAX_ITEMS, max_len=2048, hint=hint)
+        assert items is not None
+        return items
+    if value is None:
+        raise st.fail(key, "required")
+    raise st.fail(key, f"expected a string or a list of strings, got {describe(value)}")
+
+
+def _parse_condition(condition: Fields) -> dict[str, dict[str, Any]]:
+    result: dict[str, dict[str, Any]] = {}
+    for operator, _ in condition.items():
+        if not isinstance(operator, str) or not CONDITION_OPERATOR.fullmatch(operator):
+            raise condition.fail(str(operator)[:40], "is not a condition operator")
+        body = condition.mapping(operator)
+        assert body is not None
+        entries: dict[str, Any] = {}
+        for key, value in body.items():
+            if not isinstance(key, str) or not CONDITION_KEY.fullmatch(key):
+                raise body.fail(str(key)[:40], "is not a condition key (service:name)")
+            entries[key] = _condition_value(body, key, value)
+        if not entries:
+            raise condition.fail(operator, "needs at least one condition key")
+        result[operator] = entries
+    return result
+
+
+def _condition_value(body: Fields, key: str, value: object) -> Any:
+    if isinstance(value, list):
+        if not value or len(value) > MAX_ITEMS:
+            raise body.fail(key, f"needs 1 to {MAX_ITEMS} values")
+        return [_condition_scalar(body, f"{key}[{i}]", item) for i, item in enumerate(value)]
+    return _condition_scalar(body, key, value)
+
+
+def _condition_scalar(body: Fields, where: str, value: object) -> str | int | bool:
+    if isinstance(value, bool | int):
+        return value
+    if isinstance(value, str) and CONDITION_VALUE.fullmatch(value):
+        return value
+    raise body.fail(where, f"expected a string, number or boolean of at most 1024 characters, got {describe(value)}")
+
+
+# -- containment -------------------------------------------------------------------------
+
+
+def variables_as_wildcards(pattern: str) -> str:
+    """A resource with policy variables (``${aws:username}``) as a glob: a variable may expand to anything."""
+    return POLICY_VARIABLE.sub("*", pattern)
+
+
+def pattern_within(requested: str, granted: str, *, ignore_case: bool = False) -> bool:
+    """Whether every string matched by the glob ``requested`` is matched by the glob ``granted``.
+
+    Both are IAM-style globs (``*`` any run, ``?`` one character, nothing else
+    special). Decided exactly by exploring ``requested``'s automaton against the
+    subset construction of ``granted``'s, over the characters either pattern
+    names plus one symbol standing for every other character.
+    """
+    if ignore_case:
+        requested, granted = requested.lower(), granted.lower()
+    if requested == granted or (granted and not granted.strip("*")):
+        return True
+    symbols = [*sorted({c for c in requested + granted if c not in "*?"}), ""]  # "" = any other char
+    end_p, end_g = len(requested), len(granted)
+    start = frozenset(_closure(granted, {0}))
+    queue: deque[tuple[int, frozenset[int]]] = deque((p, start) for p in _closure(requested, {0}))
+    seen = set(queue)
+    while queue:
+        p, states = queue.popleft()
+        if p == end_p:
+            if end_g not in states:
+                return False
+            continue
+        char = requested[p]
+        step_to = p if char == "*" else p + 1
+        for symbol in symbols if char in "*?" else [char]:
+            after = frozenset(_step(granted, states, symbol))
+            for q in _closure(requested, {step_to}):
+                pair = (q, after)
+                if pair not in seen:
+                    if len(seen) >= MAX_CONTAINMENT_STATES:
+                        return False  # fail closed
+                    seen.add(pair)
+                    queue.append(pair)
+    return True
+
+
+def _closure(pattern: str, states: set[int]) -> set[int]:
+    """Add the states reachable without consuming a character (a ``*`` may match nothing)."""
+    result = set(states)
+    pending = list(states)
+    while pending:
+        state = pending.pop()
+        if state < len(pattern) and pattern[state] == "*" and state + 1 not in result:
+            result.add(state + 1)
+            pending.append(state + 1)
+    return result
+
+
+def _step(pattern: str, states: frozenset[int], symbol: str) -> set[int]:
+    following: set[int] = set()
+    for state in states:
+        if state == len(pattern):
+            continue
+        char = pattern[state]
+        if char == "*":
+            following.add(state)
+        elif char == "?" or char == symbol:
+            following.add(state + 1)
+    return _closure(pattern, following)

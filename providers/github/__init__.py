@@ -1,0 +1,1 @@
+"""The ``github_app`` provider: installation tokens limited to listed repositories and permissions."""

@@ -203,7 +203,7 @@ def _mint_pki(
         },
         expires_at=_expiry(int((response or {}).get("lease_duration") or 0), ttl, context),
         scope=request.scope(),
-        env={},
+        env=pki_env(request.name, context.mount_dir),
     )
     if not lease_id or not serial or not data.get("certificate"):
         # Without a lease (role generate_lease=false) or a stored serial (no_store) it could not be revoked.
@@ -213,6 +213,17 @@ def _mint_pki(
             minted,
         )
     return minted
+
+
+def pki_env(name: str, mount_dir: PurePosixPath) -> dict[str, str]:
+    """``BROKER_<NAME>_CERT``, ``_KEY``, ``_CA``: the files' paths, named per credential (never SSL_CERT_FILE,
+    which would replace the system CAs of every TLS client in the sandbox)."""
+    prefix = "BROKER_" + name.upper().replace("-", "_")
+    return {
+        f"{prefix}_CERT": str(mount_dir / "cert.pem"),
+        f"{prefix}_KEY": str(mount_dir / "key.pem"),
+        f"{prefix}_CA": str(mount_dir / "ca.pem"),
+    }
 
 
 def _mint_ssh(provider: VaultProvider, request: SshRequest, context: MintContext) -> MintedCredential:

@@ -75,7 +75,7 @@ def crl_serials(engines: Engines) -> set[int]:
 
 def ocsp_status(engines: Engines, certificate: x509.Certificate, ca: x509.Certificate) -> ocsp.OCSPCertStatus:
     """Ask OpenBao's OCSP responder (POST application/ocsp-request) and check the answer's signature by the CA."""
-    request = ocsp.OCSPRequestBuilder().add_certificate(certificate, ca, hashes.SHA1()).build()
+    request = ocsp.OCSPRequestBuilder().add_certificate(certificate, ca, hashes.SHA1()).build()  # noqa: S303 (OCSP's CertID)
     raw = engines.openbao.client().adapter.session.post(
         f"{engines.openbao.addr}/v1/pki/ocsp",
         data=request.public_bytes(serialization.Encoding.DER),
@@ -146,6 +146,8 @@ def test_the_certificate_hints_name_its_files_per_credential(dynamic_env: Broker
     assert env["BROKER_CLIENT_CERT_CA"] == "/run/secrets/client-cert/ca.pem"
     # Never the names that replace every TLS client's trusted CAs, nor libpq's (not asked for a database).
     assert not {"SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "PGSSLCERT", "PGSSLKEY"} & set(env)
+    documented = {hint.name.replace("<NAME>", "CLIENT_CERT") for hint in HINTS}
+    assert set(env) <= documented  # docs/reference.md names every hint
     host = {
         name: Path(document["dir"]) / Path(env[name]).relative_to("/run/secrets") for name in env if "CLIENT" in name
     }

@@ -333,5 +333,9 @@ class Provider(ABC, Generic[RequestT]):
         """
         return []
 
+    def grant_health(self, grants: Sequence[Grant[RequestT]]) -> list[HealthCheck]:
+        """``broker doctor``'s checks of what the policy's ``grants`` of this instance need (rules as ``health``)."""
+        return []
+
     def close(self) -> None:
         """Release connections."""

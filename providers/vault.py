@@ -51,7 +51,7 @@ from providers.vault_identity import entity_check, minted_problems
 from providers.vault_leases import DYNAMIC_KINDS, mint_dynamic, revoke_dynamic
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
 
     import hvac
 
@@ -369,6 +369,12 @@ class VaultProvider(Provider[AnyVaultRequest]):
         results.append(self._entity_check(client, data))
         clock = clock_check(raw.headers.get("Date"), received, f"vault {self.addr}")
         return results + ([clock] if clock else [])
+
+    def grant_health(self, grants: Sequence[Grant[AnyVaultRequest]]) -> list[HealthCheck]:
+        """The capabilities the granted dynamic kinds need (``providers.vault_health``)."""
+        from providers.vault_health import dynamic_checks
+
+        return dynamic_checks(self, [grant.dynamic for grant in grants if isinstance(grant, VaultGrant)])
 
     def _capabilities_check(self, client: hvac.Client) -> HealthCheck:
         """Whether the broker's token may create session tokens, and look them up and revoke them by accessor."""

@@ -75,24 +75,35 @@ def _mint_holder(provider: VaultProvider, request: DynamicRequest, context: Mint
             " credentials (the Vault policies of the token that holds their lease)",
             retryable=False,
         )
+    meta = {
+        "broker_session": context.session_id,
+        "broker_task": context.task,
+        "broker_credential": request.name,
+        "broker_kind": request.kind,
+    }
+    return create_holder(provider, meta, remaining_ttl(context), f"broker-{context.task}-{request.name}")
+
+
+def create_holder(
+    provider: VaultProvider, meta: Mapping[str, str], ttl_seconds: int, display_name: str, *, probe: bool = False
+) -> tuple[Secret, str]:
+    """An orphan lease holder with ``dynamic_policies`` and nothing else, dead after ``ttl_seconds``.
+
+    A ``probe`` (``broker doctor``) also gets the default policy, for ``sys/capabilities-self`` alone.
+    """
     client = provider.client()
-    ttl = f"{remaining_ttl(context)}s"
+    ttl = f"{ttl_seconds}s"
     create = client.auth.token.create if provider.token_role else client.auth.token.create_orphan
     with provider._errors("lease holder create"):
         response = create(
             role_name=provider.token_role,
             policies=list(provider.dynamic_policies),
-            meta={
-                "broker_session": context.session_id,
-                "broker_task": context.task,
-                "broker_credential": request.name,
-                "broker_kind": request.kind,
-            },
-            no_default_policy=True,
+            meta=dict(meta),
+            no_default_policy=not probe,
             renewable=False,
             ttl=ttl,
             explicit_max_ttl=ttl,
-            display_name=f"broker-{context.task}-{request.name}"[:100],
+            display_name=display_name[:100],
             num_uses=0,
             type="service",
         )
@@ -103,7 +114,7 @@ def _mint_holder(provider: VaultProvider, request: DynamicRequest, context: Mint
     return token, accessor
 
 
-def _as(provider: VaultProvider, holder: Secret) -> hvac.Client:
+def as_holder(provider: VaultProvider, holder: Secret) -> hvac.Client:
     """A client acting as the lease holder, on the broker's own connection pool."""
     import hvac
 
@@ -131,7 +142,7 @@ def _mint_database(
 ) -> MintedCredential:
     path = f"{provider.mounts['database']}/creds/{request.role}"
     with provider._errors(f"read {path}"):
-        response = _as(provider, holder).read(path)
+        response = as_holder(provider, holder).read(path)
     data = (response or {}).get("data") or {}
     lease_id = str((response or {}).get("lease_id") or "")
     username, password = str(data.get("username") or ""), Secret(str(data.get("password") or ""))
@@ -187,7 +198,7 @@ def _mint_pki(
     if request.alt_names:
         body["alt_names"] = ",".join(request.alt_names)
     with provider._errors(f"write {path}"):
-        response = _as(provider, holder).write_data(path, data=body)
+        response = as_holder(provider, holder).write_data(path, data=body)
     data = (response or {}).get("data") or {}
     lease_id = str((response or {}).get("lease_id") or "")
     serial = str(data.get("serial_number") or "")
@@ -203,7 +214,7 @@ def _mint_pki(
         },
         expires_at=_expiry(int((response or {}).get("lease_duration") or 0), ttl, context),
         scope=request.scope(),
-        env={},
+        env=pki_env(request.name, context.mount_dir),
     )
     if not lease_id or not serial or not data.get("certificate"):
         # Without a lease (role generate_lease=false) or a stored serial (no_store) it could not be revoked.
@@ -213,6 +224,17 @@ def _mint_pki(
             minted,
         )
     return minted
+
+
+def pki_env(name: str, mount_dir: PurePosixPath) -> dict[str, str]:
+    """``BROKER_<NAME>_CERT``, ``_KEY``, ``_CA``: the files' paths, named per credential (never SSL_CERT_FILE,
+    which would replace the system CAs of every TLS client in the sandbox)."""
+    prefix = "BROKER_" + name.upper().replace("-", "_")
+    return {
+        f"{prefix}_CERT": str(mount_dir / "cert.pem"),
+        f"{prefix}_KEY": str(mount_dir / "key.pem"),
+        f"{prefix}_CA": str(mount_dir / "ca.pem"),
+    }
 
 
 def _mint_ssh(provider: VaultProvider, request: SshRequest, context: MintContext) -> MintedCredential:

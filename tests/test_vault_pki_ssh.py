@@ -20,9 +20,12 @@ from typing import Any
 
 import pytest
 from cryptography import x509
-from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509 import ocsp
 from cryptography.x509.oid import NameOID
 
+from broker.cli.reference import HINTS
 from tests.fixtures.brokerenv import BrokerEnv
 from tests.fixtures.vault_engines import DYNAMIC_GRANTS, Engines, lease_exists
 
@@ -70,6 +73,26 @@ def crl_serials(engines: Engines) -> set[int]:
     return {entry.serial_number for entry in crl}
 
 
+def ocsp_status(engines: Engines, certificate: x509.Certificate, ca: x509.Certificate) -> ocsp.OCSPCertStatus:
+    """Ask OpenBao's OCSP responder (POST application/ocsp-request) and check the answer's signature by the CA."""
+    request = ocsp.OCSPRequestBuilder().add_certificate(certificate, ca, hashes.SHA1()).build()  # noqa: S303 (OCSP's CertID)
+    raw = engines.openbao.client().adapter.session.post(
+        f"{engines.openbao.addr}/v1/pki/ocsp",
+        data=request.public_bytes(serialization.Encoding.DER),
+        headers={"Content-Type": "application/ocsp-request"},
+        timeout=10,
+    )
+    assert raw.headers["Content-Type"] == "application/ocsp-response"
+    response = ocsp.load_der_ocsp_response(raw.content)
+    assert response.response_status == ocsp.OCSPResponseStatus.SUCCESSFUL
+    assert response.serial_number == certificate.serial_number
+    public = ca.public_key()
+    assert isinstance(public, ec.EllipticCurvePublicKey)
+    assert response.signature_hash_algorithm is not None
+    public.verify(response.signature, response.tbs_response_bytes, ec.ECDSA(response.signature_hash_algorithm))
+    return response.certificate_status
+
+
 def serial_number(text: str) -> int:
     return int(text.replace(":", ""), 16)
 
@@ -103,12 +126,34 @@ def test_the_certificate_verifies_against_the_ca_and_names_what_was_asked(
 
 def test_revoke_puts_the_serial_in_the_crl(dynamic_env: BrokerEnv, engines: Engines) -> None:
     document = issue(dynamic_env, PKI_TASK)
-    certificate = x509.load_pem_x509_certificate((Path(document["dir"]) / "client-cert" / "cert.pem").read_bytes())
+    directory = Path(document["dir"]) / "client-cert"
+    certificate = x509.load_pem_x509_certificate((directory / "cert.pem").read_bytes())
+    ca = x509.load_pem_x509_certificate((directory / "ca.pem").read_bytes())
     assert certificate.serial_number not in crl_serials(engines)
+    assert ocsp_status(engines, certificate, ca) == ocsp.OCSPCertStatus.GOOD
     result = dynamic_env.run("revoke", "--session", document["session"], "--json")
     assert result.code == 0, result.stderr
     assert result.json()["credentials"][0]["outcome"] == "revoked"
     assert certificate.serial_number in crl_serials(engines)
+    assert ocsp_status(engines, certificate, ca) == ocsp.OCSPCertStatus.REVOKED
+
+
+def test_the_certificate_hints_name_its_files_per_credential(dynamic_env: BrokerEnv) -> None:
+    document = issue(dynamic_env, PKI_TASK)
+    env = document["env"]
+    assert env["BROKER_CLIENT_CERT_CERT"] == "/run/secrets/client-cert/cert.pem"
+    assert env["BROKER_CLIENT_CERT_KEY"] == "/run/secrets/client-cert/key.pem"
+    assert env["BROKER_CLIENT_CERT_CA"] == "/run/secrets/client-cert/ca.pem"
+    # Never the names that replace every TLS client's trusted CAs, nor libpq's (not asked for a database).
+    assert not {"SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "PGSSLCERT", "PGSSLKEY"} & set(env)
+    documented = {hint.name.replace("<NAME>", "CLIENT_CERT") for hint in HINTS}
+    assert set(env) <= documented  # docs/reference.md names every hint
+    host = {
+        name: Path(document["dir"]) / Path(env[name]).relative_to("/run/secrets") for name in env if "CLIENT" in name
+    }
+    assert host["BROKER_CLIENT_CERT_CERT"].read_bytes().startswith(b"-----BEGIN CERTIFICATE-----")
+    assert b"PRIVATE KEY" in host["BROKER_CLIENT_CERT_KEY"].read_bytes()
+    x509.load_pem_x509_certificate(host["BROKER_CLIENT_CERT_CA"].read_bytes())
 
 
 def test_a_certificate_without_a_lease_is_refused_and_revoked(dynamic_env: BrokerEnv, engines: Engines) -> None:

@@ -1,10 +1,12 @@
-"""``broker doctor``: is this installation ready to issue? One check per line; nothing is minted.
+"""``broker doctor``: is this installation ready to issue? One check per line; no credential is minted.
 
 The checks, in order: the config parses (when it does not, that is the only
 check), the policy files lint, runtime_dir can hold secrets, state_dir is
 writable, the signing and fingerprint keys are present and private, then each provider instance's
 own ``health`` checks (login, permissions, clock) with the broker's own
-identity, then the deny budget of every role with live sessions in the store
+identity and, once it logs in, what the policy's grants on it need
+(``grant_health``: Vault's dynamic kinds ask a probe lease holder, 60 s
+and no lease, revoked at once), then the deny budget of every role with live sessions in the store
 (AWS ``deny-policy``: a failed check once another revocation would not fit).
 A provider failure is a failed check, never an exception. Nothing here prints
 or exits; nothing here creates a file or a directory (the session store is
@@ -29,7 +31,7 @@ from broker.core.policy import load_policy
 from broker.host import mounts
 from broker.host.sessiondir import prepare_runtime_dir
 from broker.vocab.errors import REPORT_URL, BrokerError
-from providers.base import FIX_MARK, DenyBudget, HealthCheck, Provider
+from providers.base import FIX_MARK, DenyBudget, Grant, HealthCheck, Provider
 
 KEY_MODES = (0o400, 0o600)
 
@@ -244,9 +246,14 @@ def check_witness(config: Config) -> list[Check]:
 def check_providers(config: Config) -> list[Check]:
     if not config.providers:
         return [Check("providers", False, "no provider configured", f"fill a [providers.*] table in {config.path}")]
+    try:
+        grants = [grant for rule in load_policy(config.policy_dir, config).rules for grant in rule.grants]
+    except BrokerError:
+        grants = []  # the policy check says why
     checks: list[Check] = []
     for name, provider in config.providers.items():
-        for check_name, ok, text in _health(provider):
+        mine = [grant for grant in grants if grant.provider == name]
+        for check_name, ok, text in _health(provider, mine):
             detail, _, fix = text.partition(FIX_MARK)
             if not ok and not fix:
                 fix = f"check [providers.{name}] in {config.path} and that the provider is reachable"
@@ -254,9 +261,11 @@ def check_providers(config: Config) -> list[Check]:
     return checks
 
 
-def _health(provider: Provider[Any]) -> list[HealthCheck]:
+def _health(provider: Provider[Any], grants: list[Grant[Any]]) -> list[HealthCheck]:
     try:
         results = provider.health()
+        if not any(name == "login" and not ok for name, ok, _ in results):  # what the granted credentials need
+            results += provider.grant_health(grants)
     except BrokerError as exc:
         return [("health", False, exc.message)]
     except Exception as exc:  # a bug in a health check: a failed line, never a traceback

@@ -66,8 +66,15 @@ RESERVED_ENV = frozenset(
         "LD_LIBRARY_PATH",
         "LD_AUDIT",
         "PYTHONPATH",
+        # libpq reads its password from these: a manifest must not point it elsewhere (the broker sets PGPASSFILE).
+        "PGPASSFILE",
+        "PGPASSWORD",
+        "PGSERVICEFILE",
+        "GIT_SSH_COMMAND",
     }
 )
+#: Every BROKER_* name is the broker's: BROKER_SESSION and the certificate hints BROKER_<NAME>_CERT, _KEY, _CA.
+RESERVED_ENV_PREFIX = "BROKER_"
 SECRET_LOOKING = re.compile(r"TOKEN|SECRET|PASSW|CREDENTIAL|PRIVATE|(^|_)KEY($|_)|AUTH")
 ENV_VALUE = re.compile(r"[\x20-\x7e]{0,1024}")
 
@@ -173,7 +180,7 @@ def _parse_env(fields: Fields | None) -> tuple[tuple[str, str], ...]:
         where = fields.where(name)  # escaped and bounded: the name is untrusted
         if not ENV_NAME.fullmatch(name):
             raise ManifestError(f"{where}: variable names are upper-case letters, digits and _")
-        if name in RESERVED_ENV:
+        if name in RESERVED_ENV or name.startswith(RESERVED_ENV_PREFIX):
             raise ManifestError(f"{where}: set by the broker or the loader; not allowed here")
         if SECRET_LOOKING.search(name):
             raise ManifestError(f"{where}: looks like a secret; secrets never go into the environment")

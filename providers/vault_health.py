@@ -1,0 +1,97 @@
+"""``broker doctor``'s checks of the dynamic-secret kinds a policy grants on one Vault instance.
+
+A database user or a certificate is asked for by its lease holder, whose
+Vault policies are ``dynamic_policies``, not the broker's; so the check
+creates a probe holder exactly as ``issue`` would (through ``token_role``,
+with ``dynamic_policies``; plus the default policy, for
+``sys/capabilities-self`` alone; 60 s, no lease, revoked at once) and asks
+Vault what it may do on ``<mount>/creds/<role>`` and ``<mount>/issue/<role>``
+for every role the grants name. SSH certificates are signed with the
+broker's own token, so ``<mount>/sign/<role>`` is asked of that. A role glob
+is asked as the literal path: only a Vault policy path with the same or a
+wider glob covers every role the grant allows. One line per kind, with a fix.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from broker.vocab.errors import BrokerError
+from providers.base import FIX_MARK, HealthCheck
+from providers.vault_dynamic import DynamicGrant
+from providers.vault_leases import as_holder, create_holder
+
+if TYPE_CHECKING:
+    import hvac
+
+    from providers.vault import VaultProvider
+
+#: Per kind: the engine path under its mount, the capability it needs, whether the lease holder asks.
+PATHS = {"database": ("creds", "read", True), "pki": ("issue", "update", True), "ssh": ("sign", "update", False)}
+PROBE_TTL = 60
+#: What Vault answered per path, or why it could not be asked (with a fix).
+Answer = dict[str, set[str]] | str
+
+
+def dynamic_checks(provider: VaultProvider, grants: Sequence[DynamicGrant]) -> list[HealthCheck]:
+    paths = {}
+    for kind, (under, _, _) in PATHS.items():
+        roles = sorted({role for grant in grants for role in getattr(grant, f"{kind}_roles")})
+        if roles:
+            paths[kind] = [f"{provider.mounts[kind]}/{under}/{role}" for role in roles]
+    held = [path for kind, found in paths.items() if PATHS[kind][2] for path in found]
+    holder: Answer = _ask_holder(provider, held) if held else {}
+    broker: Answer = _ask(provider, provider.client(), paths["ssh"], "the broker's token") if "ssh" in paths else {}
+    return [_line(provider, kind, found, holder if PATHS[kind][2] else broker) for kind, found in paths.items()]
+
+
+def _ask_holder(provider: VaultProvider, paths: list[str]) -> Answer:
+    if not provider.dynamic_policies:
+        return (
+            f"dynamic_policies is not set{FIX_MARK}set dynamic_policies in [providers.{provider.name}]:"
+            " the Vault policies of the token that holds the leases"
+        )
+    try:
+        holder, accessor = create_holder(provider, {"broker_probe": "doctor"}, PROBE_TTL, "broker-doctor", probe=True)
+    except BrokerError as exc:
+        role = f"token role {provider.token_role!r}" if provider.token_role else "the broker's token"
+        return (
+            f"the lease holder cannot be created ({exc.message}){FIX_MARK}let {role} grant"
+            f" {', '.join(provider.dynamic_policies)} (allowed_policies), as issue needs"
+        )
+    try:
+        return _ask(provider, as_holder(provider, holder), paths, "the lease holder")
+    finally:
+        with contextlib.suppress(BrokerError):  # otherwise it dies within PROBE_TTL seconds, holding no lease
+            provider._revoke_accessor(accessor)
+
+
+def _ask(provider: VaultProvider, client: hvac.Client, paths: list[str], who: str) -> Answer:
+    try:
+        with provider._errors(f"capabilities-self of {who}"):
+            answer = client.sys.get_capabilities(paths=paths)
+    except BrokerError as exc:
+        return exc.message
+    table = answer.get("data") if isinstance(answer.get("data"), dict) else answer
+    return {path: set(table.get(path) or []) for path in paths}
+
+
+def _line(provider: VaultProvider, kind: str, paths: list[str], answer: Answer) -> HealthCheck:
+    name = f"dynamic.{kind}"
+    if isinstance(answer, str):
+        return (name, False, answer)
+    _, capability, held = PATHS[kind]
+    missing = [path for path in paths if "deny" in answer[path] or not answer[path] & {capability, "root"}]
+    owner = "the lease holder (dynamic_policies)" if held else "the broker's token"
+    if not missing:
+        return (name, True, f"{owner} may {capability} {', '.join(paths)}")
+    where = f"dynamic_policies ({', '.join(provider.dynamic_policies)})" if held else "the broker's policy"
+    return (
+        name,
+        False,
+        f"{owner} lacks {capability} on {', '.join(missing)}{FIX_MARK}add"
+        f' path "{missing[0]}" {{ capabilities = ["{capability}"] }} (and any other named) to {where},'
+        " or take the role out of the policy's grants",
+    )

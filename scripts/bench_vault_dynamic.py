@@ -1,0 +1,125 @@
+"""What Vault dynamic secrets add to ``issue``: a session with one token against one with one of each kind.
+
+Standalone: starts an OpenBao dev server and a PostgreSQL (the test fixtures'),
+sets up the database, pki and ssh engines, and times ``broker issue`` in
+process (the CLI entry point, as ``BrokerEnv.run`` calls it; each session is
+revoked untimed). Twice: on loopback, and through a proxy that holds every
+request back ``--rtt`` milliseconds (a round trip's latency on a keep-alive
+connection), so that each sequential Vault call on the critical path shows
+as one more RTT. Prints one JSON document with medians and quartiles.
+
+    .venv/bin/python scripts/bench_vault_dynamic.py [--runs 15] [--rtt 40]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.fixtures.brokerenv import BrokerEnv, make_env  # noqa: E402
+from tests.fixtures.openbao import start_openbao, stop_openbao  # noqa: E402
+from tests.fixtures.postgres import start_postgres, stop_postgres  # noqa: E402
+from tests.fixtures.slowproxy import SlowProxy, slow_proxy  # noqa: E402
+from tests.fixtures.vault_engines import Engines, add_dynamic_vault, setup_engines  # noqa: E402
+
+HEAD = """
+version: 1
+task: fix-bench-1
+ttl: 20m
+sandbox: {uid: 1000, gid: 1000, mount_path: /run/secrets}
+credentials:
+  - {name: kv, provider: vault, policies: [ci-read], ttl: 10m, num_uses: 5}
+"""
+DYNAMIC = """
+  - {name: db, provider: vault, kind: database, role: agent-ro, ttl: 10m}
+  - {name: cert, provider: vault, kind: pki, role: agent, common_name: agent.ci.internal, ttl: 10m}
+  - {name: host, provider: vault, kind: ssh, role: agent, principals: [git], ttl: 10m}
+"""
+SESSIONS = {
+    "one token": HEAD,
+    "one database user": HEAD.split("credentials:")[0] + "credentials:\n" + DYNAMIC.splitlines()[1] + "\n",
+    "one of each kind": HEAD.rstrip("\n") + DYNAMIC,
+}
+
+
+def issue_once(env: BrokerEnv, path: Path, proxy: SlowProxy | None) -> tuple[float, int]:
+    """One timed issue (ms) and the Vault requests it made; the session is revoked untimed."""
+    before = proxy.requests if proxy else 0
+    started = time.perf_counter()
+    result = env.run("issue", "--task", str(path), "--json")
+    elapsed = (time.perf_counter() - started) * 1000
+    requests = proxy.requests - before if proxy else 0
+    if result.code != 0:
+        raise SystemExit(f"issue failed: {result.stderr.strip()}")
+    env.run("revoke", "--session", result.json()["session"])
+    return elapsed, requests
+
+
+def summary(samples: Sequence[float]) -> dict[str, Any]:
+    quartiles = statistics.quantiles(samples, n=4)
+    return {"median_ms": round(statistics.median(samples), 1), "q1_ms": round(quartiles[0], 1),
+            "q3_ms": round(quartiles[2], 1), "runs": len(samples)}  # fmt: skip
+
+
+def bench(engines: Engines, addr: str, runs: int, root: Path, proxy: SlowProxy | None = None) -> dict[str, Any]:
+    env = make_env(Path(tempfile.mkdtemp(dir=root)))
+    try:
+        add_dynamic_vault(env, engines)
+        env.providers["vault"]["addr"] = addr
+        env.write_config()
+        paths = {
+            name: env.write_task(task, name=f"bench-{index}.yaml")
+            for index, (name, task) in enumerate(SESSIONS.items())
+        }
+        for path in paths.values():  # warm: imports, connections, the log's first checkpoint
+            issue_once(env, path, None)
+        samples: dict[str, list[float]] = {name: [] for name in paths}
+        requests: dict[str, int] = dict.fromkeys(paths, 0)
+        for _ in range(runs):  # interleaved, so that a busy moment of the machine hits every kind alike
+            for name, path in paths.items():
+                elapsed, made = issue_once(env, path, proxy)
+                samples[name].append(elapsed)
+                requests[name] = max(requests[name], made)
+        results = {
+            name: summary(found) | ({"vault_requests": requests[name]} if proxy else {})
+            for name, found in samples.items()
+        }
+    finally:
+        env.cleanup()
+    added = results["one of each kind"]["median_ms"] - results["one token"]["median_ms"]
+    return {**results, "added_by_three_dynamic_ms": round(added, 1)}
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=15)
+    parser.add_argument("--rtt", type=int, default=40, help="milliseconds added to every request")
+    args = parser.parse_args(argv)
+    openbao, postgres = start_openbao(), start_postgres()
+    report: dict[str, Any] = {}
+    try:
+        engines = Engines(openbao, postgres)
+        setup_engines(openbao, postgres)
+        with tempfile.TemporaryDirectory(prefix="bench-dyn-") as tmp:
+            report["loopback"] = bench(engines, openbao.addr, args.runs, Path(tmp))
+            port = int(openbao.addr.rsplit(":", 1)[1])
+            with slow_proxy(port, args.rtt / 1000, every_request=True) as proxy:
+                report[f"rtt_{args.rtt}ms"] = bench(engines, proxy.addr, args.runs, Path(tmp), proxy)
+    finally:
+        stop_openbao(openbao)
+        stop_postgres(postgres)
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -23,7 +23,7 @@ from broker.core.sweeping import SweepReport, sweep
 from broker.host import mounts
 from broker.host.sessiondir import SESSION_TMPFS_MODE, SESSION_TMPFS_SIZE
 from broker.vocab.time import parse_iso
-from tests.emulators.github_app import GitHubAppEmulator
+from devstack.github_app import GitHubAppEmulator
 from tests.fixtures.aws import ACCOUNT, ROLE_ARN, AwsRole, iam_client
 from tests.fixtures.brokerenv import BrokerEnv, make_env
 from tests.fixtures.crash import (

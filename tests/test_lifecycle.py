@@ -243,11 +243,11 @@ def test_sigkill_after_a_mint_before_its_log_record_and_files(vault_env: BrokerE
     try:
 
         def minted_session() -> str:
-            from broker.core.store import open_store
+            from broker.core.store import SessionState, open_store
 
             store = open_store(vault_env.state_dir)
             try:
-                live = store.sessions(states=("issuing",))
+                live = store.sessions(states=(SessionState.ISSUING,))
                 credentials = store.credentials(live[0].id) if live else []
                 return live[0].id if credentials and credentials[0].state == "active" else ""
             finally:

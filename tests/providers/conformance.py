@@ -119,6 +119,6 @@ def parse_request(provider: type[Provider[Any]], body: dict[str, Any], name: str
     fields = Fields({"name": name, "provider": provider.type_name, **body}, "credentials[0]", ManifestError)
     for key in ("name", "provider"):
         fields.raw(key)
-    request = provider.parse_request(fields, name=name, provider=provider.type_name, ttl=None)
+    request: CredentialRequest = provider.parse_request(fields, name=name, provider=provider.type_name, ttl=None)
     fields.done()
     return request

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from broker import __version__
-from tests.emulators.github_app import GitHubAppEmulator
+from devstack.github_app import GitHubAppEmulator
 from tests.fixtures.brokerenv import BrokerEnv
 from tests.fixtures.crash import add_github, github_tokens, wait_for
 from tests.fixtures.github import AppKeys

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.emulators.github_app import GitHubAppEmulator
+from devstack.github_app import GitHubAppEmulator
 from tests.fixtures.brokerenv import BrokerEnv
 from tests.fixtures.openbao import VAULT_TASK, OpenBao
 from tests.fixtures.sandbox import python_runtime, sandbox_unavailable

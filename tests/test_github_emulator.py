@@ -22,8 +22,8 @@ from openapi_schema_validator import OAS30Validator
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT4
 
-from tests.emulators.github_app import GitHubAppEmulator
-from tests.emulators.github_state import NOT_ACCESSIBLE, NOT_GRANTED
+from devstack.github_app import GitHubAppEmulator
+from devstack.github_state import NOT_ACCESSIBLE, NOT_GRANTED
 from tests.fixtures.github import (
     APP_ID,
     CLIENT_ID,
@@ -357,7 +357,7 @@ def test_command_line(tmp_path: Path, github_app_keys: AppKeys) -> None:
     public = tmp_path / "app.pub.pem"
     public.write_bytes(github_app_keys.public_pem)
     root = Path(__file__).resolve().parents[1]
-    args = [sys.executable, "-m", "tests.emulators.github_app", "--port", "0", "--app-id", str(APP_ID)]
+    args = [sys.executable, "-m", "devstack.github_app", "--port", "0", "--app-id", str(APP_ID)]
     args += ["--public-key", str(public), "--installation", "octo-org:widgets,docs-site:contents=write"]
     process = subprocess.Popen(args, cwd=root, stdout=subprocess.PIPE, text=True)
     try:

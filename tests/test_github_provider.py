@@ -19,14 +19,14 @@ from broker.vocab.errors import ConfigError, ManifestError, PolicyFileError, Pro
 from broker.vocab.fields import Fields
 from broker.vocab.secret import Secret
 from broker.vocab.time import iso
+from devstack.github_app import GitHubAppEmulator
+from devstack.github_state import NOT_ACCESSIBLE, NOT_GRANTED
 from providers.base import MintContext, MintedCredential, MintRejected, RevokeOutcome, RevokeTarget
 from providers.github.git import GitHost, git_host, gitconfig
 from providers.github.http import RetryPolicy
 from providers.github.permissions import PERMISSIONS as PERMISSION_TABLE
 from providers.github.provider import GitHubAppProvider, GitHubGrant, GitHubRequest
 from providers.registry import provider_class
-from tests.emulators.github_app import GitHubAppEmulator
-from tests.emulators.github_state import NOT_ACCESSIBLE, NOT_GRANTED
 from tests.fixtures.github import (
     APP_ID,
     GITHUB_CONTRACT,

@@ -23,7 +23,7 @@ from broker.core.sweeping import SweepReport, sweep
 from broker.host import mounts
 from broker.host.sessiondir import SESSION_TMPFS_MODE, SESSION_TMPFS_SIZE
 from broker.vocab.time import parse_iso
-from tests.emulators.github_app import GitHubAppEmulator
+from devstack.github_app import GitHubAppEmulator
 from tests.fixtures.aws import ACCOUNT, ROLE_ARN, AwsRole, iam_client
 from tests.fixtures.brokerenv import BrokerEnv, make_env
 from tests.fixtures.crash import (
@@ -243,11 +243,11 @@ def test_sigkill_after_a_mint_before_its_log_record_and_files(vault_env: BrokerE
     try:
 
         def minted_session() -> str:
-            from broker.core.store import open_store
+            from broker.core.store import SessionState, open_store
 
             store = open_store(vault_env.state_dir)
             try:
-                live = store.sessions(states=("issuing",))
+                live = store.sessions(states=(SessionState.ISSUING,))
                 credentials = store.credentials(live[0].id) if live else []
                 return live[0].id if credentials and credentials[0].state == "active" else ""
             finally:

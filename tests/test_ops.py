@@ -13,8 +13,8 @@ import pytest
 from broker.audit.keys import load_fingerprint_keys, load_or_create_keys, load_signing_keys
 from broker.core.config import load_config
 from broker.core.install import DEFAULT_POLICY
+from devstack.github_app import GitHubAppEmulator
 from providers.base import FIX_MARK, clock_check
-from tests.emulators.github_app import GitHubAppEmulator
 from tests.fixtures.aws import REGION, AwsRole
 from tests.fixtures.brokerenv import BrokerEnv, Result, toml_value
 from tests.fixtures.github import APP_ID, AppKeys, write_key

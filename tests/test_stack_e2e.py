@@ -13,8 +13,8 @@ from typing import Any
 import boto3
 import pytest
 
+from devstack.github_app import GitHubAppEmulator
 from providers.aws.deny import SOURCE_IDENTITY
-from tests.emulators.github_app import GitHubAppEmulator
 from tests.fixtures.aws import AwsRole, iam_client
 from tests.fixtures.brokerenv import BrokerEnv
 from tests.fixtures.openbao import OpenBao

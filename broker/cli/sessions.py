@@ -159,6 +159,7 @@ def renew(
     Example: broker renew --session s-4k2j9x7q3m1p
     """
     from broker.core.renewing import renew_session
+    from broker.core.states import CredentialState
     from broker.vocab.session_ids import check_session_id
 
     check_session_id(session)
@@ -174,7 +175,7 @@ def renew(
         typer.echo(
             f"  {item.name}: expires {item.new_expires_at} (was {item.old_expires_at}; old one {item.old_outcome})"
         )
-    if any(r.old_outcome == "pending" for r in renewals):
+    if any(r.old_outcome == CredentialState.PENDING for r in renewals):
         raise RevokeIncomplete("a replaced credential could not be revoked now; it stays pending for broker sweep")
 
 

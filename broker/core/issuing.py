@@ -33,7 +33,8 @@ from broker.core.locks import session_lock
 from broker.core.manifest import Manifest
 from broker.core.policy import Decision, decide
 from broker.core.reserving import reserved
-from broker.core.revoking import SETTLED_OUTCOMES, revoke_credential
+from broker.core.revoking import revoke_credential
+from broker.core.states import SETTLED_CREDENTIAL_STATES, CredentialState, SessionState
 from broker.core.store import SessionRecord
 from broker.core.withholding import cause_text, fate, issued_fields, withhold
 from broker.host.sessiondir import SessionDirectory
@@ -119,7 +120,7 @@ def _record_session(
             id=session_id,
             task=manifest.task,
             requester=str(broker.requester),
-            state="issuing",
+            state=SessionState.ISSUING,
             created_at=now,
             expires_at=expires_at,
             dir=str(directory.path),
@@ -158,7 +159,7 @@ def _issue_locked(
         directory.write_file("session.json", json.dumps(document, indent=2).encode() + b"\n")
         directory.seal()
         broker.store.set_session_document(session_id, document)
-        broker.store.set_session_state(session_id, "active")
+        broker.store.set_session_state(session_id, SessionState.ACTIVE)
         broker.log.append(
             "session.issued",
             session=session_id,
@@ -270,7 +271,7 @@ def mint_one(
         outcome = withhold(broker, manifest, decision, request, exc.credential, session_id, why=exc.message)
         raise ProviderError(f"{exc.message}; {fate(outcome)}", retryable=False) from None
     except BrokerError as exc:
-        broker.store.set_credential_state(session_id, request.name, "failed")
+        broker.store.set_credential_state(session_id, request.name, CredentialState.FAILED)
         event(
             LOG,
             "mint failed",
@@ -334,13 +335,13 @@ def _roll_back(
     requester = str(broker.requester)
     now = broker.clock()
     for record in broker.store.credentials(session_id):
-        if record.state in ("minting", "active"):
+        if record.state in (CredentialState.MINTING, CredentialState.ACTIVE):
             revoke_credential(broker, session_id, manifest.task, record, now, reason="rollback")
     with contextlib.suppress(OSError):  # sweep removes orphaned directories
         directory.remove()
-    broker.store.set_session_state(session_id, "failed")
+    broker.store.set_session_state(session_id, SessionState.FAILED)
     records = broker.store.credentials(session_id)
-    pending = [r.name for r in records if r.state not in (*SETTLED_OUTCOMES, "failed")]
+    pending = [r.name for r in records if r.state not in (*SETTLED_CREDENTIAL_STATES, CredentialState.FAILED)]
     reason = cause.message if isinstance(cause, BrokerError) else type(cause).__name__
     broker.log.append(
         "session.revoked",
@@ -350,7 +351,7 @@ def _roll_back(
         reason=f"issue failed: {reason}",
         pending=pending,
     )
-    return any(r.state != "failed" for r in records), pending
+    return any(r.state != CredentialState.FAILED for r in records), pending
 
 
 def session_document(

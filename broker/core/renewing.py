@@ -25,6 +25,7 @@ from broker.core.locks import session_lock
 from broker.core.manifest import Manifest, parse_manifest
 from broker.core.policy import decide
 from broker.core.revoking import revoke_credential
+from broker.core.states import CredentialState, SessionState
 from broker.core.store import SessionRecord
 from broker.host.sessiondir import SessionDirectory
 from broker.vocab.errors import BadInput, PolicyDenied, UnknownSession
@@ -37,7 +38,7 @@ class Renewal:
     name: str
     old_expires_at: str
     new_expires_at: str
-    old_outcome: str
+    old_outcome: CredentialState
 
     def to_json(self) -> dict[str, str]:
         return {
@@ -53,7 +54,7 @@ def renew_session(broker: Broker, session_id: str) -> list[Renewal]:
         session = broker.store.get_session(session_id)
         if session is None:
             raise UnknownSession(f"unknown session {session_id[:64]!r}")
-        if session.state != "active":
+        if session.state != SessionState.ACTIVE:
             raise BadInput(f"session {session_id} is {session.state}; only active sessions are renewed")
         if session.manifest is None:
             raise BadInput(f"session {session_id} was issued by an older broker and cannot be renewed")
@@ -69,7 +70,10 @@ def _renew(broker: Broker, session: SessionRecord, manifest: Manifest) -> list[R
     due = [
         c
         for c in broker.store.credentials(session.id)
-        if c.state == "active" and "~" not in c.name and c.expires_at is not None and c.expires_at < session.expires_at
+        if c.state == CredentialState.ACTIVE
+        and "~" not in c.name
+        and c.expires_at is not None
+        and c.expires_at < session.expires_at
     ]
     if not due or remaining <= 0:
         return []

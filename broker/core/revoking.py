@@ -18,7 +18,15 @@ from typing import Any
 
 from broker.core.broker import Broker, preload_providers
 from broker.core.locks import session_lock
-from broker.core.store import UNSETTLED_CREDENTIAL_STATES, CredentialRecord, SessionRecord
+from broker.core.states import (
+    ENDED_SESSION_STATES,
+    LIVE_SESSION_STATES,
+    SETTLED_CREDENTIAL_STATES,
+    UNSETTLED_CREDENTIAL_STATES,
+    CredentialState,
+    SessionState,
+)
+from broker.core.store import CredentialRecord, SessionRecord
 from broker.host.sessiondir import remove_session_path
 from broker.vocab.errors import BrokerError, ProviderError, UnknownSession
 from broker.vocab.holding import holding
@@ -29,14 +37,13 @@ from providers.base import RevokeOutcome, RevokeTarget
 
 RETRY_DELAYS = (0.2, 0.6)
 LOG = logging.getLogger("broker.revoke")
-SETTLED_OUTCOMES = ("revoked", "expired", "valid-until-expiry")
 
 
 @dataclass(frozen=True)
 class CredentialOutcome:
     name: str
     provider: str
-    outcome: str
+    outcome: CredentialState
 
 
 @dataclass(frozen=True)
@@ -48,7 +55,7 @@ class RevokeReport:
 
     @property
     def complete(self) -> bool:
-        return self.dir_removed and all(c.outcome in SETTLED_OUTCOMES for c in self.credentials)
+        return self.dir_removed and all(c.outcome in SETTLED_CREDENTIAL_STATES for c in self.credentials)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -66,7 +73,7 @@ def revoke_session(broker: Broker, session_id: str, *, reason: str = "revoke") -
 
 
 def revoke_task(broker: Broker, task: str) -> list[RevokeReport]:
-    sessions = broker.store.sessions(states=("issuing", "active", "revoking"), task=task)
+    sessions = broker.store.sessions(states=LIVE_SESSION_STATES, task=task)
     if not sessions:
         raise UnknownSession(f"no live session for task {task[:64]!r}")
     return [_revoke(broker, session, reason="revoke") for session in sessions]
@@ -81,12 +88,12 @@ def _revoke(broker: Broker, session: SessionRecord, *, reason: str) -> RevokeRep
 def revoke_locked(broker: Broker, session: SessionRecord, *, reason: str) -> RevokeReport:
     """Revoke ``session``; the caller holds its session lock."""
     requester = str(broker.requester)
-    already_ended = session.state in ("revoked", "expired", "failed")
+    already_ended = session.state in ENDED_SESSION_STATES
     if not already_ended:
-        broker.store.set_session_state(session.id, "revoking")
+        broker.store.set_session_state(session.id, SessionState.REVOKING)
     dir_removed = _remove_directory(broker, session)
     now = broker.clock()
-    records = [r for r in broker.store.credentials(session.id) if r.state != "failed"]
+    records = [r for r in broker.store.credentials(session.id) if r.state != CredentialState.FAILED]
     unsettled = [r for r in records if r.state in UNSETTLED_CREDENTIAL_STATES]
     # One thread per credential: providers are revoked at once, not one after another.
     preload_providers(broker, {r.provider for r in unsettled})
@@ -103,7 +110,7 @@ def revoke_locked(broker: Broker, session: SessionRecord, *, reason: str) -> Rev
     ]
     report = RevokeReport(session.id, session.task, tuple(outcomes), dir_removed)
     if report.complete and not already_ended:
-        final = "expired" if reason == "expired" else "revoked"
+        final = SessionState.EXPIRED if reason == "expired" else SessionState.REVOKED
         broker.store.set_session_state(session.id, final)
         broker.log.append(
             f"session.{final}",
@@ -116,7 +123,7 @@ def revoke_locked(broker: Broker, session: SessionRecord, *, reason: str) -> Rev
     return report
 
 
-def _outcome(future: Future[str], session_id: str, record: CredentialRecord) -> str:
+def _outcome(future: Future[CredentialState], session_id: str, record: CredentialRecord) -> CredentialState:
     """One credential's outcome; a failure nobody foresaw leaves it pending (stored state unchanged, sweep retries)
     instead of costing the other credentials their report."""
     try:
@@ -126,7 +133,7 @@ def _outcome(future: Future[str], session_id: str, record: CredentialRecord) -> 
             "revocation failed unexpectedly; left pending for sweep",
             extra={"broker_fields": {"session": session_id, "credential": record.name, "error": type(exc).__name__}},
         )
-        return "pending"
+        return CredentialState.PENDING
 
 
 def _remove_directory(broker: Broker, session: SessionRecord) -> bool:
@@ -146,7 +153,7 @@ def revoke_credential(
     reason: str,
     revoke_secret: Secret | None = None,
     best_effort: bool = False,
-) -> str:
+) -> CredentialState:
     """Revoke one credential with bounded retries; store and log the outcome.
 
     ``revoke_secret`` is one still held in memory (a credential the store may
@@ -157,10 +164,10 @@ def revoke_credential(
     provider = broker.config.providers.get(record.provider)
     requester = str(broker.requester)
     error = ""
-    outcome: str
+    outcome: CredentialState
     if provider is None:
-        outcome, error = "pending", f"provider {record.provider!r} is no longer in the config"
-    elif record.state == "minting" or not record.reference:
+        outcome, error = CredentialState.PENDING, f"provider {record.provider!r} is no longer in the config"
+    elif record.state == CredentialState.MINTING or not record.reference:
         outcome, error = _settle_minting(broker, session_id, task, record, now, reason=reason)
     else:
         target = RevokeTarget(
@@ -169,8 +176,9 @@ def revoke_credential(
             expires_at=record.expires_at,
             revoke_secret=revoke_secret if revoke_secret is not None else broker.keepsafe.get(session_id, record.name),
         )
-        outcome, error = _attempt(provider.revoke, target, now)
-        if outcome != "pending":
+        answer, error = _attempt(provider.revoke, target, now)
+        outcome = CredentialState.after(answer)
+        if answer != RevokeOutcome.PENDING:
             broker.keepsafe.drop(session_id, record.name)
         elif revoke_secret is not None:
             _keep(broker, session_id, record.name, revoke_secret)
@@ -186,7 +194,7 @@ def revoke_credential(
     }
     try:
         broker.store.set_credential_state(session_id, record.name, outcome)
-        if outcome == "pending":
+        if outcome == CredentialState.PENDING:
             broker.log.append("credential.revoke_failed", error=error, **common)  # type: ignore[arg-type]
         else:
             broker.log.append("credential.revoked", outcome=outcome, **common)  # type: ignore[arg-type]
@@ -212,7 +220,7 @@ def _keep(broker: Broker, session_id: str, name: str, revoke_secret: Secret) -> 
 
 def _settle_minting(
     broker: Broker, session_id: str, task: str, record: CredentialRecord, now: datetime, *, reason: str
-) -> tuple[str, str]:
+) -> tuple[CredentialState, str]:
     """A credential the broker stopped minting: did the provider mint it after all?
 
     Providers that can search (Vault, by token metadata) answer, AWS names the
@@ -225,14 +233,14 @@ def _settle_minting(
     try:
         found = provider.find_minted(session_id, record.name, record.reference)
     except ProviderError as exc:
-        return "pending", f"could not search the provider: {exc.message}"
+        return CredentialState.PENDING, f"could not search the provider: {exc.message}"
     outcomes = []
     for reference in found:
-        orphan = replace(record, state="active", reference=reference, expires_at=None, name=record.name)
+        orphan = replace(record, state=CredentialState.ACTIVE, reference=reference, expires_at=None, name=record.name)
         target = RevokeTarget(name=record.name, reference=reference, expires_at=None)
         outcome, error = _attempt(provider.revoke, target, now)
         outcomes.append(outcome)
-        event = "credential.revoke_failed" if outcome == "pending" else "credential.revoked"
+        event = "credential.revoke_failed" if outcome == RevokeOutcome.PENDING else "credential.revoked"
         broker.log.append(
             event,
             session=session_id,
@@ -243,24 +251,27 @@ def _settle_minting(
             type=record.type,
             reference=dict(reference),
             reason=f"{reason} (found)",
-            **({"error": error} if outcome == "pending" else {"outcome": outcome}),
+            **({"error": error} if outcome == RevokeOutcome.PENDING else {"outcome": outcome}),
         )
-    if "pending" in outcomes:
-        return "pending", "a credential found at the provider could not be revoked yet"
+    if RevokeOutcome.PENDING in outcomes:
+        return CredentialState.PENDING, "a credential found at the provider could not be revoked yet"
     if found:
-        return "revoked", ""
+        return CredentialState.REVOKED, ""
     if provider.can_find_minted:
-        return "failed", ""  # the provider never minted it
+        return CredentialState.FAILED, ""  # the provider never minted it
     session = broker.store.get_session(session_id)
     settled_after = session.expires_at if session else now
     if provider.fixed_lifetime:
         settled_after += timedelta(seconds=provider.fixed_lifetime)
     if now >= settled_after:
-        return "expired", ""
-    return "pending", f"the broker stopped while minting; it cannot be revoked before {iso(settled_after)}"
+        return CredentialState.EXPIRED, ""
+    return (
+        CredentialState.PENDING,
+        f"the broker stopped while minting; it cannot be revoked before {iso(settled_after)}",
+    )
 
 
-def _attempt(revoke: Any, target: RevokeTarget, now: datetime) -> tuple[str, str]:
+def _attempt(revoke: Any, target: RevokeTarget, now: datetime) -> tuple[RevokeOutcome, str]:
     error = ""
     for attempt in range(len(RETRY_DELAYS) + 1):
         started = time.monotonic()
@@ -274,7 +285,7 @@ def _attempt(revoke: Any, target: RevokeTarget, now: datetime) -> tuple[str, str
                 outcome=outcome.value,
                 ms=round((time.monotonic() - started) * 1000),
             )
-            return outcome.value, ""
+            return outcome, ""
         except ProviderError as exc:
             error = exc.message
             event(
@@ -288,4 +299,4 @@ def _attempt(revoke: Any, target: RevokeTarget, now: datetime) -> tuple[str, str
             if not exc.retryable or attempt == len(RETRY_DELAYS):
                 break
             time.sleep(RETRY_DELAYS[attempt])
-    return "pending", error
+    return RevokeOutcome.PENDING, error

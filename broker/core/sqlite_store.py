@@ -21,7 +21,9 @@ from broker.core.store import (
     SESSION_STATES,
     UNSETTLED_CREDENTIAL_STATES,
     CredentialRecord,
+    CredentialState,
     SessionRecord,
+    SessionState,
     SessionStore,
 )
 from broker.vocab.errors import StoreError
@@ -155,7 +157,7 @@ class SqliteSessionStore(SessionStore):
                 ),
             )
 
-    def set_session_state(self, session_id: str, state: str) -> None:
+    def set_session_state(self, session_id: str, state: SessionState) -> None:
         assert state in SESSION_STATES, state
         with self._tx() as conn:
             conn.execute("UPDATE sessions SET state=? WHERE id=?", (state, session_id))
@@ -180,7 +182,7 @@ class SqliteSessionStore(SessionStore):
         with self._tx() as conn:
             conn.execute(
                 "INSERT INTO credentials (session_id, name, provider, type, state, reference) VALUES (?,?,?,?,?,?)",
-                (session_id, name, provider, type_name, "minting", json.dumps(dict(planned))),
+                (session_id, name, provider, type_name, CredentialState.MINTING, json.dumps(dict(planned))),
             )
 
     def credential_minted(
@@ -207,7 +209,7 @@ class SqliteSessionStore(SessionStore):
                 ),
             )
 
-    def set_credential_state(self, session_id: str, name: str, state: str) -> None:
+    def set_credential_state(self, session_id: str, name: str, state: CredentialState) -> None:
         assert state in CREDENTIAL_STATES, state
         with self._tx() as conn:
             conn.execute("UPDATE credentials SET state=? WHERE session_id=? AND name=?", (state, session_id, name))
@@ -220,7 +222,9 @@ class SqliteSessionStore(SessionStore):
         rows = self._query("SELECT * FROM credentials WHERE session_id=? ORDER BY rowid", (session_id,))
         return [_credential(row) for row in rows]
 
-    def sessions(self, *, states: tuple[str, ...] | None = None, task: str | None = None) -> list[SessionRecord]:
+    def sessions(
+        self, *, states: tuple[SessionState, ...] | None = None, task: str | None = None
+    ) -> list[SessionRecord]:
         sql = "SELECT * FROM sessions WHERE 1=1"
         args: list[Any] = []
         if states is not None:
@@ -310,7 +314,7 @@ def _session(row: sqlite3.Row) -> SessionRecord:
         id=row["id"],
         task=row["task"],
         requester=row["requester"],
-        state=row["state"],
+        state=SessionState(row["state"]),
         created_at=parse_iso(row["created_at"]),
         expires_at=parse_iso(row["expires_at"]),
         dir=row["dir"],
@@ -330,7 +334,7 @@ def _credential(row: sqlite3.Row) -> CredentialRecord:
         name=row["name"],
         provider=row["provider"],
         type=row["type"],
-        state=row["state"],
+        state=CredentialState(row["state"]),
         reference=json.loads(row["reference"]),
         scope=json.loads(row["scope"]),
         expires_at=parse_iso(row["expires_at"]) if row["expires_at"] else None,

@@ -18,14 +18,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from broker.core.states import LIVE_SESSION_STATES, UNSETTLED_CREDENTIAL_STATES, CredentialState, SessionState
+
 if TYPE_CHECKING:
     from broker.core.sqlite_store import SqliteSessionStore
 
-SESSION_STATES = ("issuing", "active", "revoking", "revoked", "expired", "failed")
-LIVE_SESSION_STATES = ("issuing", "active", "revoking")
-CREDENTIAL_STATES = ("minting", "active", "pending", "revoked", "expired", "valid-until-expiry", "failed")
-#: Credential states that may still be valid at the provider.
-UNSETTLED_CREDENTIAL_STATES = ("minting", "active", "pending")
+SESSION_STATES = tuple(SessionState)
+CREDENTIAL_STATES = tuple(CredentialState)
+__all__ = ["LIVE_SESSION_STATES", "UNSETTLED_CREDENTIAL_STATES", "CredentialState", "SessionState"]
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ class SessionRecord:
     id: str
     task: str
     requester: str
-    state: str
+    state: SessionState
     created_at: datetime
     expires_at: datetime
     dir: str
@@ -52,7 +52,7 @@ class CredentialRecord:
     name: str
     provider: str
     type: str
-    state: str
+    state: CredentialState
     reference: Mapping[str, str]
     scope: Mapping[str, Any]
     expires_at: datetime | None
@@ -66,7 +66,7 @@ class SessionStore(ABC):
     def create_session(self, record: SessionRecord) -> None: ...
 
     @abstractmethod
-    def set_session_state(self, session_id: str, state: str) -> None: ...
+    def set_session_state(self, session_id: str, state: SessionState) -> None: ...
 
     @abstractmethod
     def retire_credential(self, session_id: str, name: str, retired_name: str) -> None:
@@ -98,7 +98,7 @@ class SessionStore(ABC):
     ) -> None: ...
 
     @abstractmethod
-    def set_credential_state(self, session_id: str, name: str, state: str) -> None: ...
+    def set_credential_state(self, session_id: str, name: str, state: CredentialState) -> None: ...
 
     @abstractmethod
     def get_session(self, session_id: str) -> SessionRecord | None: ...
@@ -107,7 +107,9 @@ class SessionStore(ABC):
     def credentials(self, session_id: str) -> list[CredentialRecord]: ...
 
     @abstractmethod
-    def sessions(self, *, states: tuple[str, ...] | None = None, task: str | None = None) -> list[SessionRecord]: ...
+    def sessions(
+        self, *, states: tuple[SessionState, ...] | None = None, task: str | None = None
+    ) -> list[SessionRecord]: ...
 
     @abstractmethod
     def live_credentials(self, provider: str, now: datetime) -> list[CredentialRecord]:

@@ -29,7 +29,7 @@ from typing import Any
 from broker.core.broker import Broker
 from broker.core.locks import remove_session_lock, session_lock, sweep_lock, try_lock
 from broker.core.revoking import RevokeReport, revoke_credential, revoke_locked
-from broker.core.store import LIVE_SESSION_STATES, SessionRecord
+from broker.core.store import LIVE_SESSION_STATES, CredentialState, SessionRecord, SessionState
 from broker.host.keepsafe import KEEP_DIR
 from broker.host.sessiondir import is_broker_session_dir, remove_session_path
 from broker.vocab.holding import holding
@@ -99,19 +99,19 @@ def _sweep_session(broker: Broker, session: SessionRecord, now: Any, report: Swe
         return
     try:
         current = broker.store.get_session(session.id) or session
-        if current.state == "issuing":
+        if current.state == SessionState.ISSUING:
             result = revoke_locked(broker, current, reason="crash recovery")
             report.recovered.append(current.id)
-        elif current.state == "revoking":
+        elif current.state == SessionState.REVOKING:
             result = revoke_locked(broker, current, reason="sweep")
             report.recovered.append(current.id)
-        elif current.state == "active" and current.exec_bound:  # its `broker exec` is gone (lock was free)
+        elif current.state == SessionState.ACTIVE and current.exec_bound:  # its `broker exec` is gone (lock was free)
             result = revoke_locked(broker, current, reason="exec broker gone")
             report.recovered.append(current.id)
-        elif current.state == "active" and current.expires_at <= now:
+        elif current.state == SessionState.ACTIVE and current.expires_at <= now:
             result = revoke_locked(broker, current, reason="expired")
             report.expired.append(current.id)
-        elif current.state == "active":
+        elif current.state == SessionState.ACTIVE:
             _revoke_expired_credentials(broker, current, now)
             return
         else:
@@ -127,13 +127,13 @@ def _sweep_session(broker: Broker, session: SessionRecord, now: Any, report: Swe
 def _revoke_expired_credentials(broker: Broker, session: SessionRecord, now: Any) -> None:
     """A credential may end before its session (a GitHub token cut to a shorter TTL): revoke it then."""
     for record in broker.store.credentials(session.id):
-        if record.state == "active" and record.expires_at is not None and record.expires_at <= now:
+        if record.state == CredentialState.ACTIVE and record.expires_at is not None and record.expires_at <= now:
             revoke_credential(broker, session.id, session.task, record, now, reason="expired")
 
 
 def _note_pending(result: RevokeReport, report: SweepReport) -> None:
     for credential in result.credentials:
-        if credential.outcome == "pending":
+        if credential.outcome == CredentialState.PENDING:
             report.pending.append({"session": result.session, "credential": credential.name})
 
 

@@ -17,6 +17,7 @@ from broker.core.broker import Broker
 from broker.core.manifest import Manifest
 from broker.core.policy import Decision
 from broker.core.revoking import revoke_credential
+from broker.core.states import CredentialState
 from broker.core.store import CredentialRecord
 from broker.vocab.errors import BrokerError
 from broker.vocab.logs import event
@@ -35,11 +36,11 @@ def cause_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc.strerror}" if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
 
 
-def fate(outcome: str) -> str:
+def fate(outcome: CredentialState) -> str:
     """What became of a withheld credential, for the error message."""
-    if outcome in ("revoked", "expired"):
+    if outcome in (CredentialState.REVOKED, CredentialState.EXPIRED):
         return "revoked it"
-    if outcome == "valid-until-expiry":
+    if outcome == CredentialState.VALID_UNTIL_EXPIRY:
         return "it stays valid until it expires (revoke = expire)"
     return "revoking it failed; it stays pending for broker sweep"
 
@@ -79,7 +80,7 @@ def withhold(
     session_id: str,
     *,
     why: str,
-) -> str:
+) -> CredentialState:
     """A credential the provider returned that is not handed out: log it with its fingerprint, then revoke it.
 
     Every write here is best effort (the failure being handled may be the
@@ -120,7 +121,7 @@ def withhold(
         name=request.name,
         provider=provider.name,
         type=provider.type_name,
-        state="active",
+        state=CredentialState.ACTIVE,
         reference=credential.reference,
         scope=credential.scope,
         expires_at=credential.expires_at,

@@ -1,4 +1,4 @@
-"""The local stack for the benchmark: OpenBao, moto and the GitHub emulator, and a broker set up against them."""
+"""The bench's broker installations against the local stack (``devstack``), and the stack's AWS figures."""
 
 from __future__ import annotations
 
@@ -6,120 +6,37 @@ import contextlib
 import json
 import os
 import shutil
-import socket
-import subprocess
-import sys
 import textwrap
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import yaml
 
-import yaml  # noqa: E402
-from bench_common import (  # noqa: E402
+from bench.common import (
     ACCOUNT,
     APP_ID,
     BROKER,
     BROKER_ROLE,
     FLOOR_ROLE,
     MOTO_IDENTITY,
-    OWNER,
-    PYTHON,
     REGION,
-    SERVERS,
     WORK,
     Ran,
     process_cpu,
     run,
 )
-
-from broker.host import mounts  # noqa: E402
-from broker.vocab.durations import parse_duration  # noqa: E402
-from tests.fixtures.github import rsa_key_pair  # noqa: E402
-from tests.fixtures.net import free_port, wait_http  # noqa: E402
-from tests.fixtures.openbao import ROOT_TOKEN, OpenBao, start_openbao, stop_openbao  # noqa: E402
-from tests.fixtures.stack import STACK_POLICY, STACK_TASK  # noqa: E402
-
-# -- the local stack -----------------------------------------------------------------------
+from broker.host import mounts
+from broker.vocab.durations import parse_duration
+from devstack.config import STACK_POLICY, STACK_TASK, config_text, provider_tables
+from devstack.openbao import ROOT_TOKEN, TOKEN_ROLE
+from devstack.stack import Stack as DevStack
 
 
-def wait_port(port: int, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
-            return
-        time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on 127.0.0.1:{port}")
-
-
-class Stack:
-    """OpenBao dev server, moto server and the GitHub App emulator, each its own process."""
+class Stack(DevStack):
+    """The local stack with the broker's role and the floor's, and what the figures read from AWS."""
 
     def __init__(self) -> None:
-        self.bao: OpenBao | None = None
-        self.children: list[subprocess.Popen[bytes]] = []
-        self.aws_url = ""
-        self.github_url = ""
-        self.private_pem = b""
-        self.role_ids: dict[str, str] = {}
-
-    def start(self) -> None:
-        self.bao = start_openbao()
-        moto_port = free_port()
-        self.children.append(
-            subprocess.Popen([PYTHON, SERVERS, "moto", str(moto_port)], stdout=subprocess.DEVNULL, cwd=ROOT)
-        )
-        self.aws_url = f"http://127.0.0.1:{moto_port}"
-        wait_http(f"{self.aws_url}/moto-api/")
-        keys = rsa_key_pair()
-        self.private_pem = keys.private_pem
-        public = WORK / "github-app.pub.pem"
-        public.write_bytes(keys.public_pem)
-        github_port = free_port()
-        installation = f"{OWNER}:widgets,docs-site:contents=write,pull_requests=write,metadata=read"
-        self.children.append(
-            subprocess.Popen(
-                [
-                    PYTHON,
-                    "-m",
-                    "tests.emulators.github_app",
-                    "--port",
-                    str(github_port),
-                    "--app-id",
-                    str(APP_ID),
-                    "--public-key",
-                    str(public),
-                    "--installation",
-                    installation,
-                ],
-                stdout=subprocess.DEVNULL,
-                cwd=ROOT,
-            )
-        )
-        self.github_url = f"http://127.0.0.1:{github_port}"
-        wait_port(github_port)
-        iam = self.iam()
-        trust = {
-            "Version": "2012-10-17",
-            "Statement": [
-                {
-                    "Effect": "Allow",
-                    "Principal": {"AWS": f"arn:aws:iam::{ACCOUNT}:root"},
-                    "Action": ["sts:AssumeRole", "sts:TagSession", "sts:SetSourceIdentity"],
-                }
-            ],
-        }
-        for name in (BROKER_ROLE, FLOOR_ROLE):
-            role = iam.create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps(trust), MaxSessionDuration=3600)
-            self.role_ids[name] = role["Role"]["RoleId"]
-
-    def iam(self) -> Any:
-        import boto3
-
-        return boto3.client("iam", endpoint_url=self.aws_url, region_name=REGION, **MOTO_IDENTITY)
+        super().__init__(WORK, roles=(BROKER_ROLE, FLOOR_ROLE), identity=MOTO_IDENTITY)
 
     def reset_deny(self) -> None:
         """Drop both roles' deny policies, so repeated revocations never fill IAM's 10,240-char budget."""
@@ -130,12 +47,14 @@ class Stack:
 
     def server_cpu(self) -> dict[str, float]:
         """CPU seconds each server process has used so far."""
-        pids = {"openbao": self.bao.process.pid if self.bao else 0}
-        pids.update({name: child.pid for name, child in zip(("moto", "github"), self.children, strict=False)})
-        return {name: process_cpu(pid) for name, pid in pids.items()}
+        return {name: process_cpu(pid) for name, pid in self.pids().items()}
 
     def denied_userids(self, role: str = BROKER_ROLE) -> int:
-        """How many aws:userid values the role's deny policy holds (one per revoked AWS credential)."""
+        """How many sessions the role's deny policy names (one per revoked AWS session).
+
+        The broker denies a session by its source identity (the broker session id) when it has one, else by
+        its aws:userid; both are counted.
+        """
         iam = self.iam()
         try:
             document = iam.get_role_policy(RoleName=role, PolicyName="BrokerRevokedSessions")["PolicyDocument"]
@@ -143,8 +62,10 @@ class Stack:
             return 0
         values: set[str] = set()
         for statement in document.get("Statement", []):
-            found = statement.get("Condition", {}).get("StringEquals", {}).get("aws:userid", [])
-            values.update([found] if isinstance(found, str) else found)
+            equals = statement.get("Condition", {}).get("StringEquals", {})
+            for key in ("aws:userid", "aws:SourceIdentity"):
+                found = equals.get(key, [])
+                values.update([found] if isinstance(found, str) else found)
         return len(values)
 
     def deny_policy_size(self, role: str = BROKER_ROLE) -> int:
@@ -154,17 +75,6 @@ class Stack:
         except iam.exceptions.NoSuchEntityException:
             return 0
         return len(json.dumps(document, separators=(",", ":")))
-
-    def stop(self) -> None:
-        for child in self.children:
-            child.terminate()
-        for child in self.children:
-            try:
-                child.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                child.kill()
-        if self.bao is not None:
-            stop_openbao(self.bao)
 
 
 def base_env() -> dict[str, str]:
@@ -215,31 +125,20 @@ class BrokerSetup:
             path.write_bytes(data)
             path.chmod(0o600)
         assert self.stack.bao is not None
-        self.config.write_text(
-            textwrap.dedent(f"""\
-            state_dir = "{self.dir / "state"}"
-            runtime_dir = "{self.dir / "run"}"
-            policy_dir = "{self.dir / "policies"}"
-            audit_key = "{self.dir / "audit.key"}"
-
-            [providers.vault]
-            type = "vault"
-            addr = "{self.stack.bao.addr}"
-            token_file = "{self.dir / "vault-token"}"
-            token_role = "broker-session"
-
-            [providers.aws]
-            type = "aws_sts"
-            region = "{REGION}"
-            endpoint_url = "{self.stack.aws_url}"
-
-            [providers.github]
-            type = "github_app"
-            app_id = "{APP_ID}"
-            private_key_file = "{self.dir / "github-app.pem"}"
-            api_url = "{self.stack.github_url}"
-            """)
+        settings = {
+            "state_dir": str(self.dir / "state"),
+            "runtime_dir": str(self.dir / "run"),
+            "policy_dir": str(self.dir / "policies"),
+            "audit_key": str(self.dir / "audit.key"),
+        }
+        providers = provider_tables(
+            vault_addr=self.stack.bao.addr,
+            vault_token_file=self.dir / "vault-token",
+            aws_url=self.stack.aws_url,
+            github_url=self.stack.github_url,
+            github_key_file=self.dir / "github-app.pem",
         )
+        self.config.write_text(config_text(settings, providers))
         return self
 
     def cmd(self, *args: str) -> list[str]:
@@ -291,7 +190,7 @@ def floor_params(stack: Stack, floor_dir: Path, setup: BrokerSetup) -> Path:
         "floor_dir": str(floor_dir),
         "vault_addr": stack.bao.addr,
         "vault_token_file": str(setup.dir / "vault-token"),
-        "vault_token_role": "broker-session",
+        "vault_token_role": TOKEN_ROLE,
         "vault_policies": vault["policies"],
         "vault_ttl": parse_duration(vault["ttl"], "ttl"),
         "vault_num_uses": vault["num_uses"],

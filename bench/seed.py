@@ -1,6 +1,6 @@
 """Seed sessions for the sweep benchmark through the broker's own Python API (not the CLI).
 
-    python scripts/bench_seed.py CONFIG TASK COUNT
+    python -m bench.seed CONFIG TASK COUNT
 
 Opens one ``Broker`` and calls ``broker.core.issuing.issue`` COUNT times in a loop,
 exactly what ``broker issue`` does minus interpreter start, imports and
@@ -15,14 +15,11 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from broker.core.broker import Broker  # noqa: E402
-from broker.core.config import load_config  # noqa: E402
-from broker.core.issuing import issue  # noqa: E402
-from broker.core.manifest import load_manifest  # noqa: E402
-from broker.vocab.errors import BrokerError  # noqa: E402
+from broker.core.broker import Broker
+from broker.core.config import load_config
+from broker.core.issuing import issue
+from broker.core.manifest import load_manifest
+from broker.vocab.errors import BrokerError
 
 
 def main(argv: list[str]) -> int:

@@ -5,17 +5,13 @@ from __future__ import annotations
 import base64
 import json
 import shutil
-import sys
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from bench_common import ACCOUNT, BROKER, RESULTS, WORK, Report, Row, Settings, median, must, run, summary  # noqa: E402
-from bench_local import base_env  # noqa: E402
+from bench.common import ACCOUNT, BROKER, RESULTS, ROOT, WORK, Report, Row, Settings, median, must, run, summary
+from bench.local import base_env
 
 # -- audit ---------------------------------------------------------------------------------
 
@@ -235,9 +231,8 @@ def figure_audit(settings: Settings, report: Report) -> None:
     import os
     import subprocess
 
-    from bench_common import PYTHON, SERVERS
-
-    from tests.fixtures.net import free_port, wait_http
+    from bench.common import PYTHON
+    from devstack.net import free_port, wait_http
 
     env = base_env()
     n, every = settings.audit_records, settings.audit_checkpoint_every
@@ -278,7 +273,9 @@ def figure_audit(settings: Settings, report: Report) -> None:
         lookup_s.append(ran.seconds)
         found.append(len(json.loads(ran.stdout)))
     port = free_port()
-    moto = subprocess.Popen([PYTHON, SERVERS, "moto", str(port)], stdout=subprocess.DEVNULL, env={**os.environ, **env})
+    moto = subprocess.Popen(
+        [PYTHON, "-m", "devstack.aws", str(port)], stdout=subprocess.DEVNULL, env={**os.environ, **env}, cwd=ROOT
+    )
     witness_s: list[float] = []
     try:
         endpoint = f"http://127.0.0.1:{port}"

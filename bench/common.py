@@ -14,26 +14,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
+from devstack.aws import ACCOUNT, REGION, ROLE_NAME
+from devstack.github import APP_ID, OWNER
+from devstack.stack import ROOT
 
 RESULTS = ROOT / "bench-results"
 WORK = RESULTS / "work"
 PYTHON = sys.executable
 BROKER = str(Path(PYTHON).parent / "broker")
-FLOOR = str(ROOT / "scripts" / "bench_floor.py")
-SEED = str(ROOT / "scripts" / "bench_seed.py")
-SERVERS = str(ROOT / "scripts" / "bench_servers.py")
+#: Run by path, so it pays no imports but its own; bench/ is then first on its sys.path, so no module here may
+#: share a name with the standard library's (``concurrent`` did).
+FLOOR = str(ROOT / "bench" / "floor.py")
+SEED = ("-m", "bench.seed")
 FIGURES = ("cold", "issue", "revoke", "concurrent", "sweep", "memory", "audit")
 NEEDS_STACK = {"issue", "revoke", "concurrent", "sweep", "memory"}
 
-ACCOUNT = "123456789012"
-REGION = "us-east-1"
-BROKER_ROLE = "agent-ci"  # the stack task's role (tests/fixtures/aws.py)
+BROKER_ROLE = ROLE_NAME  # the stack task's role
 FLOOR_ROLE = "agent-floor"  # the floor writes its deny policy here, so the two never share a document
-APP_ID = 424242
-OWNER = "octo-org"
+__all__ = ["ACCOUNT", "APP_ID", "OWNER", "REGION", "ROOT"]
 MOTO_IDENTITY = {"aws_access_key_id": "bench", "aws_secret_access_key": "bench"}
 
 SWEEP_TASK = """\

@@ -1,4 +1,4 @@
-"""The demo behind ``scripts/demo``: the broker's main job against a local stack.
+"""The demo behind ``scripts/demo`` (``python -m devstack.demo``): the broker's main job against the local stack.
 
 Starts a real OpenBao dev server, a moto server and the GitHub App emulator on
 loopback, writes a config, uses ``policies/example.yaml`` as the policy, then
@@ -11,29 +11,22 @@ from __future__ import annotations
 
 import configparser
 import json
-import logging
 import os
 import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import boto3
 import hvac
-from moto.server import ThreadedMotoServer
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from broker.host import mounts  # noqa: E402
-from tests.emulators.github_app import GitHubAppEmulator  # noqa: E402
-from tests.fixtures.github import rsa_key_pair  # noqa: E402
-from tests.fixtures.openbao import OpenBao, start_openbao, stop_openbao  # noqa: E402
-from tests.fixtures.stack import STACK_TASK  # noqa: E402
+from broker.host import mounts
+from devstack.config import STACK_TASK, config_text, provider_tables
+from devstack.github_app import GitHubAppEmulator
+from devstack.openbao import ROOT_TOKEN, OpenBao
+from devstack.stack import ROOT, in_process
 
 DEMO = ROOT / ".demo"
-APP_ID = 123456
 SANDBOX_UID = 1000 if os.geteuid() == 0 else os.getuid()
 SANDBOX_GID = 1000 if os.geteuid() == 0 else os.getgid()
 
@@ -77,41 +70,28 @@ def write_secret(name: str, data: bytes) -> Path:
 
 
 def main() -> int:
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto's request log
     clean_previous_run()
     step("starting the local stack: OpenBao dev server, moto server, GitHub App emulator")
-    bao = start_openbao()
-    moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    moto.start()
-    host, port = moto.get_host_and_port()
-    aws_url = f"http://{host}:{port}"
-    keys = rsa_key_pair()
-    github = GitHubAppEmulator(app_id=APP_ID, public_key_pem=keys.public_pem)
-    github.add_installation(
-        "octo-org", ("widgets", "docs-site"), {"contents": "write", "pull_requests": "write", "metadata": "read"}
-    )
-    github.start()
     try:
-        return run_demo(bao, aws_url, github, keys.private_pem)
+        with in_process(MOTO_IDENTITY) as stack:
+            try:
+                return run_demo(stack.bao, stack.aws_url, stack.github, stack.keys.private_pem)
+            finally:
+                step("stopping the stack")
     finally:
-        step("stopping the stack")
-        github.stop()
-        moto.stop()
-        stop_openbao(bao)
         for point in sorted(mounts.mount_points(), reverse=True):
             if point.startswith(str(DEMO) + "/"):
                 mounts.unmount(Path(point))
         print("done: .demo/ keeps the config, the policy, the log and its audit key; the credentials are gone")
 
 
-DEV_ROOT_TOKEN = "root"  # noqa: S105 - the dev server's fixed root token
 MOTO_IDENTITY = {"aws_access_key_id": "demo", "aws_secret_access_key": "demo"}  # moto accepts any key
 
 
 def run_demo(bao: OpenBao, aws_url: str, github: GitHubAppEmulator, private_pem: bytes) -> int:
     addr = bao.addr
     print(f"OpenBao {addr}   moto {aws_url}   GitHub emulator {github.api_url}")
-    hvac.Client(url=addr, token=DEV_ROOT_TOKEN).secrets.kv.v2.create_or_update_secret(
+    hvac.Client(url=addr, token=ROOT_TOKEN).secrets.kv.v2.create_or_update_secret(
         path="ci/build", secret={"answer": "42"}
     )
     # The broker's own AWS identity (moto accepts any key) lives in files of its own.
@@ -125,49 +105,30 @@ def run_demo(bao: OpenBao, aws_url: str, github: GitHubAppEmulator, private_pem:
         "AWS_CONFIG_FILE": str(aws_dir / "config"),
         "AWS_EC2_METADATA_DISABLED": "true",
     }
-    boto3.client("iam", endpoint_url=aws_url, region_name="us-east-1", **MOTO_IDENTITY).create_role(
-        RoleName="agent-ci",
-        AssumeRolePolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": []}),
-        MaxSessionDuration=3600,
+    providers = provider_tables(
+        vault_addr=addr,
+        vault_token_file=write_secret("vault-token", ROOT_TOKEN.encode()),
+        aws_url=aws_url,
+        github_url=github.api_url,
+        github_key_file=write_secret("github-app.pem", private_pem),
     )
-    write_secret("vault-token", DEV_ROOT_TOKEN.encode())
-    write_secret("github-app.pem", private_pem)
+    providers["aws"] |= {"profile": "broker", "revoke": "deny-policy"}
     policy_dir = DEMO / "policies"
     policy_dir.mkdir()
     shutil.copy(ROOT / "policies" / "example.yaml", policy_dir / "example.yaml")
-    (DEMO / "broker.toml").write_text(
-        textwrap.dedent(f"""\
-        state_dir = "{DEMO / "state"}"
-        runtime_dir = "{runtime_dir()}"
-        policy_dir = "{policy_dir}"
-        audit_key = "{DEMO / "audit.key"}"
-        default_ttl = "30m"
-        max_ttl = "12h"
-
-        [providers.vault]
-        type = "vault"
-        addr = "{addr}"
-        token_file = "{DEMO / "vault-token"}"
-        token_role = "broker-session"
-
-        [providers.aws]
-        type = "aws_sts"
-        region = "us-east-1"
-        endpoint_url = "{aws_url}"
-        profile = "broker"
-        revoke = "deny-policy"
-
-        [providers.github]
-        type = "github_app"
-        app_id = "{APP_ID}"
-        private_key_file = "{DEMO / "github-app.pem"}"
-        api_url = "{github.api_url}"
-        """)
-    )
+    settings = {
+        "state_dir": str(DEMO / "state"),
+        "runtime_dir": str(runtime_dir()),
+        "policy_dir": str(policy_dir),
+        "audit_key": str(DEMO / "audit.key"),
+        "default_ttl": "30m",
+        "max_ttl": "12h",
+    }
+    if os.geteuid() != 0:
+        settings["mount_tmpfs"] = "never"
+    (DEMO / "broker.toml").write_text(config_text(settings, providers))
     (DEMO / "task.yaml").write_text(TASK)
     if os.geteuid() != 0:
-        with open(DEMO / "broker.toml", "a") as handle:
-            handle.write('mount_tmpfs = "never"\n')
         text = (policy_dir / "example.yaml").read_text()
         (policy_dir / "example.yaml").write_text(text.replace('"uid:1000"', f'"uid:{os.getuid()}"'))
 

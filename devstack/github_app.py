@@ -8,7 +8,7 @@ holds seconds to stall per route, ``fail_revocations`` makes
 route (with ``Retry-After``), ``state.overgrant`` makes mints ignore their
 narrowing (``"permissions"``, ``"repositories"`` or ``"all"``). ``calls`` records every request. For a demo:
 
-    python -m tests.emulators.github_app --port 8765 --app-id 123456 \\
+    python -m devstack.github_app --port 8765 --app-id 123456 \\
         --public-key app.pub.pem --installation 'octo-org:widgets,docs-site:contents=write,metadata=read'
 """
 
@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from tests.emulators import github_shapes as shapes
-from tests.emulators.github_state import AppState, Installation, Reply, TokenStatus
+from devstack import github_shapes as shapes
+from devstack.github_state import AppState, Installation, Reply, TokenStatus
 
 API_VERSION = "2022-11-28"
 ROUTES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
@@ -247,7 +247,7 @@ def _installation_arg(value: str) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.emulators.github_app", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m devstack.github_app", description=__doc__.split("\n")[0])
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--app-id", type=int, required=True)
     parser.add_argument("--client-id", default="Iv23liEmulatorClient")

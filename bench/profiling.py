@@ -1,6 +1,6 @@
 """cProfile of one ``broker`` command, the mint/revoke worker threads included.
 
-    python scripts/bench_profile.py [--top N] [--out DIR] -- --config CFG issue --task T --json
+    python -m bench.profiling [--top N] [--out DIR] -- --config CFG issue --task T --json
 
 Runs ``broker.cli.app.main(ARGS)`` in this process (a fresh interpreter, so every
 import the command triggers is profiled too) with the main thread under
@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="scripts/bench_profile.py")
+    parser = argparse.ArgumentParser(prog="python -m bench.profiling")
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--out", type=Path, default=ROOT / "bench-results" / "profile")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="-- then the broker arguments")

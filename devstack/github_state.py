@@ -24,8 +24,8 @@ from typing import Any, Literal
 
 import jwt
 
+from devstack import github_shapes as shapes
 from providers.github.permissions import PERMISSIONS, rank
-from tests.emulators import github_shapes as shapes
 
 TOKEN_TTL = 3600
 MAX_JWT_AHEAD = 600

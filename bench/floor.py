@@ -13,10 +13,10 @@ no store, no log, no locks, no per-session mount):
             aws:userid / aws:SourceIdentity, no settle pause); github DELETE /installation/token;
             the directory removed.
 
-Usage (run as a subprocess by scripts/bench_stack.py, so it pays interpreter start and imports too):
+Usage (run by path as a subprocess by the bench, so it pays interpreter start and its own imports, no more):
 
-    python scripts/bench_floor.py issue  PARAMS.json      # prints the session directory
-    python scripts/bench_floor.py revoke PARAMS.json DIR
+    python bench/floor.py issue  PARAMS.json      # prints the session directory
+    python bench/floor.py revoke PARAMS.json DIR
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Egress proxy figures on loopback: added latency per request, tunnel throughput, the proxy's memory.
 
-    .venv/bin/python scripts/bench_egress.py [--requests 1000] [--tunnels 64] [--mib 10]
+    .venv/bin/python -m bench.egress [--requests 1000] [--tunnels 64] [--mib 10]
 
 The proxy runs in a child process of its own (so its peak RSS is its own),
 allowing one local HTTP server and one local sink. Latency: ``--requests``

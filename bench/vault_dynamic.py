@@ -8,7 +8,7 @@ request back ``--rtt`` milliseconds (a round trip's latency on a keep-alive
 connection), so that each sequential Vault call on the critical path shows
 as one more RTT. Prints one JSON document with medians and quartiles.
 
-    .venv/bin/python scripts/bench_vault_dynamic.py [--runs 15] [--rtt 40]
+    .venv/bin/python -m bench.vault_dynamic [--runs 15] [--rtt 40]
 """
 
 from __future__ import annotations
@@ -16,21 +16,17 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from tests.fixtures.brokerenv import BrokerEnv, make_env  # noqa: E402
-from tests.fixtures.openbao import start_openbao, stop_openbao  # noqa: E402
-from tests.fixtures.postgres import start_postgres, stop_postgres  # noqa: E402
-from tests.fixtures.slowproxy import SlowProxy, slow_proxy  # noqa: E402
-from tests.fixtures.vault_engines import Engines, add_dynamic_vault, setup_engines  # noqa: E402
+from devstack.openbao import start_openbao, stop_openbao
+from tests.fixtures.brokerenv import BrokerEnv, make_env
+from tests.fixtures.postgres import start_postgres, stop_postgres
+from tests.fixtures.slowproxy import SlowProxy, slow_proxy
+from tests.fixtures.vault_engines import Engines, add_dynamic_vault, setup_engines
 
 HEAD = """
 version: 1

@@ -183,7 +183,11 @@ class GitHubAppEmulator:
             return state.revoke(token) if token else Reply(401, shapes.basic_error("Bad credentials", 401))
         if route == "installation_repositories":
             token = state.token_from(authorization)
-            return state.token_repositories(base, token) if token else Reply(401, shapes.basic_error("Bad credentials", 401))
+            return (
+                state.token_repositories(base, token)
+                if token
+                else Reply(401, shapes.basic_error("Bad credentials", 401))
+            )
         problem = state.check_jwt(authorization)
         if problem is not None:
             return Reply(401, shapes.basic_error(problem, 401))
@@ -217,7 +221,8 @@ class _Handler(BaseHTTPRequestHandler):
         emulator: GitHubAppEmulator = self.server.emulator  # type: ignore[attr-defined]
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
-        reply = emulator.handle(self.command, self.path, CaseInsensitiveDict(self.headers.items()), raw)  # as GitHub reads them
+        headers = CaseInsensitiveDict(self.headers.items())  # header names are case-insensitive, as GitHub reads them
+        reply = emulator.handle(self.command, self.path, headers, raw)
         data = b"" if reply.body is None else json.dumps(reply.body).encode("utf-8")
         self.send_response(reply.status)
         self.send_header("X-GitHub-Api-Version-Selected", API_VERSION)

@@ -116,10 +116,16 @@ def stack(tmp_path: Path, github_emulator: GitHubAppEmulator, openbao: OpenBao) 
             parse_destination(f"127.0.0.1:{p}") for p in ports.values()
         )
         ca = SessionCA([API, GIT, VAULT], datetime.now(UTC) + timedelta(minutes=20))
-        interceptor = Interceptor(ca, upstream_ca_file=test_ca.cert_file)
+        interceptor = Interceptor(ca)
         github_placeholder, vault_placeholder = placeholder_for(github_token), placeholder_for(vault_token)
-        interceptor.add(Injection(frozenset({(API, ports[API]), (GIT, ports[GIT])}), github_placeholder, github_token))
-        interceptor.add(Injection(frozenset({(VAULT, ports[VAULT])}), vault_placeholder, vault_token))
+        interceptor.add(
+            Injection(
+                frozenset({(API, ports[API]), (GIT, ports[GIT])}), github_placeholder, github_token, test_ca.cert_file
+            )
+        )
+        interceptor.add(
+            Injection(frozenset({(VAULT, ports[VAULT])}), vault_placeholder, vault_token, test_ca.cert_file)
+        )
 
         async def resolve(host: str, port: int) -> list[str]:
             if host not in ports:

@@ -51,17 +51,17 @@ class Injection:
     hosts: frozenset[tuple[str, int]]
     placeholder: Secret
     secret: Secret
+    upstream_ca_file: Path | None = None  # what the real hosts' certificates are checked against; None: the system's
 
 
 class Interceptor:
     """What the proxy needs to terminate TLS for the credential hosts and put the secrets in."""
 
-    def __init__(self, ca: SessionCA, upstream_ca_file: Path | None = None) -> None:
+    def __init__(self, ca: SessionCA) -> None:
         self.ca = ca
-        self.upstream_ca_file = upstream_ca_file
         self._injections: list[Injection] = []
         self._revoked = threading.Event()
-        self._upstream: ssl.SSLContext | None = None
+        self._upstream: dict[Path | None, ssl.SSLContext] = {}
 
     def add(self, injection: Injection) -> None:
         if any(host not in self.ca.hosts for host, _ in injection.hosts):
@@ -80,12 +80,14 @@ class Interceptor:
     def revoked(self) -> bool:
         return self._revoked.is_set()
 
-    def upstream_context(self) -> ssl.SSLContext:
-        """TLS to the real host, verified against ``upstream_ca_file`` or the system's CAs."""
-        if self._upstream is None:
-            cafile = str(self.upstream_ca_file) if self.upstream_ca_file is not None else None
-            self._upstream = ssl.create_default_context(cafile=cafile)
-        return self._upstream
+    def upstream_context(self, host: str, port: int) -> ssl.SSLContext:
+        """TLS to the real host, verified against its credential's ``upstream_ca_file`` or the system's CAs."""
+        ca_file = next((i.upstream_ca_file for i in self._injections if (host, port) in i.hosts), None)
+        context = self._upstream.get(ca_file)
+        if context is None:
+            cafile = str(ca_file) if ca_file is not None else None
+            context = self._upstream[ca_file] = ssl.create_default_context(cafile=cafile)
+        return context
 
     def swap(self, host: str, port: int, headers: Sequence[Header]) -> list[Header]:
         """``headers`` with each placeholder of a credential of ``host``:``port`` replaced by its secret."""

@@ -285,7 +285,7 @@ class EgressProxy:
                 raise Refused(400, "a request inside the tunnel names a path")
             kept = [(k, v) for k, v in request.headers if k not in HOP_BY_HOP]
             headers = [*interceptor.swap(host, port, kept), (b"connection", b"close")]
-            upstream_reader, upstream_writer = await self._open(host, port, interceptor.upstream_context())
+            upstream_reader, upstream_writer = await self._open(host, port, interceptor.upstream_context(host, port))
             await self._exchange(
                 conn, request.method, target, headers, reader, writer, upstream_reader, upstream_writer
             )

@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from requests.structures import CaseInsensitiveDict
+
 from devstack import github_shapes as shapes
 from devstack.github_state import AppState, Installation, Reply, TokenStatus
 
@@ -38,6 +40,7 @@ ROUTES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
     ("GET", "get_installation", re.compile(r"/app/installations/(?P<installation_id>[^/]+)")),
     ("POST", "create_token", re.compile(r"/app/installations/(?P<installation_id>[^/]+)/access_tokens")),
     ("DELETE", "revoke_token", re.compile(r"/installation/token")),
+    ("GET", "installation_repositories", re.compile(r"/installation/repositories")),
     ("GET", "org_installation", re.compile(r"/orgs/(?P<org>[^/]+)/installation")),
     ("GET", "repo_installation", re.compile(r"/repos/(?P<owner>[^/]+)/(?P<repo>[^/]+)/installation")),
     ("GET", "user_installation", re.compile(r"/users/(?P<username>[^/]+)/installation")),
@@ -178,6 +181,13 @@ class GitHubAppEmulator:
                 return Reply(503, shapes.basic_error("Service Unavailable", 503))
             token = state.token_from(authorization)
             return state.revoke(token) if token else Reply(401, shapes.basic_error("Bad credentials", 401))
+        if route == "installation_repositories":
+            token = state.token_from(authorization)
+            return (
+                state.token_repositories(base, token)
+                if token
+                else Reply(401, shapes.basic_error("Bad credentials", 401))
+            )
         problem = state.check_jwt(authorization)
         if problem is not None:
             return Reply(401, shapes.basic_error(problem, 401))
@@ -211,7 +221,8 @@ class _Handler(BaseHTTPRequestHandler):
         emulator: GitHubAppEmulator = self.server.emulator  # type: ignore[attr-defined]
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
-        reply = emulator.handle(self.command, self.path, dict(self.headers.items()), raw)
+        headers = CaseInsensitiveDict(self.headers.items())  # header names are case-insensitive, as GitHub reads them
+        reply = emulator.handle(self.command, self.path, headers, raw)
         data = b"" if reply.body is None else json.dumps(reply.body).encode("utf-8")
         self.send_response(reply.status)
         self.send_header("X-GitHub-Api-Version-Selected", API_VERSION)

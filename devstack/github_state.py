@@ -299,6 +299,15 @@ class AppState:
             body["repositories"] = [shapes.repository(base, owner, r.id, r.name) for r in chosen]
         return Reply(201, body)
 
+    def token_repositories(self, base: str, token: str) -> Reply:
+        """``GET /installation/repositories`` as an installation token sees it (names only: what tests read)."""
+        with self._lock:
+            issued = self.tokens[token]
+        inst = self.installations[issued.installation_id]
+        names = issued.repositories or tuple(f"{inst.account}/{r.name}" for r in inst.repositories)
+        repositories = [{"full_name": name} for name in names]
+        return Reply(200, {"total_count": len(repositories), "repositories": repositories})
+
     def revoke(self, token: str) -> Reply:
         with self._lock:
             self.tokens[token] = dataclasses.replace(self.tokens[token], revoked=True)

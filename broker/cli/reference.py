@@ -122,6 +122,8 @@ CONFIG = (
             Key("database_mount", "string", False, "Mount path of the database secrets engine.", "database"),
             Key("pki_mount", "string", False, "Mount path of the pki secrets engine.", "pki"),
             Key("ssh_mount", "string", False, "Mount path of the ssh secrets engine (a CA).", "ssh"),
+            Key("proxy_hosts", "list", False, "HOST:PORT where inject: proxy puts this provider's secret in."),
+            Key("upstream_ca_file", "path", False, "CA bundle the proxy checks those hosts against.", "the system's"),
             Key(
                 "dynamic_policies",
                 "list",
@@ -171,6 +173,8 @@ CONFIG = (
             Key("private_key_file", "path", True, "The App's RSA private key (PEM, mode 0600)."),
             Key("api_url", "URL", False, "GitHub Enterprise Server: https://HOST/api/v3.", "https://api.github.com"),
             Key("timeout", "seconds", False, "HTTP timeout.", "10"),
+            Key("proxy_hosts", "list", False, "HOST:PORT where inject: proxy puts this provider's secret in."),
+            Key("upstream_ca_file", "path", False, "CA bundle the proxy checks those hosts against.", "the system's"),
         ),
     ),
 )
@@ -215,6 +219,13 @@ MANIFEST = (
             Key("provider", "string", True, "A provider instance of the config."),
             Key("ttl", DURATION, False, "At most the session's ttl.", "the session's"),
             Key("kind", "token | database | pki | ssh", False, "vault: what to mint.", "token"),
+            Key(
+                "inject",
+                "file | proxy",
+                False,
+                "github_app, vault token: proxy = the files hold a placeholder, exec's proxy the secret.",
+                "file",
+            ),
             Key("policies", "list", False, "vault token: Vault policy names (never root)."),
             Key("num_uses", "integer", False, "vault token: uses before the token dies; 0 = unlimited.", "0"),
             Key("role", "string", False, "vault database, pki, ssh: the secrets engine's role."),

@@ -11,11 +11,12 @@ import os
 import pwd
 import re
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from broker.core.strictdata import elided
+from broker.egress.destinations import Destination, DestinationError, parse_destination
 from broker.vocab.errors import ConfigError
 from broker.vocab.fields import Fields, shown
 from broker.vocab.files import read_regular_file, shown_path
@@ -65,6 +66,18 @@ def parse_witness_url(value: str, field: str) -> tuple[str, str]:
     return match.group(1), (match.group(2) or "").strip("/")
 
 
+#: Provider types whose credentials the egress proxy can put in (an HTTP header it knows).
+PROXY_TYPES = ("github_app", "vault")
+
+
+@dataclass(frozen=True)
+class ProxyTarget:
+    """``proxy_hosts`` and ``upstream_ca_file`` of one provider instance: where the proxy puts its secret in."""
+
+    hosts: tuple[Destination, ...]
+    upstream_ca_file: Path | None = None
+
+
 @dataclass(frozen=True)
 class Config:
     path: Path
@@ -78,6 +91,7 @@ class Config:
     mount_tmpfs: str  # auto: mount a tmpfs per session when the broker holds CAP_SYS_ADMIN
     providers: dict[str, Provider[Any]]
     witness: WitnessConfig | None = None
+    proxy_targets: dict[str, ProxyTarget] = field(default_factory=dict)  # instance -> where inject: proxy applies
 
 
 def resolve_path(base: Path, value: str) -> Path:
@@ -166,6 +180,7 @@ def parse_config(table: object, path: Path) -> Config:
         raise ConfigError(f"mount_tmpfs: must be one of {', '.join(MOUNT_MODES)}")
     witness = _witness(fields)
     providers: dict[str, Provider[Any]] = {}
+    proxy_targets: dict[str, ProxyTarget] = {}
     table_providers = fields.mapping("providers", required=False)
     if table_providers is not None:
         for name, _ in table_providers.items():
@@ -181,6 +196,9 @@ def parse_config(table: object, path: Path) -> Config:
                     f"providers.{name}.type: unknown provider type {type_name[:40]!r}"
                     f" (known: {', '.join(known_types())})"
                 ) from None
+            target = _proxy_target(instance, name, type_name, base)
+            if target is not None:
+                proxy_targets[name] = target
             providers[name] = cls.from_config(name, instance, base)
             instance.done()
     fields.done()
@@ -196,7 +214,29 @@ def parse_config(table: object, path: Path) -> Config:
         mount_tmpfs=mount_tmpfs,
         providers=providers,
         witness=witness,
+        proxy_targets=proxy_targets,
     )
+
+
+def _proxy_target(instance: Fields, name: str, type_name: str, base: Path) -> ProxyTarget | None:
+    if type_name not in PROXY_TYPES:
+        return None  # any proxy_hosts is an unknown key for the other types
+    hosts = instance.string_list("proxy_hosts", required=False, max_items=16)
+    ca_file = instance.string("upstream_ca_file", required=False, max_len=4096)
+    if hosts is None:
+        if ca_file is not None:
+            raise ConfigError(f"providers.{name}.upstream_ca_file: only used with proxy_hosts")
+        return None
+    destinations = []
+    for index, text in enumerate(hosts):
+        try:
+            destination = parse_destination(text)
+        except DestinationError as exc:
+            raise ConfigError(f"providers.{name}.proxy_hosts[{index}]: {exc}") from None
+        if destination.wildcard:
+            raise ConfigError(f"providers.{name}.proxy_hosts[{index}]: name each host; a wildcard is not allowed")
+        destinations.append(destination)
+    return ProxyTarget(tuple(destinations), resolve_path(base, ca_file) if ca_file is not None else None)
 
 
 def _witness(fields: Fields) -> WitnessConfig | None:

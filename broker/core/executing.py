@@ -35,6 +35,7 @@ from broker.core.broker import Broker
 from broker.core.issuing import issue, signals_blocked
 from broker.core.locks import session_lock
 from broker.core.manifest import Manifest
+from broker.core.proxied import session_interceptor
 from broker.core.revoking import RevokeReport, revoke_locked
 from broker.egress.bridge import forwarder_argv, proxy_hints
 from broker.egress.records import log_denials
@@ -117,7 +118,10 @@ def child_environment(
 def execute(broker: Broker, manifest: Manifest, options: ExecOptions) -> ExecResult:
     """Issue, run the command, revoke; returns the command's exit status as a shell reports it."""
     check_sandbox_available(options, manifest)
-    document = issue(broker, manifest)
+    if manifest.proxied and network_mode(options, manifest) != "allowlist":
+        raise BadInput("inject: proxy needs --network allowlist: only the session's proxy can put the secret in")
+    interceptor = session_interceptor(broker.config, manifest)
+    document = issue(broker, manifest, interceptor=interceptor)
     session_id = document["session"]
     lock = session_lock(broker.config.state_dir, session_id)
     lock.acquire()  # held while the command runs: if this broker dies, sweep revokes the session
@@ -129,8 +133,12 @@ def execute(broker: Broker, manifest: Manifest, options: ExecOptions) -> ExecRes
                 proxy = None
                 if network_mode(options, manifest) == "allowlist":
                     owner = (manifest.sandbox.uid, manifest.sandbox.gid) if os.geteuid() == 0 else None
-                    proxy = stack.enter_context(running_proxy(manifest.network, socket_owner=owner))
+                    proxy = stack.enter_context(
+                        running_proxy(manifest.network, socket_owner=owner, interceptor=interceptor)
+                    )
                     stack.callback(_log_denials, broker, proxy, session_id, manifest.task)
+                if interceptor is not None:
+                    stack.callback(interceptor.revoke)  # the proxy refuses before the providers revoke
                 status = _run(document, manifest, options, proxy)
         finally:
             with signals_blocked():

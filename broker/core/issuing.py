@@ -32,11 +32,13 @@ from broker.core.broker import Broker, new_session_id, preload_providers
 from broker.core.locks import session_lock
 from broker.core.manifest import Manifest
 from broker.core.policy import Decision, decide
+from broker.core.proxied import ca_files, ca_hints, hold_in_proxy, require_proxy
 from broker.core.reserving import reserved
 from broker.core.revoking import revoke_credential
 from broker.core.states import SETTLED_CREDENTIAL_STATES, CredentialState, SessionState
 from broker.core.store import SessionRecord
 from broker.core.withholding import cause_text, fate, issued_fields, withhold
+from broker.egress.inject import Interceptor
 from broker.host.sessiondir import SessionDirectory
 from broker.vocab.errors import (
     BadInput,
@@ -72,13 +74,17 @@ def check(broker: Broker, manifest: Manifest) -> Decision:
 Deliver = Callable[[dict[str, Any]], None]
 
 
-def issue(broker: Broker, manifest: Manifest, deliver: Deliver | None = None) -> dict[str, Any]:
+def issue(
+    broker: Broker, manifest: Manifest, deliver: Deliver | None = None, interceptor: Interceptor | None = None
+) -> dict[str, Any]:
     """Issue a session for ``manifest``; returns the session document.
 
     ``deliver`` hands the document to the caller (``--session-file``, stdout)
     while the session can still be rolled back: if it raises, or a signal
-    arrives first, every credential is revoked again.
+    arrives first, every credential is revoked again. ``interceptor`` takes
+    the secrets of ``inject: proxy`` credentials (``broker.core.proxied``).
     """
+    require_proxy(manifest, interceptor)
     decision = check(broker, manifest)
     if not decision.allowed:
         broker.log.append(
@@ -102,7 +108,7 @@ def issue(broker: Broker, manifest: Manifest, deliver: Deliver | None = None) ->
         lock.acquire()  # held until the session is complete or rolled back: sweep leaves it alone
         try:
             _record_session(broker, manifest, session_id, now, expires_at, directory)
-            return _issue_locked(broker, manifest, decision, session_id, expires_at, directory, deliver)
+            return _issue_locked(broker, manifest, decision, session_id, expires_at, directory, deliver, interceptor)
         finally:
             lock.release()
 
@@ -142,13 +148,16 @@ def _issue_locked(
     expires_at: datetime,
     directory: SessionDirectory,
     deliver: Deliver | None,
+    interceptor: Interceptor | None = None,
 ) -> dict[str, Any]:
     preload_providers(broker, {request.provider for request in manifest.credentials})
     pool = ThreadPoolExecutor(max_workers=len(manifest.credentials), thread_name_prefix="mint")
     try:
         directory.create()
         futures = [
-            pool.submit(_mint_and_inject, broker, manifest, decision, request, session_id, expires_at, directory)
+            pool.submit(
+                _mint_and_inject, broker, manifest, decision, request, session_id, expires_at, directory, interceptor
+            )
             for request in manifest.credentials
         ]
         wait(futures, return_when=FIRST_EXCEPTION)
@@ -156,6 +165,10 @@ def _issue_locked(
         minted = [(request, credential) for request, credential, _ in results]
         files = {request.name: written for request, _, written in results}
         document = session_document(broker, manifest, session_id, expires_at, directory, minted, files)
+        if interceptor is not None and manifest.proxied:
+            for name, data in ca_files(interceptor).items():
+                directory.write_file(name, data)
+            document["env"].update(ca_hints(manifest.sandbox.mount_path))
         directory.write_file("session.json", json.dumps(document, indent=2).encode() + b"\n")
         directory.seal()
         broker.store.set_session_document(session_id, document)
@@ -232,10 +245,13 @@ def _mint_and_inject(
     session_id: str,
     expires_at: datetime,
     directory: SessionDirectory,
+    interceptor: Interceptor | None = None,
 ) -> tuple[CredentialRequest, MintedCredential, list[str]]:
-    """One credential's whole path: record, mint, record again, log, write its files."""
+    """One credential's whole path: record, mint, record again, log, write its files (or their placeholder)."""
     credential = mint_one(broker, manifest, decision, request, session_id, expires_at)
     record_minted(broker, manifest, decision, request, credential, session_id)
+    if interceptor is not None and request.name in manifest.proxied:
+        credential = hold_in_proxy(broker.config, request, credential, interceptor)
     return request, credential, directory.write_credential(request.name, credential.files)
 
 

@@ -14,9 +14,9 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from broker.core.config import Config
+from broker.core.config import PROXY_TYPES, Config
 from broker.core.strictdata import parse_document
-from broker.egress.destinations import Destination
+from broker.egress.destinations import Destination, allowed
 from broker.egress.policy import read_network_section
 from broker.vocab.errors import ManifestError
 from broker.vocab.fields import Fields, shown
@@ -50,6 +50,7 @@ SYSTEM_PATHS = frozenset(
 )
 
 
+INJECT_MODES = ("file", "proxy")
 ENV_NAME = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
 #: Names the broker sets itself, or that change how programs load or authenticate.
 RESERVED_ENV = frozenset(
@@ -94,6 +95,7 @@ class Manifest:
     sandbox: Sandbox
     credentials: tuple[CredentialRequest, ...]
     network: tuple[Destination, ...] = ()  # network.allow: what the sandbox may reach through the egress proxy
+    proxied: tuple[str, ...] = ()  # credentials with inject: proxy: the files hold a placeholder, the proxy the secret
     # The document as given (non-secret), kept so `renew` can decide again and re-mint; not part of equality.
     source: str = field(default="", compare=False, repr=False)
     source_is_json: bool = field(default=False, compare=False, repr=False)
@@ -127,8 +129,13 @@ def parse_manifest(data: bytes, config: Config, *, as_json: bool = False, what: 
     task = fields.req_string("task", pattern=TASK_NAME, max_len=63, hint="lower-case letters, digits, '.', '_', '-'")
     ttl = fields.duration("ttl")
     sandbox = _parse_sandbox(fields.mapping("sandbox", required=False))
-    credentials = tuple(_parse_credential(item, config, ttl) for item in fields.list_of_mappings("credentials"))
+    parsed = [_parse_credential(item, config, ttl) for item in fields.list_of_mappings("credentials")]
+    credentials = tuple(request for request, _ in parsed)
     network = read_network_section(fields.mapping("network", required=False))
+    proxied = tuple(request.name for request, inject in parsed if inject == "proxy")
+    for index, (request, inject) in enumerate(parsed):
+        if inject == "proxy":
+            _check_proxied(request, index, config, network)
     names = [c.name for c in credentials]
     for index, name in enumerate(names):
         if name in names[:index]:
@@ -140,6 +147,7 @@ def parse_manifest(data: bytes, config: Config, *, as_json: bool = False, what: 
         sandbox=sandbox,
         credentials=credentials,
         network=network,
+        proxied=proxied,
         source=data.decode("utf-8"),
         source_is_json=as_json,
     )
@@ -190,16 +198,34 @@ def _parse_env(fields: Fields | None) -> tuple[tuple[str, str], ...]:
     return tuple(result)
 
 
-def _parse_credential(fields: Fields, config: Config, session_ttl: int | None) -> CredentialRequest:
+def _check_proxied(request: CredentialRequest, index: int, config: Config, network: tuple[Destination, ...]) -> None:
+    """``inject: proxy`` needs a provider with ``proxy_hosts``, a token credential, and each host in ``network``."""
+    where = f"credentials[{index}].inject"
+    target = config.proxy_targets.get(request.provider)
+    if target is None:
+        raise ManifestError(f"{where}: provider {request.provider!r} has no proxy_hosts in the config")
+    if getattr(request, "kind", "token") != "token":
+        raise ManifestError(f"{where}: only a Vault token (kind: token) can be put in by the proxy")
+    for host in target.hosts:
+        if not allowed(network, host.host, host.port):
+            raise ManifestError(f"{where}: network.allow must list {host} (the proxy puts the secret in there)")
+
+
+def _parse_credential(fields: Fields, config: Config, session_ttl: int | None) -> tuple[CredentialRequest, str]:
     name = fields.req_string("name", pattern=CREDENTIAL_NAME, max_len=32, hint="lower-case letters, digits, '_', '-'")
     provider_name = fields.req_string("provider", max_len=64)
     if provider_name not in config.providers:
         known = ", ".join(sorted(config.providers)) or "none configured"
         raise fields.fail("provider", f"unknown provider {shown(provider_name)} (known: {known})")
     ttl = fields.duration("ttl")
+    inject = fields.string("inject", required=False, max_len=16) or "file"
+    if inject not in INJECT_MODES:
+        raise fields.fail("inject", "must be file or proxy")
+    if inject == "proxy" and config.providers[provider_name].type_name not in PROXY_TYPES:
+        raise fields.fail("inject", "only GitHub and Vault credentials can be put in by the proxy")
     if ttl is not None and session_ttl is not None and ttl > session_ttl:
         raise fields.fail("ttl", "longer than the session's ttl")
     provider_cls = type(config.providers[provider_name])
     request: CredentialRequest = provider_cls.parse_request(fields, name=name, provider=provider_name, ttl=ttl)
     fields.done()
-    return request
+    return request, inject

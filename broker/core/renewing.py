@@ -82,6 +82,9 @@ def _renew(broker: Broker, session: SessionRecord, manifest: Manifest) -> list[R
         raise PolicyDenied(decision.denial_message("renewal denied by policy"), decision.reasons)
     directory = SessionDirectory(broker.runtime, session.id, session.uid, session.gid)
     requests = {r.name: r for r in manifest.credentials}
+    proxied = [c.name for c in due if c.name in manifest.proxied]
+    if proxied:
+        raise BadInput(f"credential {proxied[0]!r} has inject: proxy: its proxy cannot be given a renewed secret")
     renewals = []
     generation = 1 + sum(1 for c in broker.store.credentials(session.id) if "~" in c.name)
     for old in due:

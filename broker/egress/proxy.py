@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import ipaddress
 import socket
+import ssl
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -27,6 +28,7 @@ from urllib.parse import urlsplit
 import h11
 
 from broker.egress.destinations import Destination, IPAddress, allowed, canonical_host
+from broker.egress.inject import Interceptor
 
 HOP_BY_HOP = frozenset(
     {
@@ -105,8 +107,10 @@ class EgressProxy:
         allow: tuple[Destination, ...],
         limits: ProxyLimits | None = None,
         resolver: Resolver | None = None,
+        interceptor: Interceptor | None = None,
     ) -> None:
         self.allow = allow
+        self.interceptor = interceptor
         self.limits = limits or ProxyLimits()
         self.resolver = resolver or system_resolver
         self.denials: dict[str, int] = {}
@@ -144,12 +148,16 @@ class EgressProxy:
             raise self._deny(host, port)  # only loopback, link-local or private answers, none listed
         return vetted
 
-    async def _open(self, host: str, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    async def _open(
+        self, host: str, port: int, tls: ssl.SSLContext | None = None
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         last: Exception | None = None
         for address in await self.vetted_addresses(host, port):
             try:
                 return await asyncio.wait_for(
-                    asyncio.open_connection(str(address), port, limit=self.limits.chunk),
+                    asyncio.open_connection(
+                        str(address), port, limit=self.limits.chunk, ssl=tls, server_hostname=host if tls else None
+                    ),
                     self.limits.connect_timeout,
                 )
             except (OSError, TimeoutError) as exc:
@@ -185,6 +193,9 @@ class EgressProxy:
         target = request.target.decode("ascii", "replace")
         if request.method == b"CONNECT":
             host, port = parse_authority(target)
+            if self.interceptor is not None and self.interceptor.intercepts(host, port):
+                await self._intercept(host, port, conn, reader, writer)
+                return
             upstream_reader, upstream_writer = await self._open(host, port)
             writer.write(conn.send(h11.Response(status_code=200, headers=[])) or b"")
             leftover, _ = conn.trailing_data
@@ -241,17 +252,65 @@ class EgressProxy:
             host, port = canonical_host(url.hostname or ""), url.port or 80
         except ValueError:
             raise Refused(400, "the URL's port is not valid") from None
+        headers = [(k, v) for k, v in request.headers if k not in HOP_BY_HOP and k != b"host"]
+        headers = [(b"host", url.netloc.encode("ascii")), *headers, (b"connection", b"close")]
+        origin = (url.path or "/") + (f"?{url.query}" if url.query else "")
         upstream_reader, upstream_writer = await self._open(host, port)
+        await self._exchange(conn, request.method, origin, headers, reader, writer, upstream_reader, upstream_writer)
+
+    async def _intercept(
+        self, host: str, port: int, outer: h11.Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        """A CONNECT to a credential host: TLS with the session CA, then one request with the secret put in."""
+        interceptor = self.interceptor
+        assert interceptor is not None
+        if not allowed(self.allow, host, port):
+            raise self._deny(host, port)
+        if interceptor.revoked:
+            raise Refused(403, "this session has been revoked")
+        writer.write(outer.send(h11.Response(status_code=200, headers=[])) or b"")
+        await writer.drain()
+        if outer.trailing_data[0]:
+            return  # the client spoke before the tunnel was open
+        await asyncio.wait_for(writer.start_tls(interceptor.ca.server_context(host)), self.limits.head_timeout)
+        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=self.limits.max_head_bytes)
+        try:
+            request = await self._read_head(conn, reader)
+            if not isinstance(request, h11.Request):
+                return
+            if interceptor.revoked:
+                raise Refused(403, "this session has been revoked")
+            target = request.target.decode("ascii", "replace")
+            if not target.startswith("/"):
+                raise Refused(400, "a request inside the tunnel names a path")
+            kept = [(k, v) for k, v in request.headers if k not in HOP_BY_HOP]
+            headers = [*interceptor.swap(host, port, kept), (b"connection", b"close")]
+            upstream_reader, upstream_writer = await self._open(host, port, interceptor.upstream_context(host, port))
+            await self._exchange(
+                conn, request.method, target, headers, reader, writer, upstream_reader, upstream_writer
+            )
+        except Refused as refused:
+            _answer(conn, writer, refused.status, refused.reason)
+        except h11.RemoteProtocolError:
+            _answer(conn, writer, 400, "malformed request")
+
+    async def _exchange(
+        self,
+        conn: h11.Connection,
+        method: bytes,
+        origin: str,
+        headers: list[tuple[bytes, bytes]],
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        upstream_reader: asyncio.StreamReader,
+        upstream_writer: asyncio.StreamWriter,
+    ) -> None:
+        """Send one request upstream (its body from the client), relay the answer, close upstream."""
         try:
             upstream = h11.Connection(h11.CLIENT, max_incomplete_event_size=self.limits.max_head_bytes)
-            headers = [(k, v) for k, v in request.headers if k not in HOP_BY_HOP and k != b"host"]
-            headers = [(b"host", url.netloc.encode("ascii")), *headers, (b"connection", b"close")]
             if conn.they_are_waiting_for_100_continue:
                 writer.write(conn.send(h11.InformationalResponse(status_code=100, headers=[])) or b"")
-            origin = (url.path or "/") + (f"?{url.query}" if url.query else "")
-            upstream_writer.write(
-                upstream.send(h11.Request(method=request.method, target=origin, headers=headers)) or b""
-            )
+            upstream_writer.write(upstream.send(h11.Request(method=method, target=origin, headers=headers)) or b"")
             while True:  # the request body
                 event = await _next_event(conn, reader, self.limits.idle_timeout, self.limits.chunk)
                 if isinstance(event, h11.Data):

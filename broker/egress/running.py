@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from broker.egress.destinations import Destination
+from broker.egress.inject import Interceptor
 from broker.egress.proxy import EgressProxy, ProxyLimits, Resolver
 
 T = TypeVar("T")
@@ -91,9 +92,10 @@ def running_proxy(
     tcp: bool = False,
     limits: ProxyLimits | None = None,
     resolver: Resolver | None = None,
+    interceptor: Interceptor | None = None,
 ) -> Iterator[RunningProxy]:
     """A proxy for ``allow`` serving until the block ends; its socket is owned by ``socket_owner`` (uid, gid)."""
-    running = RunningProxy(EgressProxy(allow, limits, resolver))
+    running = RunningProxy(EgressProxy(allow, limits, resolver, interceptor))
     directory = Path(tempfile.mkdtemp(prefix="broker-egress-"))
     try:
         if unix:

@@ -1,0 +1,131 @@
+"""``inject: proxy``: the sandbox holds a worthless placeholder, the proxy puts the real secret in on the way out.
+
+A placeholder has the shape of the secret it stands for (its prefix, such
+as ``ghs_`` or ``hvs.``, then random letters and digits to the same length),
+so clients accept it unchanged. The proxy swaps it for the secret only in
+requests to the credential's own hosts (which it reaches over verified TLS)
+and only in ``Authorization`` (``Bearer``, ``token``, ``Basic`` with any
+user name, the way git sends it) and ``X-Vault-Token``. Anywhere else the
+placeholder goes out as it is. Once the session is revoked, the proxy
+refuses every request to those hosts at once, before the provider's own
+revocation lands.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hmac
+import re
+import secrets
+import ssl
+import string
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from broker.egress.ca import SessionCA
+from broker.vocab.secret import Secret
+
+ALPHABET = string.ascii_letters + string.digits
+PREFIX = re.compile(r"[A-Za-z]{1,12}[_.]")
+Header = tuple[bytes, bytes]
+
+
+def placeholder_for(secret: Secret) -> Secret:
+    """A random value of ``secret``'s shape: the same prefix, then letters and digits to the same length."""
+    value = secret.reveal()
+    match = PREFIX.match(value)
+    prefix = match.group(0) if match else ""
+    while True:
+        candidate = prefix + "".join(secrets.choice(ALPHABET) for _ in range(len(value) - len(prefix)))
+        if not hmac.compare_digest(candidate, value):
+            return Secret(candidate)
+
+
+@dataclass(frozen=True)
+class Injection:
+    """One credential: its hosts (``host``, ``port``), the placeholder the sandbox holds, the secret it stands for."""
+
+    hosts: frozenset[tuple[str, int]]
+    placeholder: Secret
+    secret: Secret
+    upstream_ca_file: Path | None = None  # what the real hosts' certificates are checked against; None: the system's
+
+
+class Interceptor:
+    """What the proxy needs to terminate TLS for the credential hosts and put the secrets in."""
+
+    def __init__(self, ca: SessionCA) -> None:
+        self.ca = ca
+        self._injections: list[Injection] = []
+        self._revoked = threading.Event()
+        self._upstream: dict[Path | None, ssl.SSLContext] = {}
+
+    def add(self, injection: Injection) -> None:
+        if any(host not in self.ca.hosts for host, _ in injection.hosts):
+            raise ValueError("an injection host outside the session CA")
+        self._injections.append(injection)
+
+    def intercepts(self, host: str, port: int) -> bool:
+        return any((host, port) in injection.hosts for injection in self._injections)
+
+    def revoke(self) -> None:
+        """From now on every request to a credential host is refused, and the secrets are dropped."""
+        self._revoked.set()
+        self._injections = [Injection(i.hosts, i.placeholder, Secret(b"")) for i in self._injections]
+
+    @property
+    def revoked(self) -> bool:
+        return self._revoked.is_set()
+
+    def upstream_context(self, host: str, port: int) -> ssl.SSLContext:
+        """TLS to the real host, verified against its credential's ``upstream_ca_file`` or the system's CAs."""
+        ca_file = next((i.upstream_ca_file for i in self._injections if (host, port) in i.hosts), None)
+        context = self._upstream.get(ca_file)
+        if context is None:
+            cafile = str(ca_file) if ca_file is not None else None
+            context = self._upstream[ca_file] = ssl.create_default_context(cafile=cafile)
+        return context
+
+    def swap(self, host: str, port: int, headers: Sequence[Header]) -> list[Header]:
+        """``headers`` with each placeholder of a credential of ``host``:``port`` replaced by its secret."""
+        mine = [i for i in self._injections if (host, port) in i.hosts and not self.revoked]
+        if not mine:
+            return list(headers)
+        return [(name, _swapped(name, value, mine)) for name, value in headers]
+
+
+def _swapped(name: bytes, value: bytes, injections: Sequence[Injection]) -> bytes:
+    if name == b"x-vault-token":
+        return _exchange(value, injections) or value
+    if name != b"authorization":
+        return value
+    scheme, space, credential = value.partition(b" ")
+    credential = credential.strip()
+    if not space:
+        return value
+    if scheme.lower() in (b"bearer", b"token"):
+        secret = _exchange(credential, injections)
+        return scheme + b" " + secret if secret is not None else value
+    if scheme.lower() == b"basic":
+        try:
+            user, colon, password = base64.b64decode(credential, validate=True).partition(b":")
+        except (binascii.Error, ValueError):
+            return value
+        if not colon:
+            return value
+        new_user, new_password = _exchange(user, injections), _exchange(password, injections)
+        if new_user is None and new_password is None:
+            return value
+        pair = (new_user or user) + b":" + (new_password or password)
+        return scheme + b" " + base64.b64encode(pair)
+    return value
+
+
+def _exchange(candidate: bytes, injections: Sequence[Injection]) -> bytes | None:
+    for injection in injections:
+        if hmac.compare_digest(candidate, injection.placeholder.reveal_bytes()):
+            return injection.secret.reveal_bytes()
+    return None

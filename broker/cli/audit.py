@@ -136,9 +136,9 @@ def _public_keys(config: Config | None, public_key: Path | None) -> dict[str, Ed
 def _store_head(config: Config) -> list[Head]:
     """The newest checkpoint the session store recorded (a truncation check against the live log)."""
     from broker.audit.verify import Head
-    from broker.core.store import open_store
+    from broker.core.store import open_config_store
 
-    store = open_store(config.state_dir)
+    store = open_config_store(config)
     try:
         head = store.log_head()
     finally:
@@ -151,17 +151,16 @@ def _checked(ctx: typer.Context, path: Path, no_verify: bool) -> VerifyResult | 
     if no_verify:
         return None
     import contextlib
-    import os
 
     from broker.audit.chain import CheckedPrefix, check_chain
-    from broker.core.store import open_store
+    from broker.core.store import has_store, open_config_store
     from broker.vocab.errors import BrokerError
 
     store = None
     with contextlib.suppress(BrokerError):
         config = load_config(ctx)
-        if os.path.exists(Path(config.state_dir) / "sessions.db"):
-            store = open_store(config.state_dir)
+        if has_store(config):
+            store = open_config_store(config)
     try:
         name = str(path.resolve())
         cached = store.checked_prefix(name) if store is not None else None

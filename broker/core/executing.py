@@ -33,7 +33,6 @@ from typing import Any
 
 from broker.core.broker import Broker
 from broker.core.issuing import issue, signals_blocked
-from broker.core.locks import session_lock
 from broker.core.manifest import Manifest
 from broker.core.revoking import RevokeReport, revoke_locked
 from broker.egress.bridge import forwarder_argv, proxy_hints
@@ -119,7 +118,7 @@ def execute(broker: Broker, manifest: Manifest, options: ExecOptions) -> ExecRes
     check_sandbox_available(options, manifest)
     document = issue(broker, manifest)
     session_id = document["session"]
-    lock = session_lock(broker.config.state_dir, session_id)
+    lock = broker.session_lock(session_id)
     lock.acquire()  # held while the command runs: if this broker dies, sweep revokes the session
     try:
         broker.store.mark_exec_bound(session_id)

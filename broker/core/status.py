@@ -44,17 +44,18 @@ def session_status(
             if role is not None and (c.provider, role) in budgets:
                 item["deny_budget"] = budgets[(c.provider, role)].to_json()
             credentials.append(item)
-        result.append(
-            {
-                "session": session.id,
-                "task": session.task,
-                "state": session.state,
-                "requester": session.requester,
-                "created_at": iso(session.created_at),
-                "expires_at": iso(session.expires_at),
-                "credentials": credentials,
-            }
-        )
+        entry = {
+            "session": session.id,
+            "task": session.task,
+            "state": session.state,
+            "requester": session.requester,
+            "created_at": iso(session.created_at),
+            "expires_at": iso(session.expires_at),
+            "credentials": credentials,
+        }
+        if store.shared:
+            entry["host"] = session.host  # the host holding its directory
+        result.append(entry)
     return result
 
 

@@ -154,6 +154,23 @@ def test_revoke_task_on_b_reaches_every_host(fleet: tuple[BrokerEnv, BrokerEnv, 
     )
 
 
+def test_audit_active_on_b_lists_what_every_host_issued(
+    fleet: tuple[BrokerEnv, BrokerEnv, BrokerEnv], openbao: OpenBao
+) -> None:
+    a, b, c = fleet
+    issued = {
+        env.run("issue", "--task", str(env.write_task(VAULT_TASK)), "--json").json()["session"]: host
+        for env, host in ((a, "host-a"), (c, "host-c"))
+    }
+    active = b.run("audit", "active", "--json").json()
+    assert {(item["session"], item["host"], item["credential"]) for item in active} == {
+        (session, host, "kv") for session, host in issued.items()
+    }
+    first = next(iter(issued))
+    assert b.run("revoke", "--session", first).code == 0
+    assert [item["session"] for item in b.run("audit", "active", "--json").json()] == [s for s in issued if s != first]
+
+
 def test_sweep_on_c_revokes_what_expired_on_a_and_leaves_a_its_directory(
     fleet: tuple[BrokerEnv, BrokerEnv, BrokerEnv], openbao: OpenBao
 ) -> None:

@@ -6,7 +6,7 @@ import csv
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -302,9 +302,11 @@ def active(
     from broker.audit.query import active_credentials
     from broker.vocab.time import utcnow
 
-    path = _log_path(ctx, log)
-    _checked(ctx, path, no_verify)
-    items = active_credentials(path, utcnow())
+    items = _fleet_active(ctx) if log is None else None
+    if items is None:
+        path = _log_path(ctx, log)
+        _checked(ctx, path, no_verify)
+        items = active_credentials(path, utcnow())
     if as_json:
         typer.echo(json.dumps(items, indent=2))
         return
@@ -312,6 +314,22 @@ def active(
     _table(
         columns, [[_cell(i[c]) if c != "scope" else json.dumps(i[c], sort_keys=True) for c in columns] for i in items]
     )
+
+
+def _fleet_active(ctx: typer.Context) -> list[dict[str, Any]] | None:
+    """With a shared store (fleet mode), what is live on every host, from the store; else None (read the log)."""
+    config = load_config(ctx)
+    if config.store is None:
+        return None
+    from broker.core.status import fleet_active
+    from broker.core.store import open_config_store
+    from broker.vocab.time import utcnow
+
+    store = open_config_store(config)
+    try:
+        return fleet_active(store, config.providers, utcnow())
+    finally:
+        store.close()
 
 
 @audit_app.command("public-key")

@@ -59,6 +59,34 @@ def session_status(
     return result
 
 
+#: Credential states that may still work at the provider (a pending revocation, a credential that cannot be revoked).
+STILL_VALID_STATES = ("active", "pending", "valid-until-expiry")
+
+
+def fleet_active(store: SessionStore, providers: Mapping[str, Provider[Any]], now: datetime) -> list[dict[str, Any]]:
+    """``audit active`` from the shared store: every host's credentials that still work at ``now``."""
+    result = []
+    sessions: dict[str, Any] = {}
+    for name in sorted(providers):
+        for c in store.live_credentials(name, now):
+            if c.state not in STILL_VALID_STATES:
+                continue
+            session = sessions.get(c.session_id) or sessions.setdefault(c.session_id, store.get_session(c.session_id))
+            result.append(
+                {
+                    "session": c.session_id,
+                    "task": session.task if session else None,
+                    "credential": c.name,
+                    "provider": c.provider,
+                    "type": c.type,
+                    "scope": dict(c.scope),
+                    "expires_at": iso(c.expires_at) if c.expires_at else None,
+                    "host": session.host if session else None,
+                }
+            )
+    return sorted(result, key=lambda item: (str(item["expires_at"]), item["session"], item["credential"]))
+
+
 def deny_budgets(
     store: SessionStore, providers: Mapping[str, Provider[Any]], records: list[CredentialRecord], now: datetime
 ) -> dict[tuple[str, str], DenyBudget]:

@@ -31,6 +31,8 @@ __all__ = [
     "FIX_MARK",
     "CredentialRequest",
     "DenyBudget",
+    "DenyRecord",
+    "FleetState",
     "Grant",
     "HealthCheck",
     "MintContext",
@@ -189,6 +191,36 @@ class DenyBudget:
         return document
 
 
+@dataclass(frozen=True, order=True)
+class DenyRecord:
+    """One value a provider denies at its side until ``until`` (AWS: an entry of a role's deny policy)."""
+
+    until: datetime
+    key: str
+    value: str
+
+
+class FleetState(ABC):
+    """What a provider shares with the brokers on other hosts through the session store (fleet mode).
+
+    ``lock`` is held across hosts and released if this process dies; the deny
+    records of a ``scope`` (AWS: one role) are the source of truth a provider
+    computes its whole deny document from, under that scope's lock.
+    """
+
+    @abstractmethod
+    def lock(self, name: str, what: str) -> contextlib.AbstractContextManager[None]:
+        """Hold the lock ``name`` (``what`` names it in a timeout error) while the context lasts."""
+
+    @abstractmethod
+    def add_deny_records(self, scope: str, records: Sequence[DenyRecord]) -> None:
+        """Remember ``records`` (a value already there keeps the later ``until``)."""
+
+    @abstractmethod
+    def deny_records(self, scope: str, now: datetime) -> list[DenyRecord]:
+        """The records of ``scope`` that have not ended by ``now``."""
+
+
 class RevokeOutcome(enum.StrEnum):
     REVOKED = "revoked"
     PENDING = "pending"
@@ -246,10 +278,15 @@ class Provider(ABC, Generic[RequestT]):
     def __init__(self, name: str) -> None:
         self.name = name
         self.lock_dir: Path | None = None
+        self.fleet: FleetState | None = None
 
     def use_lock_dir(self, path: Path) -> None:
         """Where this host's brokers keep cross-process locks (``state_dir/locks``)."""
         self.lock_dir = path
+
+    def use_fleet(self, fleet: FleetState) -> None:
+        """Share locks and deny records with brokers on other hosts (``store = "postgresql://..."``)."""
+        self.fleet = fleet
 
     @classmethod
     @abstractmethod

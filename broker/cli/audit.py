@@ -6,7 +6,7 @@ import csv
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -136,9 +136,9 @@ def _public_keys(config: Config | None, public_key: Path | None) -> dict[str, Ed
 def _store_head(config: Config) -> list[Head]:
     """The newest checkpoint the session store recorded (a truncation check against the live log)."""
     from broker.audit.verify import Head
-    from broker.core.store import open_store
+    from broker.core.store import open_config_store
 
-    store = open_store(config.state_dir)
+    store = open_config_store(config)
     try:
         head = store.log_head()
     finally:
@@ -151,17 +151,16 @@ def _checked(ctx: typer.Context, path: Path, no_verify: bool) -> VerifyResult | 
     if no_verify:
         return None
     import contextlib
-    import os
 
     from broker.audit.chain import CheckedPrefix, check_chain
-    from broker.core.store import open_store
+    from broker.core.store import has_store, open_config_store
     from broker.vocab.errors import BrokerError
 
     store = None
     with contextlib.suppress(BrokerError):
         config = load_config(ctx)
-        if os.path.exists(Path(config.state_dir) / "sessions.db"):
-            store = open_store(config.state_dir)
+        if has_store(config):
+            store = open_config_store(config)
     try:
         name = str(path.resolve())
         cached = store.checked_prefix(name) if store is not None else None
@@ -303,9 +302,11 @@ def active(
     from broker.audit.query import active_credentials
     from broker.vocab.time import utcnow
 
-    path = _log_path(ctx, log)
-    _checked(ctx, path, no_verify)
-    items = active_credentials(path, utcnow())
+    items = _fleet_active(ctx) if log is None else None
+    if items is None:
+        path = _log_path(ctx, log)
+        _checked(ctx, path, no_verify)
+        items = active_credentials(path, utcnow())
     if as_json:
         typer.echo(json.dumps(items, indent=2))
         return
@@ -313,6 +314,22 @@ def active(
     _table(
         columns, [[_cell(i[c]) if c != "scope" else json.dumps(i[c], sort_keys=True) for c in columns] for i in items]
     )
+
+
+def _fleet_active(ctx: typer.Context) -> list[dict[str, Any]] | None:
+    """With a shared store (fleet mode), what is live on every host, from the store; else None (read the log)."""
+    config = load_config(ctx)
+    if config.store is None:
+        return None
+    from broker.core.status import fleet_active
+    from broker.core.store import open_config_store
+    from broker.vocab.time import utcnow
+
+    store = open_config_store(config)
+    try:
+        return fleet_active(store, config.providers, utcnow())
+    finally:
+        store.close()
 
 
 @audit_app.command("public-key")

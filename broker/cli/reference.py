@@ -76,6 +76,22 @@ CONFIG = (
                 " never: runtime_dir itself must be tmpfs.",
                 "auto",
             ),
+            Key(
+                "store",
+                "postgresql://USER@HOST[:PORT]/DB",
+                False,
+                "Fleet mode: sessions, credential states, locks and AWS deny entries in one PostgreSQL database"
+                " shared by brokers on many hosts; no password in the URL.",
+                "SQLite in state_dir",
+            ),
+            Key("store_passfile", "path", False, "The pgpass file (mode 0600) holding the store's password."),
+            Key(
+                "host",
+                "string",
+                False,
+                "This broker's name in the fleet; only it touches its sessions' directories.",
+                "the hostname",
+            ),
             Key("providers", "table", False, "One [providers.NAME] table per provider instance."),
             Key("audit", "table", False, "[audit]: the issuance log's witness."),
         ),

@@ -101,7 +101,8 @@ def revoke(
         print_json(reports[0].to_json() if session is not None else [r.to_json() for r in reports])
     else:
         for report in reports:
-            typer.echo(f"session {report.session}: directory {'removed' if report.dir_removed else 'NOT removed'}")
+            where = f"left to {report.dir_host}'s sweep" if report.dir_host else "NOT removed"
+            typer.echo(f"session {report.session}: directory {'removed' if report.dir_removed else where}")
             for credential in report.credentials:
                 typer.echo(f"  {credential.name} ({credential.provider}): {credential.outcome}")
     incomplete = [r.session for r in reports if not r.complete]

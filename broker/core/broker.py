@@ -20,12 +20,14 @@ from typing import TYPE_CHECKING, Any
 from broker.audit.keys import AuditKeys, load_or_create_keys
 from broker.audit.log import IssuanceLog
 from broker.core.config import Config
-from broker.core.locks import lock_dir
+from broker.core.locks import lock_dir, session_lock
 from broker.core.policy import Policy, Requester, load_policy
-from broker.core.store import SessionStore, open_store
+from broker.core.store import SessionStore, open_config_store
 from broker.host.keepsafe import KeepSafe
 from broker.host.sessiondir import RuntimeDir, prepare_runtime_dir
 from broker.vocab.errors import StoreError
+from broker.vocab.holding import Lock
+from broker.vocab.session_ids import check_session_id
 from broker.vocab.time import utcnow
 
 if TYPE_CHECKING:
@@ -82,15 +84,24 @@ class Broker:
     def open(cls, config: Config) -> Broker:
         ensure_state_dir(config)
         keys = load_or_create_keys(config.audit_key, config.fingerprint_key)
+        store = open_config_store(config)
+        fleet = store.fleet_state()
         for provider in config.providers.values():
             provider.use_lock_dir(lock_dir(config.state_dir))
+            if fleet is not None:
+                provider.use_fleet(fleet)
         return cls(
             config=config,
-            store=open_store(config.state_dir),
+            store=store,
             log=IssuanceLog(config.state_dir, keys),
             keys=keys,
             requester=current_requester(),
         )
+
+    def session_lock(self, session_id: str) -> Lock:
+        """The lock ``issue``, ``exec`` and ``revoke`` hold on a session: shared by the fleet, else a file lock."""
+        shared = self.store.shared_lock("session:" + check_session_id(session_id, "session id"))
+        return shared if shared is not None else session_lock(self.config.state_dir, session_id)
 
     @cached_property
     def policy(self) -> Policy:

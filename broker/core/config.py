@@ -10,10 +10,12 @@ from __future__ import annotations
 import os
 import pwd
 import re
+import socket
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from broker.core.strictdata import elided
 from broker.egress.destinations import Destination, DestinationError, parse_destination
@@ -29,6 +31,7 @@ DEFAULT_CONFIG_PATH = Path("/etc/broker/broker.toml")
 CONFIG_ENV = "BROKER_CONFIG"
 MAX_CONFIG_BYTES = 256 * 1024
 INSTANCE_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
+HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 MOUNT_MODES = ("auto", "always", "never")
 # Directories other software shares: sweep empties what it finds in runtime_dir, so neither may be one.
 SHARED_DIRECTORIES = ("/", "/run", "/tmp", "/var/run", "/dev/shm", "/var/tmp", "/home", "/root")
@@ -92,6 +95,36 @@ class Config:
     providers: dict[str, Provider[Any]]
     witness: WitnessConfig | None = None
     proxy_targets: dict[str, ProxyTarget] = field(default_factory=dict)  # instance -> where inject: proxy applies
+    store: StoreConfig | None = None  # None: the embedded SQLite file in state_dir
+    host: str = ""  # this broker's name in a shared store (owner of the sessions it issues)
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    """``store = "postgresql://USER@HOST[:PORT]/DB"``: one store for many hosts (the password in a pgpass file)."""
+
+    url: str
+    passfile: Path | None = None
+
+
+def _store(fields: Fields, base: Path) -> StoreConfig | None:
+    url = fields.string("store", required=False, max_len=1024)
+    passfile = fields.string("store_passfile", required=False, max_len=4096)
+    if url is None:
+        if passfile is not None:
+            raise ConfigError('store_passfile: only with store = "postgresql://..."')
+        return None
+    parsed = urlsplit(url)
+    if parsed.scheme not in ("postgresql", "postgres") or not parsed.hostname or not parsed.path.strip("/"):
+        raise ConfigError("store: expected postgresql://USER@HOST[:PORT]/DATABASE")
+    if parsed.password is not None:
+        raise ConfigError("store: no password in the URL; put it in a pgpass file named by store_passfile")
+    return StoreConfig(url, resolve_path(base, passfile) if passfile else None)
+
+
+def _default_host() -> str:
+    name = socket.gethostname()[:64]
+    return name if HOST_NAME.fullmatch(name) else "localhost"
 
 
 def resolve_path(base: Path, value: str) -> Path:
@@ -179,6 +212,8 @@ def parse_config(table: object, path: Path) -> Config:
     if mount_tmpfs not in MOUNT_MODES:
         raise ConfigError(f"mount_tmpfs: must be one of {', '.join(MOUNT_MODES)}")
     witness = _witness(fields)
+    store = _store(fields, base)
+    host = fields.string("host", required=False, pattern=HOST_NAME, max_len=64) or _default_host()
     providers: dict[str, Provider[Any]] = {}
     proxy_targets: dict[str, ProxyTarget] = {}
     table_providers = fields.mapping("providers", required=False)
@@ -215,6 +250,8 @@ def parse_config(table: object, path: Path) -> Config:
         providers=providers,
         witness=witness,
         proxy_targets=proxy_targets,
+        store=store,
+        host=host,
     )
 
 

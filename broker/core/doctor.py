@@ -79,6 +79,7 @@ def run_doctor(path: Path) -> DoctorReport:
             check_state_dir(config),
             check_audit_key(config),
             check_fingerprint_key(config),
+            *check_store(config),
             *check_witness(config),
             *check_providers(config),
             *check_deny_budgets(config),
@@ -199,12 +200,55 @@ def _check_key_file(name: str, path: Path, load: Callable[[Path], str]) -> Check
     return Check(name, True, f"{path} (mode {mode:04o}, key id {key_id})")
 
 
+#: More clock difference than this between this host and the shared store fails ``store.clock`` (seconds).
+MAX_STORE_SKEW = 5.0
+
+
+def check_store(config: Config) -> list[Check]:
+    """A shared store: it answers, its schema is this broker's, and this host's clock agrees with it."""
+    if config.store is None:
+        return []
+    from broker.core.postgres_schema import SCHEMA_VERSION
+    from broker.core.postgres_store import PostgresSessionStore, shown_url
+
+    fix = f"check store and store_passfile in {config.path}, and that the database accepts this host"
+    try:
+        store = PostgresSessionStore(config.store.url, host=config.host, passfile=config.store.passfile)
+    except BrokerError as exc:
+        return [Check("store.connection", False, exc.message, fix)]
+    try:
+        version = store.schema_version()
+        before = datetime.now(UTC)
+        server = store.server_time()
+        after = datetime.now(UTC)
+    except BrokerError as exc:
+        return [Check("store.connection", False, exc.message, fix)]
+    finally:
+        store.close()
+    skew = (server - (before + (after - before) / 2)).total_seconds()
+    return [
+        Check("store.connection", True, f"{shown_url(config.store.url)} (this host: {config.host})"),
+        Check(
+            "store.schema",
+            version == SCHEMA_VERSION,
+            f"schema version {version} (this broker: {SCHEMA_VERSION})",
+            "" if version == SCHEMA_VERSION else "run the same broker version on every host",
+        ),
+        Check(
+            "store.clock",
+            abs(skew) <= MAX_STORE_SKEW,
+            f"{skew:+.3f} s against the database server",
+            "" if abs(skew) <= MAX_STORE_SKEW else "synchronise this host's clock (NTP): expiry is judged by it",
+        ),
+    ]
+
+
 def check_witness(config: Config) -> list[Check]:
     """The witness bucket has Object Lock, and no checkpoint waits for it longer than it should."""
     witness = config.witness
     if witness is None or not config.state_dir.is_dir():
         return []
-    from broker.core.store import open_store
+    from broker.core.store import open_config_store
     from broker.core.witness import object_lock_enabled
     from broker.vocab.time import parse_iso, utcnow
 
@@ -221,7 +265,7 @@ def check_witness(config: Config) -> list[Check]:
     except Exception as exc:  # botocore's errors: a failed line, never a traceback
         text = " ".join(str(exc).split())[:200]
         checks.append(Check("witness.bucket", False, f"{witness.url}: {type(exc).__name__}: {text}", "check [audit]"))
-    store = open_store(config.state_dir)
+    store = open_config_store(config)
     try:
         pending, status = store.witness_pending(), store.witness_status()
     finally:
@@ -276,13 +320,13 @@ def _health(provider: Provider[Any], grants: list[Grant[Any]]) -> list[HealthChe
 def check_deny_budgets(config: Config) -> list[Check]:
     """One check per role that live sessions in the store revoke into (nothing without a store)."""
     from broker.core.status import deny_budgets
-    from broker.core.store import open_store
+    from broker.core.store import has_store, open_config_store
 
-    if not config.providers or not os.path.isfile(config.state_dir / "sessions.db"):
+    if not config.providers or not has_store(config):
         return []
     now = datetime.now(UTC)
     try:
-        store = open_store(config.state_dir)
+        store = open_config_store(config)
         try:
             records = [c for name in config.providers for c in store.live_credentials(name, now)]
             budgets = deny_budgets(store, config.providers, records, now)

@@ -33,7 +33,6 @@ from typing import Any
 
 from broker.core.broker import Broker
 from broker.core.issuing import issue, signals_blocked
-from broker.core.locks import session_lock
 from broker.core.manifest import Manifest
 from broker.core.proxied import session_interceptor
 from broker.core.revoking import RevokeReport, revoke_locked
@@ -123,7 +122,7 @@ def execute(broker: Broker, manifest: Manifest, options: ExecOptions) -> ExecRes
     interceptor = session_interceptor(broker.config, manifest)
     document = issue(broker, manifest, interceptor=interceptor)
     session_id = document["session"]
-    lock = session_lock(broker.config.state_dir, session_id)
+    lock = broker.session_lock(session_id)
     lock.acquire()  # held while the command runs: if this broker dies, sweep revokes the session
     try:
         broker.store.mark_exec_bound(session_id)

@@ -29,7 +29,6 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from broker.core.broker import Broker, new_session_id, preload_providers
-from broker.core.locks import session_lock
 from broker.core.manifest import Manifest
 from broker.core.policy import Decision, decide
 from broker.core.proxied import ca_files, ca_hints, hold_in_proxy, require_proxy
@@ -104,7 +103,7 @@ def issue(
     session_id = new_session_id()
     directory = SessionDirectory(runtime, session_id, manifest.sandbox.uid, manifest.sandbox.gid)
     with reserved(broker, manifest, decision, session_id, expires_at, now):  # until the store knows the credentials
-        lock = session_lock(broker.config.state_dir, session_id)
+        lock = broker.session_lock(session_id)
         lock.acquire()  # held until the session is complete or rolled back: sweep leaves it alone
         try:
             _record_session(broker, manifest, session_id, now, expires_at, directory)
@@ -136,6 +135,7 @@ def _record_session(
             mounted=directory.runtime.mount_per_session,
             document=None,
             manifest={"json": manifest.source_is_json, "text": manifest.source},
+            host=broker.config.host,
         )
     )
 
@@ -396,7 +396,7 @@ def session_document(
         for key, value in credential.env.items():
             env.setdefault(key, value)
     env["BROKER_SESSION"] = session_id
-    return {
+    document: dict[str, Any] = {
         "session": session_id,
         "task": manifest.task,
         "expires_at": iso(expires_at),
@@ -405,3 +405,6 @@ def session_document(
         "credentials": credentials,
         "env": env,
     }
+    if broker.store.shared:
+        document["host"] = broker.config.host  # only this host touches the directory
+    return document

@@ -12,8 +12,9 @@ import contextlib
 import os
 from pathlib import Path
 
-from filelock import FileLock, Timeout
+from filelock import FileLock
 
+from broker.vocab.holding import Lock
 from broker.vocab.session_ids import check_session_id
 
 
@@ -33,11 +34,11 @@ def session_lock(state_dir: Path, session_id: str) -> FileLock:
     return FileLock(str(_session_lock_path(state_dir, session_id)), thread_local=False)
 
 
-def try_lock(lock: FileLock) -> bool:
+def try_lock(lock: Lock) -> bool:
     """Take ``lock`` if it is free right now."""
     try:
         lock.acquire(timeout=0)
-    except Timeout:
+    except TimeoutError:  # filelock's Timeout is one
         return False
     return True
 

@@ -21,7 +21,6 @@ from typing import Any
 
 from broker.core.broker import Broker
 from broker.core.issuing import mint_one, record_minted
-from broker.core.locks import session_lock
 from broker.core.manifest import Manifest, parse_manifest
 from broker.core.policy import decide
 from broker.core.revoking import revoke_credential
@@ -50,7 +49,7 @@ class Renewal:
 
 
 def renew_session(broker: Broker, session_id: str) -> list[Renewal]:
-    with holding(session_lock(broker.config.state_dir, session_id), f"session {session_id}"):
+    with holding(broker.session_lock(session_id), f"session {session_id}"):
         session = broker.store.get_session(session_id)
         if session is None:
             raise UnknownSession(f"unknown session {session_id[:64]!r}")

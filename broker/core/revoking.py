@@ -17,7 +17,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from broker.core.broker import Broker, preload_providers
-from broker.core.locks import session_lock
 from broker.core.states import (
     ENDED_SESSION_STATES,
     LIVE_SESSION_STATES,
@@ -52,17 +51,22 @@ class RevokeReport:
     task: str
     credentials: tuple[CredentialOutcome, ...]
     dir_removed: bool
+    dir_host: str | None = None  # another host holds the directory: it wipes it at its next sweep
 
     @property
     def complete(self) -> bool:
-        return self.dir_removed and all(c.outcome in SETTLED_CREDENTIAL_STATES for c in self.credentials)
+        dir_done = self.dir_removed or self.dir_host is not None
+        return dir_done and all(c.outcome in SETTLED_CREDENTIAL_STATES for c in self.credentials)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        document: dict[str, Any] = {
             "session": self.session,
             "credentials": [{"name": c.name, "provider": c.provider, "outcome": c.outcome} for c in self.credentials],
             "dir_removed": self.dir_removed,
         }
+        if self.dir_host is not None:
+            document["dir_host"] = self.dir_host
+        return document
 
 
 def revoke_session(broker: Broker, session_id: str, *, reason: str = "revoke") -> RevokeReport:
@@ -80,7 +84,7 @@ def revoke_task(broker: Broker, task: str) -> list[RevokeReport]:
 
 
 def _revoke(broker: Broker, session: SessionRecord, *, reason: str) -> RevokeReport:
-    with holding(session_lock(broker.config.state_dir, session.id), f"session {session.id}"):
+    with holding(broker.session_lock(session.id), f"session {session.id}"):
         current = broker.store.get_session(session.id)
         return revoke_locked(broker, current or session, reason=reason)
 
@@ -108,7 +112,8 @@ def revoke_locked(broker: Broker, session: SessionRecord, *, reason: str) -> Rev
         )
         for r in records
     ]
-    report = RevokeReport(session.id, session.task, tuple(outcomes), dir_removed)
+    elsewhere = _held_elsewhere(broker, session)
+    report = RevokeReport(session.id, session.task, tuple(outcomes), dir_removed, session.host if elsewhere else None)
     if report.complete and not already_ended:
         final = SessionState.EXPIRED if reason == "expired" else SessionState.REVOKED
         broker.store.set_session_state(session.id, final)
@@ -136,7 +141,15 @@ def _outcome(future: Future[CredentialState], session_id: str, record: Credentia
         return CredentialState.PENDING
 
 
+def _held_elsewhere(broker: Broker, session: SessionRecord) -> bool:
+    """Whether another host of the fleet holds the session's directory (only that host touches it)."""
+    return broker.store.shared and bool(session.host) and session.host != broker.config.host
+
+
 def _remove_directory(broker: Broker, session: SessionRecord) -> bool:
+    """Wipe the session's directory now if this host holds it; another host's waits for that host's sweep."""
+    if _held_elsewhere(broker, session):
+        return False
     try:
         return remove_session_path(broker.config.runtime_dir, session.id)
     except OSError:

@@ -44,7 +44,8 @@ CREATE TABLE IF NOT EXISTS sessions (
     mounted INTEGER NOT NULL,
     document TEXT,
     exec_bound INTEGER NOT NULL DEFAULT 0,
-    manifest TEXT
+    manifest TEXT,
+    host TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS sessions_state ON sessions(state);
 CREATE INDEX IF NOT EXISTS sessions_task ON sessions(task);
@@ -111,6 +112,8 @@ class SqliteSessionStore(SessionStore):
             self._conn.execute("ALTER TABLE sessions ADD COLUMN exec_bound INTEGER NOT NULL DEFAULT 0")
         if "manifest" not in columns:
             self._conn.execute("ALTER TABLE sessions ADD COLUMN manifest TEXT")
+        if "host" not in columns:
+            self._conn.execute("ALTER TABLE sessions ADD COLUMN host TEXT NOT NULL DEFAULT ''")
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
@@ -138,7 +141,7 @@ class SqliteSessionStore(SessionStore):
         with self._tx() as conn:
             conn.execute(
                 "INSERT INTO sessions (id, task, requester, state, created_at, expires_at, dir, mount_path,"
-                " uid, gid, mounted, document, exec_bound, manifest) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                " uid, gid, mounted, document, exec_bound, manifest, host) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     record.id,
                     record.task,
@@ -154,6 +157,7 @@ class SqliteSessionStore(SessionStore):
                     None if record.document is None else json.dumps(record.document),
                     int(record.exec_bound),
                     None if record.manifest is None else json.dumps(record.manifest),
+                    record.host,
                 ),
             )
 
@@ -325,6 +329,7 @@ def _session(row: sqlite3.Row) -> SessionRecord:
         exec_bound=bool(row["exec_bound"]),
         manifest=json.loads(row["manifest"]) if row["manifest"] else None,
         document=json.loads(row["document"]) if row["document"] else None,
+        host=row["host"],
     )
 
 

@@ -44,18 +44,47 @@ def session_status(
             if role is not None and (c.provider, role) in budgets:
                 item["deny_budget"] = budgets[(c.provider, role)].to_json()
             credentials.append(item)
-        result.append(
-            {
-                "session": session.id,
-                "task": session.task,
-                "state": session.state,
-                "requester": session.requester,
-                "created_at": iso(session.created_at),
-                "expires_at": iso(session.expires_at),
-                "credentials": credentials,
-            }
-        )
+        entry = {
+            "session": session.id,
+            "task": session.task,
+            "state": session.state,
+            "requester": session.requester,
+            "created_at": iso(session.created_at),
+            "expires_at": iso(session.expires_at),
+            "credentials": credentials,
+        }
+        if store.shared:
+            entry["host"] = session.host  # the host holding its directory
+        result.append(entry)
     return result
+
+
+#: Credential states that may still work at the provider (a pending revocation, a credential that cannot be revoked).
+STILL_VALID_STATES = ("active", "pending", "valid-until-expiry")
+
+
+def fleet_active(store: SessionStore, providers: Mapping[str, Provider[Any]], now: datetime) -> list[dict[str, Any]]:
+    """``audit active`` from the shared store: every host's credentials that still work at ``now``."""
+    result = []
+    sessions: dict[str, Any] = {}
+    for name in sorted(providers):
+        for c in store.live_credentials(name, now):
+            if c.state not in STILL_VALID_STATES:
+                continue
+            session = sessions.get(c.session_id) or sessions.setdefault(c.session_id, store.get_session(c.session_id))
+            result.append(
+                {
+                    "session": c.session_id,
+                    "task": session.task if session else None,
+                    "credential": c.name,
+                    "provider": c.provider,
+                    "type": c.type,
+                    "scope": dict(c.scope),
+                    "expires_at": iso(c.expires_at) if c.expires_at else None,
+                    "host": session.host if session else None,
+                }
+            )
+    return sorted(result, key=lambda item: (str(item["expires_at"]), item["session"], item["credential"]))
 
 
 def deny_budgets(

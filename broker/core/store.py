@@ -21,7 +21,10 @@ from typing import TYPE_CHECKING, Any
 from broker.core.states import LIVE_SESSION_STATES, UNSETTLED_CREDENTIAL_STATES, CredentialState, SessionState
 
 if TYPE_CHECKING:
+    from broker.core.config import Config
     from broker.core.sqlite_store import SqliteSessionStore
+    from broker.vocab.holding import Lock
+    from providers.base import FleetState
 
 SESSION_STATES = tuple(SessionState)
 CREDENTIAL_STATES = tuple(CredentialState)
@@ -44,6 +47,7 @@ class SessionRecord:
     document: Mapping[str, Any] | None
     exec_bound: bool = False  # revoked when its `broker exec` ends (sweep does it if that broker died)
     manifest: Mapping[str, Any] | None = None  # {"json": bool, "text": str}: the manifest it was issued for
+    host: str = ""  # the broker host holding its directory (config ``host``); only it touches the directory
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,9 @@ class CredentialRecord:
 
 class SessionStore(ABC):
     """What the core needs from a session store."""
+
+    #: Whether brokers on other hosts share it (fleet mode): sessions then name their ``host``.
+    shared: bool = False
 
     @abstractmethod
     def create_session(self, record: SessionRecord) -> None: ...
@@ -153,8 +160,30 @@ class SessionStore(ABC):
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release the connection."""
 
+    def shared_lock(self, name: str) -> Lock | None:
+        """A lock every broker sharing this store honours (fleet mode); None: this host's file locks do."""
+        return None
+
+    def fleet_state(self) -> FleetState | None:
+        """What providers share with brokers on other hosts through this store; None for a one-host store."""
+        return None
+
 
 def open_store(state_dir: Path) -> SqliteSessionStore:
     from broker.core.sqlite_store import SqliteSessionStore
 
     return SqliteSessionStore(state_dir / "sessions.db")
+
+
+def open_config_store(config: Config) -> SessionStore:
+    """The store the config names: PostgreSQL with ``store = "postgresql://..."``, else SQLite in state_dir."""
+    if config.store is None:
+        return open_store(config.state_dir)
+    from broker.core.postgres_store import PostgresSessionStore
+
+    return PostgresSessionStore(config.store.url, host=config.host, passfile=config.store.passfile)
+
+
+def has_store(config: Config) -> bool:
+    """Whether there is a store to read without creating one (a shared store always exists)."""
+    return config.store is not None or (config.state_dir / "sessions.db").is_file()

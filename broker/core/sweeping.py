@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from broker.core.broker import Broker
-from broker.core.locks import remove_session_lock, session_lock, sweep_lock, try_lock
+from broker.core.locks import remove_session_lock, sweep_lock, try_lock
 from broker.core.revoking import RevokeReport, revoke_credential, revoke_locked
 from broker.core.store import LIVE_SESSION_STATES, CredentialState, SessionRecord, SessionState
 from broker.host.keepsafe import KEEP_DIR
@@ -93,7 +93,7 @@ def sweep(broker: Broker, progress: Progress | None = None) -> SweepReport:
 
 
 def _sweep_session(broker: Broker, session: SessionRecord, now: Any, report: SweepReport) -> None:
-    lock = session_lock(broker.config.state_dir, session.id)
+    lock = broker.session_lock(session.id)
     if not try_lock(lock):
         report.busy.append(session.id)
         return
@@ -150,7 +150,7 @@ def _remove_orphans(broker: Broker, report: SweepReport) -> None:
         if not is_session_id(name):
             report.foreign.append(name)
             continue
-        lock = session_lock(broker.config.state_dir, name)
+        lock = broker.session_lock(name)
         if not try_lock(lock):
             continue  # an issue is creating it right now
         try:

@@ -28,7 +28,7 @@ from broker.vocab.holding import holding
 from providers.aws.deny import ROLE_INLINE_BUDGET, DenyEntry, DenyList, entries_for, policy_size
 from providers.aws.request import AWS_MAX_TTL, AwsStsRequest
 from providers.aws.revoke import DenyPolicyWriter
-from providers.base import DenyBudget, MintContext, RevokeTarget
+from providers.base import DenyBudget, DenyRecord, FleetState, MintContext, RevokeTarget
 
 if TYPE_CHECKING:
     from providers.aws.provider import AwsStsProvider
@@ -146,10 +146,35 @@ def budgets(
     return result
 
 
+def role_key(provider: AwsStsProvider, role_name: str) -> str:
+    return hashlib.sha256(f"{provider.endpoint_url or ''}|{role_name}".encode()).hexdigest()[:24]
+
+
+def update_fleet_deny(
+    provider: AwsStsProvider, fleet: FleetState, role_name: str, wanted: tuple[DenyEntry, ...], now: datetime
+) -> None:
+    """Add ``wanted`` to the store's deny records of the role, then write the whole policy they make.
+
+    Under the role's lock shared by every host: no two hosts write at once,
+    and each write holds everything any host revoked.
+    """
+    scope = "aws-role:" + role_key(provider, role_name)
+    with fleet.lock(scope, f"the deny policy of role {role_name}"):
+        fleet.add_deny_records(scope, [DenyRecord(e.until, e.key, e.value) for e in wanted])
+        stored = tuple(DenyEntry(r.until, r.key, r.value) for r in fleet.deny_records(scope, now))
+        DenyPolicyWriter(provider, provider.client("iam")).write_whole(role_name, stored, now)
+
+
 @contextlib.contextmanager
 def role_lock(provider: AwsStsProvider, role_name: str) -> Iterator[None]:
-    """This role's reservation lock: a re-entrant thread lock, and a host file lock with a lock dir."""
-    key = hashlib.sha256(f"{provider.endpoint_url or ''}|{role_name}".encode()).hexdigest()[:24]
+    """This role's reservation lock: a re-entrant thread lock, and a lock shared by the fleet or the host."""
+    key = role_key(provider, role_name)
+    if provider.fleet is not None:
+        with _GUARD:
+            thread_lock = _THREAD_LOCKS.setdefault(key, threading.RLock())
+        with thread_lock, provider.fleet.lock("aws-budget:" + key, f"the revocation budget of role {role_name}"):
+            yield
+        return
     with _GUARD:
         thread_lock = _THREAD_LOCKS.setdefault(key, threading.RLock())
         file_lock = None

@@ -380,6 +380,10 @@ class AwsStsProvider(Provider[AwsStsRequest]):
         """
         with self._lock:
             lock = self._role_locks.setdefault(role_name, threading.Lock())
+        if self.fleet is not None:
+            with lock:
+                aws_budget.update_fleet_deny(self, self.fleet, role_name, wanted, _aware(now or datetime.now(UTC)))
+            return
         host_lock = self._host_lock(role_name)
         settle = self.settle_seconds if (self.shared_role_writers or host_lock is None) else 0.0
         writer = DenyPolicyWriter(self, self.client("iam"), settle, self.revoke_attempts)

@@ -50,6 +50,20 @@ class DenyPolicyWriter:
             f" to concurrent updates ({self.attempts} attempts)"
         )
 
+    def write_whole(self, role_name: str, stored: tuple[DenyEntry, ...], now: datetime) -> None:
+        """Fleet mode: write the policy as the store says it is, never merely what one writer read.
+
+        The caller holds the role's lock shared by every host and ``stored``
+        holds every entry any host has added, so each write is a superset of
+        the last one whatever IAM's read-after-write lag; the read only keeps
+        statements the broker did not write and entries older brokers left.
+        """
+        others = self.other_inline_size(role_name)
+        current = self.read(role_name)
+        new = DenyList.parse(current).merged(stored).pruned(now).document()
+        if new != current:
+            self._write(role_name, new, others)
+
     def _write(self, role_name: str, document: dict[str, Any] | None, others: int) -> None:
         if document is None:
             with AwsErrors(self.provider, "DeleteRolePolicy", missing_ok=True):

@@ -39,6 +39,8 @@ WITNESS_URL = re.compile(r"s3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?:/([A-Za-z0-
 LONG_DURATION = re.compile(r"([0-9]{1,6})([smhd])")
 LONG_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 DEFAULT_WITNESS_RETENTION = 400 * 86400
+DEFAULT_SWEEP_INTERVAL = 60
+DAEMON_SOCKET_NAME = "broker.sock"
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,16 @@ def parse_witness_url(value: str, field: str) -> tuple[str, str]:
 
 
 @dataclass(frozen=True)
+class DaemonConfig:
+    """``[daemon]``: where ``broker serve`` listens and how often it sweeps (see ``broker.daemon``)."""
+
+    socket: Path
+    socket_group: str | None = None  # a group name or number; root's group otherwise
+    sweep_interval: int = DEFAULT_SWEEP_INTERVAL
+    thin_client: bool = False  # ``socket`` was set: the session commands go through the daemon
+
+
+@dataclass(frozen=True)
 class Config:
     path: Path
     state_dir: Path
@@ -78,6 +90,12 @@ class Config:
     mount_tmpfs: str  # auto: mount a tmpfs per session when the broker holds CAP_SYS_ADMIN
     providers: dict[str, Provider[Any]]
     witness: WitnessConfig | None = None
+    daemon: DaemonConfig | None = None
+
+    @property
+    def daemon_settings(self) -> DaemonConfig:
+        """``[daemon]``, or its defaults (the socket in ``runtime_dir``) when the config has none."""
+        return self.daemon or DaemonConfig(socket=self.runtime_dir / DAEMON_SOCKET_NAME)
 
 
 def resolve_path(base: Path, value: str) -> Path:
@@ -165,6 +183,7 @@ def parse_config(table: object, path: Path) -> Config:
     if mount_tmpfs not in MOUNT_MODES:
         raise ConfigError(f"mount_tmpfs: must be one of {', '.join(MOUNT_MODES)}")
     witness = _witness(fields)
+    daemon = _daemon(fields, base, runtime_dir)
     providers: dict[str, Provider[Any]] = {}
     table_providers = fields.mapping("providers", required=False)
     if table_providers is not None:
@@ -196,7 +215,20 @@ def parse_config(table: object, path: Path) -> Config:
         mount_tmpfs=mount_tmpfs,
         providers=providers,
         witness=witness,
+        daemon=daemon,
     )
+
+
+def _daemon(fields: Fields, base: Path, runtime_dir: Path) -> DaemonConfig | None:
+    table = fields.mapping("daemon", required=False)
+    if table is None:
+        return None
+    socket = table.string("socket", required=False, max_len=100)  # sun_path holds 108 bytes
+    group = table.string("socket_group", required=False, max_len=64)
+    interval = table.duration("sweep_interval") or DEFAULT_SWEEP_INTERVAL
+    table.done()
+    path = resolve_path(base, socket) if socket else runtime_dir / DAEMON_SOCKET_NAME
+    return DaemonConfig(socket=path, socket_group=group, sweep_interval=interval, thin_client=socket is not None)
 
 
 def _witness(fields: Fields) -> WitnessConfig | None:

@@ -13,6 +13,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +23,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from tests.fixtures.brokerenv import BrokerEnv, Result
-from tests.fixtures.openbao import VAULT_TASK, OpenBao
+from tests.fixtures.openbao import VAULT_TASK, AppRoleLogin, OpenBao, admin_approle, approle_table
 from tests.fixtures.slowproxy import slow_proxy
 
 pytestmark = pytest.mark.server
@@ -399,3 +400,26 @@ def test_a_hundred_clients_during_a_revoke_storm_lose_no_record(daemon: Daemon) 
     assert [r["seq"] for r in records] == list(range(1, len(records) + 1))
     verify = daemon.env.run("audit", "verify")
     assert verify.code == 0, verify.stdout + verify.stderr
+
+
+def test_the_daemon_keeps_its_vault_login_alive_past_its_ttl(daemon: Daemon, openbao: OpenBao) -> None:
+    admin_approle(openbao)  # the broker policy and the token roles
+    root = openbao.client()
+    name = f"daemon-{uuid.uuid4().hex[:8]}"
+    root.auth.approle.create_or_update_approle(
+        name, token_policies=["broker", "ci-read"], token_ttl="4s", token_max_ttl="1h"
+    )
+    login = AppRoleLogin(
+        role_id=root.auth.approle.read_role_id(name)["data"]["role_id"],
+        secret_id=root.auth.approle.generate_secret_id(name)["data"]["secret_id"],
+        entity_id="",
+    )
+    daemon.env.providers["vault"] = approle_table(daemon.env, openbao, login, "broker-session")
+    daemon.env.write_config()
+    daemon.start()
+    task = daemon.task()
+    first = daemon.client("issue", "--task", str(task), "--json")
+    assert first.code == 0, first.stderr
+    time.sleep(8)  # twice the login's TTL: only a login kept alive (or made again) can still mint
+    later = daemon.client("issue", "--task", str(task), "--json")
+    assert later.code == 0, later.stderr

@@ -158,9 +158,15 @@ class Daemon:
             self._slots.release()
 
     def _sweep_loop(self) -> None:
-        """Sweep at start (a crashed predecessor's half-done sessions) and then every ``sweep_interval``."""
+        """Sweep at start (a crashed predecessor's half-done sessions) and then every ``sweep_interval``;
+        each time, keep every provider's own login valid until well after the next turn."""
         while True:
             self.sweep_once()
+            for provider in self.broker.config.providers.values():
+                try:
+                    provider.refresh(2 * self.sweep_interval)
+                except Exception:  # the seam promises no raise; a bug here must not stop the sweeps
+                    LOG.exception("provider refresh failed")
             if self.stopping.wait(self.sweep_interval):
                 return
 

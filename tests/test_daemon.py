@@ -423,3 +423,38 @@ def test_the_daemon_keeps_its_vault_login_alive_past_its_ttl(daemon: Daemon, ope
     time.sleep(8)  # twice the login's TTL: only a login kept alive (or made again) can still mint
     later = daemon.client("issue", "--task", str(task), "--json")
     assert later.code == 0, later.stderr
+
+
+def test_socket_activation_serves_on_the_socket_systemd_hands_over(daemon: Daemon) -> None:
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(daemon.socket))
+    listener.listen(16)
+    command = f'LISTEN_PID=$$ LISTEN_FDS=1 exec "$0" -m broker --config {daemon.env.config_path} serve'
+    process = subprocess.Popen(
+        ["sh", "-c", command, sys.executable],
+        preexec_fn=lambda: os.dup2(listener.fileno(), 3),  # where systemd puts the first socket
+        close_fds=False,
+        stderr=subprocess.DEVNULL,
+    )
+    listener.close()  # only the daemon holds it now
+    daemon.process = process
+    try:
+        assert daemon.request("GET", "/v1/health")[0] == 200  # answered at once: the socket was already listening
+        status = daemon.client("status", "--json")
+        assert (status.code, status.json()) == (0, [])
+    finally:
+        assert daemon.stop(signal.SIGTERM) == 0
+
+
+def test_doctor_checks_the_daemon(daemon: Daemon) -> None:
+    def daemon_check() -> dict[str, Any]:
+        report = daemon.env.run("doctor", "--json").json()
+        return next(c for c in report["checks"] if c["name"] == "daemon")
+
+    assert daemon_check()["ok"] is False  # not running
+    daemon.start()
+    check = daemon_check()
+    assert check["ok"] is True and "answers" in check["detail"]
+    daemon.socket.chmod(0o666)
+    check = daemon_check()
+    assert check["ok"] is False and "every local user" in check["detail"]

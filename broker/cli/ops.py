@@ -71,9 +71,10 @@ def doctor(
     """
     from broker.core.config import config_path
     from broker.core.doctor import run_doctor
+    from broker.daemon.health import check_daemon
     from broker.vocab.errors import BadInput
 
-    report = run_doctor(config_path(options(ctx).config))
+    report = run_doctor(config_path(options(ctx).config), check_daemon)
     if as_json:
         print_json(report.to_json())
     else:

@@ -25,11 +25,11 @@ MAX_CONFIG_BYTES = 256 * 1024
 FORMATS = ("json", "env", "docker", "podman", "bwrap")
 
 if TYPE_CHECKING:
-    from broker.client.transport import Answer
+    from broker.daemon.transport import Answer
 
 
 def call(socket: str, method: str, target: str, body: Any = None) -> Answer:
-    from broker.client.transport import call as request
+    from broker.daemon.transport import call as request
 
     return request(socket, method, target, body)
 

@@ -1,4 +1,4 @@
-"""One HTTP/1.1 request to the daemon over its Unix socket (h11, as the daemon), JSON in and out."""
+"""One HTTP/1.1 request to the daemon over its Unix socket (h11, as the daemon): the thin client and doctor use it."""
 
 from __future__ import annotations
 

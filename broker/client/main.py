@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import quote
@@ -76,6 +75,8 @@ def daemon_socket(config: str | None) -> str | None:
     explicit = os.environ.get(SOCKET_ENV)
     if explicit:
         return explicit
+    import tomllib  # only here: with BROKER_SOCKET set, the client never reads the config
+
     path = Path(config or os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG)
     try:
         with open(path, "rb") as handle:

@@ -3,8 +3,9 @@
 ``broker --version`` and ``broker --help`` are answered from this module
 alone (the help text is pre-rendered in ``broker.cli.help_text``, and a test
 keeps it equal to what the CLI renders), so a launcher's health probe does
-not pay for loading the whole command line. Everything else goes to
-``broker.cli.app``.
+not pay for loading the whole command line. With a daemon configured
+(``BROKER_SOCKET`` or ``[daemon] socket``) the session commands go to the thin
+client ``broker.client``; everything else goes to ``broker.cli.app``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,11 @@ def run() -> None:
 
         sys.stdout.write(TOP_LEVEL_HELP)
         sys.exit(0)
+    from broker.client.main import thin_client
+
+    code = thin_client(args)  # with a daemon configured, the session commands are its clients: never direct
+    if code is not None:
+        sys.exit(code)
     from broker.host.process_hardening import lock_memory
 
     memory = lock_memory()  # before a secret can be read; see broker.host.process_hardening

@@ -374,5 +374,13 @@ class Provider(ABC, Generic[RequestT]):
         """``broker doctor``'s checks of what the policy's ``grants`` of this instance need (rules as ``health``)."""
         return []
 
+    def refresh(self, within: int) -> None:
+        """Keep the broker's own login valid for ``within`` seconds more; ``broker serve`` calls it on its sweep
+        interval (``within`` is twice that interval).
+
+        A long-lived broker outlives a login's TTL. Never raises for a provider
+        problem: the next call that needs the login reports it. The default does nothing.
+        """
+
     def close(self) -> None:
         """Release connections."""

@@ -224,6 +224,22 @@ class VaultProvider(Provider[AnyVaultRequest]):
             )
         return client
 
+    def refresh(self, within: int) -> None:
+        """Renew the AppRole login while Vault lets it live long enough; otherwise log in again on next use."""
+        with self._lock:
+            client = self._client
+        if client is None or self.approle is None:  # a token_file token is the operator's to keep alive
+            return
+        try:
+            left = int(client.auth.token.renew_self()["auth"]["lease_duration"])
+        except Exception:  # expired, not renewable, Vault unreachable: the next call logs in again
+            left = 0
+        if left < within:
+            with self._lock:
+                if self._client is client:
+                    self._client = None
+            client.adapter.close()  # type: ignore[union-attr]  # checked above; the lock hides it from mypy
+
     def mint(self, request: AnyVaultRequest, context: MintContext) -> MintedCredential:
         from broker.vocab.secret import Secret
 

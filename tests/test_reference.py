@@ -25,6 +25,7 @@ CONFIG_TABLE: dict[str, Any] = {
         "github": {"type": "github_app", "app_id": "1", "private_key_file": "k.pem"},
     },
     "audit": {"witness": "s3://audit-witness/broker"},
+    "daemon": {"socket": "/run/broker/broker.sock", "socket_group": "broker", "sweep_interval": "60s"},
 }
 
 

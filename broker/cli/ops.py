@@ -22,6 +22,7 @@ def register_ops(app: typer.Typer) -> None:
     """Add the operator commands to the main application."""
     app.command("init")(init)
     app.command("doctor")(doctor)
+    app.command("serve")(serve)
 
 
 def init(
@@ -70,9 +71,10 @@ def doctor(
     """
     from broker.core.config import config_path
     from broker.core.doctor import run_doctor
+    from broker.daemon.health import check_daemon
     from broker.vocab.errors import BadInput
 
-    report = run_doctor(config_path(options(ctx).config))
+    report = run_doctor(config_path(options(ctx).config), check_daemon)
     if as_json:
         print_json(report.to_json())
     else:
@@ -81,6 +83,23 @@ def doctor(
             typer.echo(_line(check, colour=colour))
     if not report.ok:
         raise BadInput(f"doctor: {len(report.failed)} of {len(report.checks)} checks failed")
+
+
+def serve(
+    ctx: typer.Context,
+    socket: Annotated[
+        Path | None, typer.Option("--socket", help="Unix socket [default: [daemon] socket or runtime_dir/broker.sock].")
+    ] = None,
+) -> None:
+    """Run the broker as a daemon: HTTP/1.1 + JSON on a Unix socket, the caller named by the kernel.
+
+    Sweeps every [daemon] sweep_interval; on SIGTERM stops accepting, finishes what is in flight and exits.
+    Under systemd, scripts/systemd/broker.socket hands it the socket. Example: broker serve --socket /run/broker.sock
+    """
+    from broker.cli.context import load_config
+    from broker.daemon.server import serve as run_daemon
+
+    run_daemon(load_config(ctx), socket)
 
 
 def _line(check: Check, *, colour: bool) -> str:

@@ -23,10 +23,10 @@ def policy_check(
 
     Example: broker policy check --task task.yaml
     """
+    from broker.cli.render import decision_lines
     from broker.core.broker import current_requester
     from broker.core.manifest import load_manifest
     from broker.core.policy import decide, load_policy
-    from broker.vocab.durations import format_duration
     from broker.vocab.errors import PolicyDenied
 
     config = load_config(ctx)
@@ -35,25 +35,8 @@ def policy_check(
     if as_json:
         print_json(decision.to_json())
     else:
-        verdict = "allowed" if decision.allowed else "denied"
-        ttl = format_duration(decision.session_ttl)
-        typer.echo(f"task {decision.task} for {decision.requester}: {verdict}, session ttl {ttl}")
-        for credential in decision.credentials:
-            if credential.allowed:
-                assert credential.ttl is not None
-                typer.echo(
-                    f"  {credential.name}: allowed by rule {credential.rule}, ttl {format_duration(credential.ttl)}"
-                )
-            else:
-                typer.echo(f"  {credential.name}: denied")
-                for reason in credential.reasons:
-                    typer.echo(f"    - {reason}")
-        if decision.network.requested:
-            allow = ", ".join(str(d) for d in decision.network.requested)
-            verdict = f"allowed by rule {decision.network.rule}" if decision.network.allowed else "denied"
-            typer.echo(f"  network ({allow}): {verdict}")
-            for reason in decision.network.reasons:
-                typer.echo(f"    - {reason}")
+        for line in decision_lines(decision.to_json()):
+            typer.echo(line)
     if not decision.allowed:
         raise PolicyDenied(decision.denial_message())
 

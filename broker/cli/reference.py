@@ -94,6 +94,7 @@ CONFIG = (
             ),
             Key("providers", "table", False, "One [providers.NAME] table per provider instance."),
             Key("audit", "table", False, "[audit]: the issuance log's witness."),
+            Key("daemon", "table", False, "[daemon]: broker serve, and the CLI as its thin client."),
         ),
         "Relative paths are relative to the config file. Durations: 90s, 15m, 1h or whole seconds.",
     ),
@@ -116,6 +117,24 @@ CONFIG = (
         ),
         "The bucket must have Object Lock enabled; the broker's identity needs s3:PutObject and"
         " s3:PutObjectRetention on PREFIX, auditors s3:ListBucketVersions.",
+    ),
+    Section(
+        "Config: [daemon]",
+        "daemon",
+        (
+            Key(
+                "socket",
+                "path",
+                False,
+                "Where broker serve listens; when set, issue, revoke, status, renew and policy check go through it"
+                " (as with BROKER_SOCKET) and exit 7 when it cannot be reached.",
+                "runtime_dir/broker.sock (for broker serve only)",
+            ),
+            Key("socket_group", "group name or number", False, "Group of the 0660 socket.", "the daemon's group"),
+            Key("sweep_interval", DURATION, False, "How often the daemon sweeps.", "60s"),
+        ),
+        "The daemon reads the provider credentials; its clients need only the socket"
+        " (and this file, or BROKER_SOCKET).",
     ),
     Section(
         'Config: [providers.NAME] type = "vault"',

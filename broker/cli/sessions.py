@@ -34,6 +34,7 @@ def issue(
     Example: broker issue --task task.yaml --format docker --session-file /tmp/session
     """
     from broker.cli.launch_formats import SessionFile, emit, render
+    from broker.cli.render import issue_text
     from broker.core.issuing import issue as issue_session
     from broker.core.manifest import load_manifest
 
@@ -48,7 +49,7 @@ def issue(
         if as_json or fmt is not None:
             emit(render(document, (fmt or OutputFormat.json).value))
         else:
-            emit(_issue_text(document))
+            emit(issue_text(document))
 
     try:
         with open_broker(config) as broker:
@@ -56,20 +57,6 @@ def issue(
     finally:
         if target is not None:
             target.close()
-
-
-def _issue_text(document: dict[str, Any]) -> str:
-    lines = [
-        f"session {document['session']}  task {document['task']}  expires {document['expires_at']}",
-        f"dir {document['dir']}  (mount it read-only at {document['mount_path']})",
-    ]
-    for credential in document["credentials"]:
-        lines.append(
-            f"  {credential['name']}: {credential['type']} via {credential['provider']},"
-            f" expires {credential['expires_at']}, files {', '.join(credential['files'])}"
-        )
-    lines += [f"  {key}={value}" for key, value in document["env"].items()]
-    return "\n".join(lines)
 
 
 def revoke(
@@ -82,6 +69,7 @@ def revoke(
 
     Example: broker revoke --session s-4k2j9x7q3m1p
     """
+    from broker.cli.render import revoke_incomplete, revoke_lines
     from broker.core.revoking import revoke_session, revoke_task
     from broker.vocab.errors import UsageError
     from broker.vocab.session_ids import check_session_id
@@ -100,16 +88,11 @@ def revoke(
     if as_json:
         print_json(reports[0].to_json() if session is not None else [r.to_json() for r in reports])
     else:
-        for report in reports:
-            where = f"left to {report.dir_host}'s sweep" if report.dir_host else "NOT removed"
-            typer.echo(f"session {report.session}: directory {'removed' if report.dir_removed else where}")
-            for credential in report.credentials:
-                typer.echo(f"  {credential.name} ({credential.provider}): {credential.outcome}")
+        for line in revoke_lines([r.to_json() for r in reports]):
+            typer.echo(line)
     incomplete = [r.session for r in reports if not r.complete]
     if incomplete:
-        raise RevokeIncomplete(
-            f"revocation incomplete for {', '.join(incomplete)}: pending credentials stay for broker sweep"
-        )
+        raise RevokeIncomplete(revoke_incomplete(incomplete))
 
 
 def status(
@@ -133,21 +116,11 @@ def status(
     if not sessions:
         typer.echo("no live sessions" if not show_all else "no sessions")
         return
-    from broker.cli.output import print_table, time_left
-    from broker.vocab.time import parse_iso, utcnow
+    from broker.cli.output import print_table
+    from broker.cli.render import STATUS_COLUMNS, status_rows
+    from broker.vocab.time import utcnow
 
-    now = utcnow()
-    rows = [
-        [
-            item["session"],
-            item["task"],
-            item["state"],
-            time_left(parse_iso(item["expires_at"]), now),
-            ", ".join(f"{c['name']} ({c['type']}, {c['state']})" for c in item["credentials"]),
-        ]
-        for item in sessions
-    ]
-    print_table(("SESSION", "TASK", "STATE", "EXPIRES", "CREDENTIALS"), rows)
+    print_table(STATUS_COLUMNS, status_rows(sessions, utcnow()))
 
 
 def renew(
@@ -159,8 +132,8 @@ def renew(
 
     Example: broker renew --session s-4k2j9x7q3m1p
     """
+    from broker.cli.render import RENEW_PENDING, renew_lines
     from broker.core.renewing import renew_session
-    from broker.core.states import CredentialState
     from broker.vocab.session_ids import check_session_id
 
     check_session_id(session)
@@ -170,14 +143,10 @@ def renew(
     if as_json:
         print_json([r.to_json() for r in renewals])
         return
-    if not renewals:
-        typer.echo("nothing to renew: every credential lasts as long as the session")
-    for item in renewals:
-        typer.echo(
-            f"  {item.name}: expires {item.new_expires_at} (was {item.old_expires_at}; old one {item.old_outcome})"
-        )
-    if any(r.old_outcome == CredentialState.PENDING for r in renewals):
-        raise RevokeIncomplete("a replaced credential could not be revoked now; it stays pending for broker sweep")
+    for line in renew_lines([r.to_json() for r in renewals]):
+        typer.echo(line)
+    if any(r.old_outcome == "pending" for r in renewals):
+        raise RevokeIncomplete(RENEW_PENDING)
 
 
 class SandboxKind(StrEnum):

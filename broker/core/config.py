@@ -43,6 +43,8 @@ WITNESS_URL = re.compile(r"s3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?:/([A-Za-z0-
 LONG_DURATION = re.compile(r"([0-9]{1,6})([smhd])")
 LONG_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 DEFAULT_WITNESS_RETENTION = 400 * 86400
+DEFAULT_SWEEP_INTERVAL = 60
+DAEMON_SOCKET_NAME = "broker.sock"
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,16 @@ class ProxyTarget:
 
 
 @dataclass(frozen=True)
+class DaemonConfig:
+    """``[daemon]``: where ``broker serve`` listens and how often it sweeps (see ``broker.daemon``)."""
+
+    socket: Path
+    socket_group: str | None = None  # a group name or number; root's group otherwise
+    sweep_interval: int = DEFAULT_SWEEP_INTERVAL
+    thin_client: bool = False  # ``socket`` was set: the session commands go through the daemon
+
+
+@dataclass(frozen=True)
 class Config:
     path: Path
     state_dir: Path
@@ -97,6 +109,12 @@ class Config:
     proxy_targets: dict[str, ProxyTarget] = field(default_factory=dict)  # instance -> where inject: proxy applies
     store: StoreConfig | None = None  # None: the embedded SQLite file in state_dir
     host: str = ""  # this broker's name in a shared store (owner of the sessions it issues)
+    daemon: DaemonConfig | None = None
+
+    @property
+    def daemon_settings(self) -> DaemonConfig:
+        """``[daemon]``, or its defaults (the socket in ``runtime_dir``) when the config has none."""
+        return self.daemon or DaemonConfig(socket=self.runtime_dir / DAEMON_SOCKET_NAME)
 
 
 @dataclass(frozen=True)
@@ -214,6 +232,7 @@ def parse_config(table: object, path: Path) -> Config:
     witness = _witness(fields)
     store = _store(fields, base)
     host = fields.string("host", required=False, pattern=HOST_NAME, max_len=64) or _default_host()
+    daemon = _daemon(fields, base, runtime_dir)
     providers: dict[str, Provider[Any]] = {}
     proxy_targets: dict[str, ProxyTarget] = {}
     table_providers = fields.mapping("providers", required=False)
@@ -252,6 +271,7 @@ def parse_config(table: object, path: Path) -> Config:
         proxy_targets=proxy_targets,
         store=store,
         host=host,
+        daemon=daemon,
     )
 
 
@@ -274,6 +294,18 @@ def _proxy_target(instance: Fields, name: str, type_name: str, base: Path) -> Pr
             raise ConfigError(f"providers.{name}.proxy_hosts[{index}]: name each host; a wildcard is not allowed")
         destinations.append(destination)
     return ProxyTarget(tuple(destinations), resolve_path(base, ca_file) if ca_file is not None else None)
+
+
+def _daemon(fields: Fields, base: Path, runtime_dir: Path) -> DaemonConfig | None:
+    table = fields.mapping("daemon", required=False)
+    if table is None:
+        return None
+    socket = table.string("socket", required=False, max_len=100)  # sun_path holds 108 bytes
+    group = table.string("socket_group", required=False, max_len=64)
+    interval = table.duration("sweep_interval") or DEFAULT_SWEEP_INTERVAL
+    table.done()
+    path = resolve_path(base, socket) if socket else runtime_dir / DAEMON_SOCKET_NAME
+    return DaemonConfig(socket=path, socket_group=group, sweep_interval=interval, thin_client=socket is not None)
 
 
 def _witness(fields: Fields) -> WitnessConfig | None:

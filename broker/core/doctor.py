@@ -64,7 +64,8 @@ class DoctorReport:
         return {"ok": self.ok, "config": str(self.config), "checks": [c.to_json() for c in self.checks]}
 
 
-def run_doctor(path: Path) -> DoctorReport:
+def run_doctor(path: Path, more: Callable[[Config], list[Check]] | None = None) -> DoctorReport:
+    """Every check of the installation; ``more`` adds checks of the layers above the core (the daemon)."""
     try:
         config = load_config(path)
     except BrokerError as exc:
@@ -83,6 +84,7 @@ def run_doctor(path: Path) -> DoctorReport:
             *check_witness(config),
             *check_providers(config),
             *check_deny_budgets(config),
+            *(more(config) if more is not None else []),
         ]
     finally:
         for provider in config.providers.values():

@@ -102,6 +102,12 @@ class LogVerificationError(BrokerError):
     exit_code = 6
 
 
+class DaemonUnreachable(BrokerError):
+    """The daemon named by ``[daemon] socket`` or ``BROKER_SOCKET`` cannot be reached (exit 7; never a fallback)."""
+
+    exit_code = 7
+
+
 class Interrupted(BrokerError):
     """The broker was asked to stop (SIGINT, SIGTERM, SIGHUP); exit 128 + signal number."""
 

@@ -1,0 +1,88 @@
+"""The text the session commands print, from the JSON documents alone (no typer, no core).
+
+The direct commands and the daemon's thin client (``broker.client``) render
+through these functions, so both print the same thing for the same answer.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from broker.vocab.durations import format_duration
+
+
+def issue_text(document: dict[str, Any]) -> str:
+    lines = [
+        f"session {document['session']}  task {document['task']}  expires {document['expires_at']}",
+        f"dir {document['dir']}  (mount it read-only at {document['mount_path']})",
+    ]
+    for credential in document["credentials"]:
+        lines.append(
+            f"  {credential['name']}: {credential['type']} via {credential['provider']},"
+            f" expires {credential['expires_at']}, files {', '.join(credential['files'])}"
+        )
+    lines += [f"  {key}={value}" for key, value in document["env"].items()]
+    return "\n".join(lines)
+
+
+def revoke_lines(reports: list[dict[str, Any]]) -> list[str]:
+    lines = []
+    for report in reports:
+        where = f"left to {report['dir_host']}'s sweep" if report.get("dir_host") else "NOT removed"
+        lines.append(f"session {report['session']}: directory {'removed' if report['dir_removed'] else where}")
+        lines += [f"  {c['name']} ({c['provider']}): {c['outcome']}" for c in report["credentials"]]
+    return lines
+
+
+def revoke_incomplete(sessions: list[str]) -> str:
+    return f"revocation incomplete for {', '.join(sessions)}: pending credentials stay for broker sweep"
+
+
+def renew_lines(renewals: list[dict[str, Any]]) -> list[str]:
+    if not renewals:
+        return ["nothing to renew: every credential lasts as long as the session"]
+    return [
+        f"  {item['name']}: expires {item['new_expires_at']} (was {item['old_expires_at']};"
+        f" old one {item['old_outcome']})"
+        for item in renewals
+    ]
+
+
+RENEW_PENDING = "a replaced credential could not be revoked now; it stays pending for broker sweep"
+STATUS_COLUMNS = ("SESSION", "TASK", "STATE", "EXPIRES", "CREDENTIALS")
+
+
+def status_rows(sessions: list[dict[str, Any]], now: datetime) -> list[list[str]]:
+    from broker.cli.output import time_left
+    from broker.vocab.time import parse_iso
+
+    return [
+        [
+            item["session"],
+            item["task"],
+            item["state"],
+            time_left(parse_iso(item["expires_at"]), now),
+            ", ".join(f"{c['name']} ({c['type']}, {c['state']})" for c in item["credentials"]),
+        ]
+        for item in sessions
+    ]
+
+
+def decision_lines(decision: dict[str, Any]) -> list[str]:
+    verdict = "allowed" if decision["allowed"] else "denied"
+    ttl = format_duration(decision["session_ttl"])
+    lines = [f"task {decision['task']} for {decision['requester']}: {verdict}, session ttl {ttl}"]
+    for credential in decision["credentials"]:
+        if credential["allowed"]:
+            ttl = format_duration(credential["ttl"])
+            lines.append(f"  {credential['name']}: allowed by rule {credential['rule']}, ttl {ttl}")
+        else:
+            lines.append(f"  {credential['name']}: denied")
+            lines += [f"    - {reason}" for reason in credential["reasons"]]
+    network = decision.get("network")
+    if network:
+        verdict = f"allowed by rule {network['rule']}" if network["allowed"] else "denied"
+        lines.append(f"  network ({', '.join(network['allow'])}): {verdict}")
+        lines += [f"    - {reason}" for reason in network["reasons"]]
+    return lines

@@ -1,0 +1,210 @@
+"""The daemon's lifecycle: its socket (bound here or handed over by systemd), one thread per connection,
+a sweep on an interval, and a graceful stop on SIGTERM (no new connection; what is in flight finishes).
+
+Provider clients live as long as the daemon (one ``Config``): connections stay
+open, the GitHub App JWT and installation ids stay cached, and the provider
+credentials are read by this process only, so launchers need no access to them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import errno
+import grp
+import logging
+import os
+import signal
+import socket
+import stat
+import threading
+from pathlib import Path
+from types import FrameType
+
+from broker.core.broker import Broker
+from broker.core.config import Config
+from broker.daemon.peer import peer_of
+from broker.daemon.routes import Routes
+from broker.daemon.wire import serve_connection
+from broker.vocab.errors import BrokerError, ConfigError
+from broker.vocab.logs import event
+
+LOG = logging.getLogger("broker.daemon")
+SOCKET_MODE = 0o660
+SD_LISTEN_FDS_START = 3
+ACCEPT_POLL = 0.5
+MAX_CONNECTIONS = 512
+
+
+def inherited_socket() -> socket.socket | None:
+    """The listening socket systemd passed (``LISTEN_FDS``), if it was passed to this very process."""
+    if os.environ.get("LISTEN_PID") != str(os.getpid()) or int(os.environ.get("LISTEN_FDS", "0") or 0) < 1:
+        return None
+    for name in ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"):
+        os.environ.pop(name, None)
+    listener = socket.socket(fileno=SD_LISTEN_FDS_START)
+    if listener.family != socket.AF_UNIX or listener.type != socket.SOCK_STREAM:
+        raise ConfigError("the socket systemd passed is not a Unix stream socket (see scripts/systemd/broker.socket)")
+    os.set_inheritable(listener.fileno(), False)
+    return listener
+
+
+def socket_gid(group: str | None) -> int:
+    """``[daemon] socket_group`` as a gid: a group name or number; the daemon's own group when unset."""
+    if group is None:
+        return os.getegid()
+    if group.isdigit():
+        return int(group)
+    try:
+        return grp.getgrnam(group).gr_gid
+    except KeyError:
+        raise ConfigError(f"daemon.socket_group: no group named {group[:64]!r}") from None
+
+
+def bind_socket(path: Path, group: str | None) -> socket.socket:
+    """A listening socket at ``path``, mode 0660 and group ``group`` from the moment it exists."""
+    gid = socket_gid(group)
+    _clear_stale(path)
+    os.makedirs(path.parent, mode=0o755, exist_ok=True)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    previous = os.umask(0o177)  # never wider than 0600 before the chown below
+    try:
+        listener.bind(str(path))
+    except OSError as exc:
+        listener.close()
+        raise ConfigError(f"daemon socket {path}: {exc.strerror}") from None
+    finally:
+        os.umask(previous)
+    os.chown(path, -1, gid)
+    os.chmod(path, SOCKET_MODE)
+    listener.listen(128)
+    return listener
+
+
+def _clear_stale(path: Path) -> None:
+    """Remove a socket a dead daemon left; refuse when a daemon answers there or something else is there."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(info.st_mode):
+        raise ConfigError(f"daemon socket {path} exists and is not a socket; remove it")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    try:
+        probe.connect(str(path))
+    except OSError as exc:
+        if exc.errno not in (errno.ECONNREFUSED, errno.ENOENT):
+            raise ConfigError(f"daemon socket {path}: {exc.strerror}") from None
+        os.unlink(path)
+        return
+    finally:
+        probe.close()
+    raise ConfigError(f"a daemon is already listening on {path}")
+
+
+class Daemon:
+    def __init__(self, broker: Broker, listener: socket.socket, sweep_interval: int) -> None:
+        self.broker = broker
+        self.listener = listener
+        self.routes = Routes(broker)
+        self.sweep_interval = sweep_interval
+        self.stopping = threading.Event()
+        self._connections: set[threading.Thread] = set()
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+
+    def stop(self, signum: int | None = None, frame: FrameType | None = None) -> None:
+        self.stopping.set()
+
+    def run(self) -> None:
+        """Serve until ``stop``; then wait for every connection in flight and for the sweep to finish."""
+        sweeper = threading.Thread(target=self._sweep_loop, name="sweep")
+        sweeper.start()
+        self.listener.settimeout(ACCEPT_POLL)
+        event(LOG, "daemon listening", socket=str(self.listener.getsockname()), sweep_interval=self.sweep_interval)
+        try:
+            while not self.stopping.is_set():
+                try:
+                    connection, _ = self.listener.accept()
+                except TimeoutError:
+                    continue
+                except OSError as exc:
+                    if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                        self.stopping.wait(ACCEPT_POLL)  # out of descriptors: let connections finish
+                        continue
+                    raise
+                self._start(connection)
+        finally:
+            self.listener.close()
+            for thread in list(self._connections):
+                thread.join()
+            sweeper.join()
+            event(LOG, "daemon stopped")
+
+    def _start(self, connection: socket.socket) -> None:
+        self._slots.acquire()
+        thread = threading.Thread(target=self._serve, args=(connection,), name="conn")
+        self._connections.add(thread)
+        thread.start()
+
+    def _serve(self, connection: socket.socket) -> None:
+        try:
+            peer = peer_of(connection)
+            serve_connection(connection, lambda request, send: self.routes.handle(request, peer, send), self.stopping)
+        except Exception:  # a bug in one connection never stops the daemon
+            LOG.exception("daemon connection failed")
+        finally:
+            connection.close()
+            self._connections.discard(threading.current_thread())
+            self._slots.release()
+
+    def _sweep_loop(self) -> None:
+        """Sweep at start (a crashed predecessor's half-done sessions) and then every ``sweep_interval``;
+        each time, keep every provider's own login valid until well after the next turn."""
+        while True:
+            self.sweep_once()
+            for provider in self.broker.config.providers.values():
+                try:
+                    provider.refresh(2 * self.sweep_interval)
+                except Exception:  # the seam promises no raise; a bug here must not stop the sweeps
+                    LOG.exception("provider refresh failed")
+            if self.stopping.wait(self.sweep_interval):
+                return
+
+    def sweep_once(self) -> None:
+        from broker.core.sweeping import sweep
+
+        broker = dataclasses.replace(self.broker)
+        try:
+            report = sweep(broker)
+            broker.checkpoint()
+            broker.witness()
+            if report.expired or report.recovered or report.retried or report.pending:
+                event(LOG, "swept", **report.to_json())
+        except BrokerError as exc:
+            event(LOG, "sweep failed", error=exc.message)
+        except Exception:
+            LOG.exception("sweep failed")
+
+
+def serve(config: Config, socket_path: Path | None = None) -> None:
+    """Run the daemon in this process until SIGTERM (or SIGINT/SIGHUP)."""
+    settings = config.daemon_settings
+    broker = Broker.open(config)
+    try:
+        listener = inherited_socket()
+        bound = socket_path or settings.socket if listener is None else None
+        if bound is not None:
+            listener = bind_socket(bound, settings.socket_group)
+        assert listener is not None
+        daemon = Daemon(broker, listener, settings.sweep_interval)
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(signum, daemon.stop)
+        try:
+            daemon.run()
+        finally:
+            if bound is not None:  # clients now get "cannot reach the daemon" at once
+                with contextlib.suppress(OSError):
+                    os.unlink(bound)
+    finally:
+        with contextlib.suppress(BrokerError):
+            broker.close()

@@ -39,7 +39,8 @@ from providers.aws.deny import (
     policy_size,
 )
 from providers.aws.errors import AwsErrors
-from providers.aws.provider import AwsStsProvider, role_session_name
+from providers.aws.names import role_session_name
+from providers.aws.provider import AwsStsProvider
 from providers.aws.request import AwsStsGrant, AwsStsRequest
 from providers.aws.session_policy import pattern_within
 from providers.base import MintContext, MintedCredential, MintRejected, RevokeOutcome, RevokeTarget

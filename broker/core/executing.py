@@ -32,7 +32,7 @@ from types import FrameType
 from typing import Any
 
 from broker.core.broker import Broker
-from broker.core.issuing import issue, signals_blocked
+from broker.core.issuing import issue
 from broker.core.manifest import Manifest
 from broker.core.proxied import session_interceptor
 from broker.core.revoking import RevokeReport, revoke_locked
@@ -50,6 +50,7 @@ from broker.host.sandbox import (
     extra_binds,
 )
 from broker.host.seccomp import program_fd
+from broker.host.signals import signals_blocked
 from broker.vocab.errors import BadInput
 
 PASSED_THROUGH = ("LANG", "TERM")

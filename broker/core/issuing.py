@@ -1,9 +1,10 @@
 """``issue``: decide, mint, inject, log; and roll everything back when any step fails.
 
-The order keeps every minted credential reachable: the store records a
-credential as ``minting`` (with the part of its reference known in advance)
-before the provider call and ``active`` with its reference right after, the
-log records the issuance, then its files are written. A credential the
+The order keeps every minted credential reachable (each credential's steps
+are ``broker.core.credential.mint``): the store records a credential as
+``minting`` (with the part of its reference known in advance) before the
+provider call and ``active`` with its reference right after, the log records
+the issuance, then its files are written. A credential the
 provider returned but that cannot be recorded, or that fails a check after
 minting, is withheld (``broker.core.withholding``): logged with its fingerprint
 and revoked at once, or kept ``pending`` for ``sweep``. Once anything is
@@ -20,25 +21,25 @@ import contextlib
 import json
 import logging
 import os
-import signal
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from datetime import datetime, timedelta
 from pathlib import PurePosixPath
 from typing import Any
 
 from broker.core.broker import Broker, new_session_id, preload_providers
+from broker.core.credential.mint import mint_one, record_minted
+from broker.core.credential.revoke import revoke_credential
 from broker.core.manifest import Manifest
 from broker.core.policy import Decision, decide
 from broker.core.proxied import ca_files, ca_hints, hold_in_proxy, require_proxy
 from broker.core.reserving import reserved
-from broker.core.revoking import revoke_credential
 from broker.core.states import SETTLED_CREDENTIAL_STATES, CredentialState, SessionState
 from broker.core.store import SessionRecord
-from broker.core.withholding import cause_text, fate, issued_fields, withhold
+from broker.core.withholding import cause_text
 from broker.egress.inject import Interceptor
 from broker.host.sessiondir import SessionDirectory
+from broker.host.signals import signals_blocked
 from broker.vocab.errors import (
     BadInput,
     BrokerError,
@@ -50,7 +51,7 @@ from broker.vocab.errors import (
 )
 from broker.vocab.logs import event
 from broker.vocab.time import iso
-from providers.base import CredentialRequest, MintContext, MintedCredential, MintRejected
+from providers.base import CredentialRequest, MintedCredential
 
 LOG = logging.getLogger("broker.issue")
 
@@ -218,17 +219,6 @@ def _after_mint(exc: BaseException, pending: list[str]) -> BrokerError:
     return IssueRolledBack(f"issue failed after minting ({cause_text(exc)}); {fate}")
 
 
-@contextlib.contextmanager
-def signals_blocked() -> Iterator[None]:
-    """Hold SIGINT/SIGTERM/SIGHUP while rolling back, so a second signal cannot cut it short."""
-    signals = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, signals)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
-
-
 def _check_sandbox_owner(manifest: Manifest) -> None:
     if os.geteuid() != 0 and (manifest.sandbox.uid, manifest.sandbox.gid) != (os.getuid(), os.getgid()):
         raise BadInput(
@@ -253,90 +243,6 @@ def _mint_and_inject(
     if interceptor is not None and request.name in manifest.proxied:
         credential = hold_in_proxy(broker.config, request, credential, interceptor)
     return request, credential, directory.write_credential(request.name, credential.files)
-
-
-def mint_one(
-    broker: Broker,
-    manifest: Manifest,
-    decision: Decision,
-    request: CredentialRequest,
-    session_id: str,
-    expires_at: datetime,
-    ttl_cap: int | None = None,
-) -> MintedCredential:
-    provider = broker.config.providers[request.provider]
-    ttl = decision.credential(request.name).ttl
-    assert ttl is not None
-    if ttl_cap is not None:
-        ttl = min(ttl, ttl_cap)
-    context = MintContext(
-        session_id=session_id,
-        task=manifest.task,
-        requester=str(broker.requester),
-        ttl=ttl,
-        session_expires_at=expires_at,
-        mount_dir=manifest.sandbox.mount_path / request.name,
-    )
-    planned = provider.planned_reference(request, context)
-    broker.store.add_credential(session_id, request.name, provider.name, provider.type_name, planned)
-    started = time.monotonic()
-    event(LOG, "mint", credential=request.name, provider=provider.name, type=provider.type_name, ttl=ttl)
-    try:
-        minted = provider.mint(request, context)
-    except MintRejected as exc:
-        outcome = withhold(broker, manifest, decision, request, exc.credential, session_id, why=exc.message)
-        raise ProviderError(f"{exc.message}; {fate(outcome)}", retryable=False) from None
-    except BrokerError as exc:
-        broker.store.set_credential_state(session_id, request.name, CredentialState.FAILED)
-        event(
-            LOG,
-            "mint failed",
-            credential=request.name,
-            provider=provider.name,
-            error=exc.message,
-            ms=round((time.monotonic() - started) * 1000),
-        )
-        raise
-    event(
-        LOG,
-        "minted",
-        credential=request.name,
-        provider=provider.name,
-        reference=dict(minted.reference),
-        expires_at=iso(minted.expires_at),
-        ms=round((time.monotonic() - started) * 1000),
-    )
-    return minted
-
-
-def record_minted(
-    broker: Broker,
-    manifest: Manifest,
-    decision: Decision,
-    request: CredentialRequest,
-    credential: MintedCredential,
-    session_id: str,
-    **extra: Any,
-) -> None:
-    """Keep its revocation secret, store its reference, log it; if any of that fails, withhold it."""
-    fingerprint = broker.keys.fingerprint(credential.secret)
-    try:
-        if credential.revoke_secret is not None:
-            broker.keepsafe.put(broker.runtime, session_id, request.name, credential.revoke_secret)
-        broker.store.credential_minted(
-            session_id,
-            request.name,
-            reference=credential.reference,
-            scope=credential.scope,
-            expires_at=credential.expires_at,
-            fingerprint=fingerprint,
-        )
-        broker.log.append(
-            "credential.issued", **issued_fields(broker, manifest, decision, request, credential, session_id), **extra
-        )
-    except BaseException as exc:
-        withhold(broker, manifest, decision, request, credential, session_id, why=f"not recorded: {cause_text(exc)}")
-        raise
 
 
 def _roll_back(

@@ -20,10 +20,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from broker.core.broker import Broker
-from broker.core.issuing import mint_one, record_minted
+from broker.core.credential.mint import mint_one, record_minted
+from broker.core.credential.revoke import revoke_credential
 from broker.core.manifest import Manifest, parse_manifest
 from broker.core.policy import decide
-from broker.core.revoking import revoke_credential
 from broker.core.states import CredentialState, SessionState
 from broker.core.store import SessionRecord
 from broker.host.sessiondir import SessionDirectory

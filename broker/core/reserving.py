@@ -16,31 +16,11 @@ from collections.abc import Iterator
 from datetime import datetime
 
 from broker.core.broker import Broker
+from broker.core.credential.mint import mint_context
 from broker.core.manifest import Manifest
 from broker.core.policy import Decision
 from broker.vocab.errors import PolicyDenied
 from providers.base import CredentialRequest, MintContext, RevokeTarget
-
-
-def mint_context(
-    broker: Broker,
-    manifest: Manifest,
-    decision: Decision,
-    request: CredentialRequest,
-    session_id: str,
-    expires_at: datetime,
-) -> MintContext:
-    """What the provider will be told about the session it mints ``request`` for (as ``issuing.mint_one``)."""
-    ttl = decision.credential(request.name).ttl
-    assert ttl is not None
-    return MintContext(
-        session_id=session_id,
-        task=manifest.task,
-        requester=str(broker.requester),
-        ttl=ttl,
-        session_expires_at=expires_at,
-        mount_dir=manifest.sandbox.mount_path / request.name,
-    )
 
 
 @contextlib.contextmanager

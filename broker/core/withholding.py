@@ -14,9 +14,9 @@ import logging
 from typing import Any
 
 from broker.core.broker import Broker
+from broker.core.credential.revoke import revoke_credential
 from broker.core.manifest import Manifest
 from broker.core.policy import Decision
-from broker.core.revoking import revoke_credential
 from broker.core.states import CredentialState
 from broker.core.store import CredentialRecord
 from broker.vocab.errors import BrokerError

@@ -96,7 +96,7 @@ def _check_room(
     live: Sequence[RevokeTarget],
     now: datetime,
 ) -> None:
-    from providers.aws.provider import role_session_name
+    from providers.aws.names import role_session_name
 
     role_arn = wanted[0][0].role_arn
     role = provider._role(role_name, role_arn)

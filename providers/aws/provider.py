@@ -34,6 +34,7 @@ from providers.aws.deny import DenyEntry, entries_for
 from providers.aws.errors import AwsErrors
 from providers.aws.files import config_file, credentials_file
 from providers.aws.health import health_checks
+from providers.aws.names import role_session_name
 from providers.aws.request import (
     AWS_MAX_TTL,
     AWS_MIN_TTL,
@@ -62,16 +63,6 @@ SESSION_NAME = re.compile(r"[\w+=,.@-]{2,64}", re.ASCII)
 SECRET_TEXT = re.compile(r"[\x21-\x7e]{1,65536}", re.ASCII)  # no whitespace: nothing can break the INI file
 TAG_VALUE = re.compile(r"[\w.:/=+@ -]{0,256}", re.ASCII)
 REVOKE_MODES = ("deny-policy", "expire")
-
-
-def role_session_name(session_id: str, credential: str) -> str:
-    """``<session>.<credential>``, unique per credential ('.' is in neither name's alphabet)."""
-    name = f"{session_id}.{credential}"
-    if len(name) <= 64:
-        return name
-    digest = hashlib.sha256(f"{session_id}/{credential}".encode()).hexdigest()[:10]
-    keep = max(64 - len(session_id) - len(digest) - 2, 0)
-    return f"{session_id}.{credential[:keep]}.{digest}"[:64]
 
 
 class AwsStsProvider(Provider[AwsStsRequest]):

@@ -1,0 +1,92 @@
+"""The small parts of one exchange through the egress proxy: the refusal, the CONNECT authority, the proxy's own
+answer, the headers never passed on, closing a stream.
+
+Split from ``broker.egress.proxy`` (which decides and forwards) so that module stays readable; nothing here holds
+state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+
+import h11
+
+from broker.egress.destinations import IPAddress, canonical_host
+
+HOP_BY_HOP = frozenset(
+    {
+        b"connection",
+        b"keep-alive",
+        b"proxy-authenticate",
+        b"proxy-authorization",
+        b"proxy-connection",
+        b"te",
+        b"trailer",
+        b"upgrade",
+        b"expect",
+    }
+)
+
+
+class Refused(Exception):
+    """A request the proxy answers itself, with ``status`` and a one-line reason."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+def _address(text: str) -> IPAddress | None:
+    try:
+        address = ipaddress.ip_address(text)
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
+
+
+def _printable(text: str, limit: int = 300) -> str:
+    cleaned = "".join(c if c.isascii() and c.isprintable() else "?" for c in text)
+    return cleaned[:limit]
+
+
+def parse_authority(text: str) -> tuple[str, int]:
+    """``host:port`` or ``[v6]:port`` of a CONNECT request; the host in canonical form."""
+    host, colon, port_text = text.rpartition(":")
+    if not colon or not host or not port_text.isdigit() or len(port_text) > 5 or not 0 < int(port_text) < 65536:
+        raise Refused(400, "CONNECT needs HOST:PORT")
+    if ":" in host and not (host.startswith("[") and host.endswith("]")):
+        raise Refused(400, "an IPv6 address is written [ADDRESS]:PORT")
+    return canonical_host(host), int(port_text)
+
+
+def _answer(conn: h11.Connection, writer: asyncio.StreamWriter, status: int, reason: str) -> None:
+    """The proxy's own answer to a request it did not forward (when the exchange still allows one)."""
+    if conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
+        return
+    body = f"broker egress proxy: {reason}\n".encode()
+    headers = [
+        (b"content-type", b"text/plain; charset=utf-8"),
+        (b"content-length", str(len(body)).encode()),
+        (b"connection", b"close"),
+    ]
+    try:
+        writer.write(conn.send(h11.Response(status_code=status, headers=headers)) or b"")
+        writer.write(conn.send(h11.Data(data=body)) or b"")
+        writer.write(conn.send(h11.EndOfMessage()) or b"")
+    except h11.LocalProtocolError:
+        return
+
+
+async def _close(writer: asyncio.StreamWriter) -> None:
+    with contextlib.suppress(OSError, RuntimeError, TimeoutError):
+        if not writer.is_closing():
+            await asyncio.wait_for(writer.drain(), 5)
+        writer.close()
+        await asyncio.wait_for(writer.wait_closed(), 5)
+    with contextlib.suppress(Exception):
+        writer.transport.abort()

@@ -141,15 +141,23 @@ def test_sigterm_to_the_broker_reaches_the_command_and_revokes(vault_env: Broker
     assert vault_env.session_dirs() == []
 
 
+def _running(command_line: str) -> bool:
+    return bool(subprocess.run(["pgrep", "-f", command_line], capture_output=True, check=False).stdout.strip())
+
+
 @needs_sandbox
 def test_a_killed_broker_takes_the_sandbox_with_it_and_sweep_revokes(vault_env: BrokerEnv, openbao: OpenBao) -> None:
-    process = broker_process(vault_env, "exec", "--task", str(vault_env.write_task(VAULT_TASK)), "--", "sleep", "60")
+    # A duration no other test uses, so pgrep sees only this sandbox's command.
+    marker = "61.0731"
+    process = broker_process(vault_env, "exec", "--task", str(vault_env.write_task(VAULT_TASK)), "--", "sleep", marker)
     wait_for_issue(vault_env)
     process.send_signal(signal.SIGKILL)
     process.wait(10)
     session = vault_env.log_records()[0]["session"]
-    time.sleep(0.5)
-    assert subprocess.run(["pgrep", "-f", "sleep 60"], capture_output=True, check=False).stdout.strip() == b""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _running(f"sleep {marker}"):
+        time.sleep(0.1)
+    assert not _running(f"sleep {marker}")
     assert openbao.accessor_exists(issued_accessor(vault_env))  # until sweep
     result = vault_env.run("sweep", "--json")
     assert result.code == 0 and result.json()["recovered"] == [session]

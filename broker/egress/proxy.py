@@ -8,7 +8,8 @@ sent upstream: no connection is even opened. Each refused destination is
 counted (bounded), for one ``egress.denied`` record per destination when the
 session ends. Memory and connections are bounded: at most
 ``max_connections`` at once, request heads of at most ``max_head_bytes``,
-and buffers of ``chunk`` bytes with back-pressure in each direction. Plain
+and buffers of ``chunk`` bytes with back-pressure in each direction; an
+open tunnel is copied by the kernel (``broker.egress.splice``). Plain
 HTTP is one request per connection (``Connection: close`` both ways);
 ``Transfer-Encoding`` and ``Content-Length`` pass on, and h11 frames each
 side's body to match them.
@@ -21,13 +22,17 @@ import socket
 import ssl
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 import h11
 
+from broker.egress import splice
 from broker.egress.destinations import Destination, IPAddress, allowed, canonical_host
 from broker.egress.exchange import HOP_BY_HOP, Refused, _address, _answer, _close, _printable, parse_authority
-from broker.egress.inject import Interceptor
+
+if TYPE_CHECKING:  # cryptography (for the session CA) loads only where a credential is intercepted
+    from broker.egress.inject import Interceptor
 
 OTHER_DESTINATIONS = "(other destinations)"
 
@@ -148,12 +153,13 @@ class EgressProxy:
             if self.interceptor is not None and self.interceptor.intercepts(host, port):
                 await self._intercept(host, port, conn, reader, writer)
                 return
-            upstream_reader, upstream_writer = await self._open(host, port)
-            writer.write(conn.send(h11.Response(status_code=200, headers=[])) or b"")
-            leftover, _ = conn.trailing_data
-            if leftover:
-                upstream_writer.write(leftover)
-            await self._tunnel(reader, writer, upstream_reader, upstream_writer)
+            addresses = await self.vetted_addresses(host, port)
+            try:
+                upstream = await splice.connect(addresses, port, self.limits.connect_timeout)
+            except (OSError, TimeoutError) as exc:
+                raise Refused(502, f"{_printable(host)}:{port} could not be reached ({type(exc).__name__})") from None
+            head = conn.send(h11.Response(status_code=200, headers=[])) or b""
+            await splice.tunnel(reader, writer, upstream, head, conn.trailing_data[0], self.limits.idle_timeout)
             return
         await self._forward(conn, request, target, reader, writer)
 
@@ -171,21 +177,6 @@ class EgressProxy:
             )
             received += len(data)
             conn.receive_data(data)
-
-    async def _tunnel(
-        self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        upstream_reader: asyncio.StreamReader,
-        upstream_writer: asyncio.StreamWriter,
-    ) -> None:
-        try:
-            await asyncio.gather(
-                _pump(reader, upstream_writer, self.limits),
-                _pump(upstream_reader, writer, self.limits),
-            )
-        finally:
-            await _close(upstream_writer)
 
     async def _forward(
         self,
@@ -315,18 +306,3 @@ async def _next_event(
             return event
         data = await asyncio.wait_for(reader.read(chunk), timeout)
         conn.receive_data(data)
-
-
-async def _pump(source: asyncio.StreamReader, sink: asyncio.StreamWriter, limits: ProxyLimits) -> None:
-    """Copy one direction of a tunnel, with back-pressure, then pass the half-close on."""
-    try:
-        while True:
-            data = await asyncio.wait_for(source.read(limits.chunk), limits.idle_timeout)
-            if not data:
-                break
-            sink.write(data)
-            await sink.drain()
-        if sink.can_write_eof():
-            sink.write_eof()
-    except (OSError, TimeoutError):
-        sink.transport.abort()

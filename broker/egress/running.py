@@ -17,11 +17,13 @@ import tempfile
 import threading
 from collections.abc import Coroutine, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from broker.egress.destinations import Destination
-from broker.egress.inject import Interceptor
 from broker.egress.proxy import EgressProxy, ProxyLimits, Resolver
+
+if TYPE_CHECKING:  # cryptography (for the session CA) loads only where a credential is intercepted
+    from broker.egress.inject import Interceptor
 
 T = TypeVar("T")
 

@@ -1,0 +1,179 @@
+"""Copying an open CONNECT tunnel in the kernel: ``os.splice`` through a pipe, one thread per direction.
+
+The bytes of a plain tunnel are opaque to the proxy, so they never enter
+Python: each direction moves socket -> pipe -> socket with the GIL released
+and no buffer of the proxy's own (a pipe's pages are the kernel's), which is
+what keeps 64 busy tunnels near direct throughput and the proxy's memory
+flat. Two threads per tunnel, and tunnels count against the proxy's
+connection limit, so threads are bounded too. A half-close passes on; an
+error, or ``idle_timeout`` without progress, in either direction shuts both
+sockets down, which ends the other direction as well. Where the kernel
+cannot splice a socket the direction falls back to a bounded copy buffer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import os
+import socket
+import struct
+import threading
+from collections.abc import Callable, Sequence
+
+CHUNK = 64 * 1024  # a default pipe's capacity (larger pipes measured no faster), and the fallback's buffer
+
+
+async def connect(addresses: Sequence[object], port: int, timeout: float) -> socket.socket:
+    """A connected socket to the first of ``addresses`` that answers; the last error when none does."""
+    loop = asyncio.get_running_loop()
+    last: Exception = OSError(errno.EHOSTUNREACH, "no address")
+    for address in addresses:
+        text = str(address)
+        sock = socket.socket(socket.AF_INET6 if ":" in text else socket.AF_INET, socket.SOCK_STREAM)
+        sock.setblocking(False)
+        try:
+            await asyncio.wait_for(loop.sock_connect(sock, (text, port)), timeout)
+        except (OSError, TimeoutError) as exc:
+            sock.close()
+            last = exc
+            continue
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+    raise last
+
+
+async def detach(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> tuple[socket.socket, bytes]:
+    """The client's socket taken off the event loop, and what the loop had read from it but not handed out."""
+    transport = writer.transport
+    fd = os.dup(transport.get_extra_info("socket").fileno())
+    transport.abort()  # closes the loop's descriptor only: the connection lives on in ``fd``
+    reader.feed_eof()
+    buffered = await reader.read()
+    return socket.socket(fileno=fd), buffered
+
+
+async def tunnel(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    upstream: socket.socket,
+    to_client: bytes,
+    to_upstream: bytes,
+    idle_timeout: float,
+) -> None:
+    """Take the client off the loop and copy both ways until both are done (``to_*`` go first).
+
+    Cancelling tears the tunnel down; both sockets are closed in the end, ``upstream`` too when it fails early.
+    """
+    try:
+        client, buffered = await detach(reader, writer)
+    except BaseException:
+        upstream.close()
+        raise
+    loop = asyncio.get_running_loop()
+    finished: asyncio.Future[None] = loop.create_future()
+
+    def settle() -> None:
+        if not finished.done():
+            finished.set_result(None)
+
+    def done() -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is already closed: nobody is waiting
+            loop.call_soon_threadsafe(settle)
+
+    copy = Tunnel(client, upstream, idle_timeout, done)
+    copy.start(to_client, to_upstream + buffered)
+    try:
+        await asyncio.shield(finished)
+    finally:
+        if not finished.done():
+            copy.abort()
+
+
+class Tunnel:
+    """Two sockets and the two threads copying between them; the last thread to end closes both."""
+
+    def __init__(
+        self, client: socket.socket, upstream: socket.socket, idle_timeout: float, done: Callable[[], None]
+    ) -> None:
+        self.client = client
+        self.upstream = upstream
+        self._done = done
+        self._running = 2
+        self._lock = threading.Lock()
+        timeval = struct.pack("ll", int(idle_timeout), int(idle_timeout % 1 * 1_000_000))
+        for sock in (client, upstream):
+            sock.setblocking(True)
+            with contextlib.suppress(OSError):  # bounds each splice and send: no progress for this long ends it
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeval)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, timeval)
+
+    def start(self, to_client: bytes, to_upstream: bytes) -> None:
+        for source, sink, first, name in (
+            (self.client, self.upstream, to_upstream, "egress-up"),
+            (self.upstream, self.client, to_client, "egress-down"),
+        ):
+            try:
+                threading.Thread(target=self._direction, args=(source, sink, first), name=name, daemon=True).start()
+            except RuntimeError:  # no thread to be had: the tunnel ends here
+                self.abort()
+                self._ended()
+
+    def abort(self) -> None:
+        """Shut both sockets down: each blocked copy returns at once and its thread ends."""
+        for sock in (self.client, self.upstream):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def _direction(self, source: socket.socket, sink: socket.socket, first: bytes) -> None:
+        try:
+            if first:
+                sink.sendall(first)
+            _copy(source, sink)
+            sink.shutdown(socket.SHUT_WR)  # the half-close passes on
+        except OSError:
+            self.abort()
+        finally:
+            self._ended()
+
+    def _ended(self) -> None:
+        """One direction is over; after the second, close both sockets and report."""
+        with self._lock:
+            self._running -= 1
+            last = self._running == 0
+        if last:
+            self.client.close()
+            self.upstream.close()
+            self._done()
+
+
+def _copy(source: socket.socket, sink: socket.socket) -> None:
+    """Everything from ``source`` to ``sink`` until end of stream, through a pipe when the kernel allows it."""
+    read_end, write_end = os.pipe2(os.O_CLOEXEC)
+    try:
+        src, dst = source.fileno(), sink.fileno()
+        while True:
+            try:
+                moved = os.splice(src, write_end, CHUNK, flags=os.SPLICE_F_MOVE)
+            except OSError as exc:
+                if exc.errno != errno.EINVAL:
+                    raise
+                _copy_buffered(source, sink)  # this kernel cannot splice this socket (the pipe is empty)
+                return
+            if moved == 0:
+                return
+            while moved:
+                moved -= os.splice(read_end, dst, moved, flags=os.SPLICE_F_MOVE)
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+
+
+def _copy_buffered(source: socket.socket, sink: socket.socket) -> None:
+    buffer = bytearray(CHUNK)
+    view = memoryview(buffer)
+    while received := source.recv_into(buffer):
+        sink.sendall(view[:received])

@@ -26,7 +26,8 @@ BROKER = str(Path(PYTHON).parent / "broker")
 #: share a name with the standard library's (``concurrent`` did).
 FLOOR = str(ROOT / "bench" / "floor.py")
 SEED = ("-m", "bench.seed")
-FIGURES = ("cold", "issue", "revoke", "concurrent", "sweep", "memory", "audit")
+FIGURES = ("cold", "issue", "revoke", "concurrent", "sweep", "memory", "audit", "egress", "dynamic", "daemon")
+#: egress, dynamic and daemon start what they need themselves (a proxy, OpenBao + PostgreSQL, OpenBao + a daemon).
 NEEDS_STACK = {"issue", "revoke", "concurrent", "sweep", "memory"}
 
 BROKER_ROLE = ROLE_NAME  # the stack task's role
@@ -62,6 +63,13 @@ class Settings:
     audit_records: int
     audit_checkpoint_every: int
     audit_reps: int
+    egress_requests: int
+    egress_tunnels: int
+    egress_mib: int
+    dynamic_runs: int
+    dynamic_rtt: int
+    daemon_runs: int
+    daemon_cycles: int
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Settings:
@@ -83,6 +91,13 @@ class Settings:
             audit_records=pick(args.audit_records, 1_000_000, 100_000),
             audit_checkpoint_every=args.audit_checkpoint_every,
             audit_reps=pick(args.audit_reps, 5, 3),
+            egress_requests=pick(args.egress_requests, 1000, 100),
+            egress_tunnels=pick(args.egress_tunnels, 64, 8),
+            egress_mib=pick(args.egress_mib, 10, 2),
+            dynamic_runs=pick(args.dynamic_runs, 15, 3),
+            dynamic_rtt=args.dynamic_rtt,
+            daemon_runs=pick(args.daemon_runs, 15, 3),
+            daemon_cycles=pick(args.daemon_cycles, 1000, 100),
         )
 
 

@@ -1,4 +1,6 @@
-"""Egress proxy figures on loopback: added latency per request, tunnel throughput, the proxy's memory.
+"""The egress figure, on loopback: added latency per request, tunnel throughput, the proxy's memory.
+
+Part of ``scripts/bench`` (``--only egress``; ``--quick`` makes it small), or alone:
 
     .venv/bin/python -m bench.egress [--requests 1000] [--tunnels 64] [--mib 10]
 
@@ -24,8 +26,10 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+from bench.common import ROOT, Report, Row, Settings
+
 CHILD = """
 import sys, time
 from broker.egress.destinations import parse_destination
@@ -117,12 +121,7 @@ def peak_rss_mib(pid: int) -> float:
     return float("nan")
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--requests", type=int, default=1000)
-    parser.add_argument("--tunnels", type=int, default=64)
-    parser.add_argument("--mib", type=int, default=10)
-    args = parser.parse_args()
+def measure(requests: int, tunnels: int, mib: int) -> dict[str, Any]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     http_port = server.server_address[1]
@@ -141,13 +140,11 @@ def main() -> int:
         for _ in range(20):  # warm up both paths
             get(http_port, "/", None)
             get(http_port, "/", proxy_port)
-        direct = [get(http_port, "/", None) for _ in range(args.requests)]
-        proxied = [get(http_port, "/", proxy_port) for _ in range(args.requests)]
-        added_median = statistics.median(proxied) - statistics.median(direct)
-        added_p99 = percentile(proxied, 0.99) - percentile(direct, 0.99)
-        size = args.mib << 20
-        direct_rate = throughput(sink_port, None, args.tunnels, size)
-        tunnel_rate = throughput(sink_port, proxy_port, args.tunnels, size)
+        direct = [get(http_port, "/", None) for _ in range(requests)]
+        proxied = [get(http_port, "/", proxy_port) for _ in range(requests)]
+        size = mib << 20
+        direct_rate = throughput(sink_port, None, tunnels, size)
+        tunnel_rate = throughput(sink_port, proxy_port, tunnels, size)
         rss = peak_rss_mib(child.pid)
     finally:
         if child.stdin is not None:
@@ -155,14 +152,62 @@ def main() -> int:
         child.wait(timeout=30)
         listener.close()
         server.shutdown()
-    print(f"requests: {args.requests} direct and {args.requests} through the proxy (loopback, plain HTTP)")
-    print(f"  direct   median {statistics.median(direct):.2f} ms, p99 {percentile(direct, 0.99):.2f} ms")
-    print(f"  proxied  median {statistics.median(proxied):.2f} ms, p99 {percentile(proxied, 0.99):.2f} ms")
-    print(f"  added    median {added_median:.2f} ms (target < 2), p99 {added_p99:.2f} ms (target < 10)")
-    print(f"tunnels: {args.tunnels} x {args.mib} MiB")
-    print(f"  direct {direct_rate:.0f} MiB/s, through CONNECT {tunnel_rate:.0f} MiB/s")
-    print(f"  ratio {tunnel_rate / direct_rate:.0%} (target >= 80%)")
-    print(f"proxy peak RSS: {rss:.1f} MiB (idle {baseline_rss:.1f} MiB; target < 30)")
+    return {
+        "requests": requests,
+        "tunnels": tunnels,
+        "mib": mib,
+        "direct_median_ms": statistics.median(direct),
+        "direct_p99_ms": percentile(direct, 0.99),
+        "proxied_median_ms": statistics.median(proxied),
+        "proxied_p99_ms": percentile(proxied, 0.99),
+        "direct_mib_s": direct_rate,
+        "tunnel_mib_s": tunnel_rate,
+        "proxy_peak_rss_mib": rss,
+        "proxy_idle_rss_mib": baseline_rss,
+    }
+
+
+def add_rows(found: dict[str, Any], report: Report) -> None:
+    added_median = found["proxied_median_ms"] - found["direct_median_ms"]
+    added_p99 = found["proxied_p99_ms"] - found["direct_p99_ms"]
+    requests, tunnels, mib = found["requests"], found["tunnels"], found["mib"]
+    ratio = found["tunnel_mib_s"] / found["direct_mib_s"]
+    rss = found["proxy_peak_rss_mib"]
+    for name, value, unit, goal, ok, detail in (
+        (
+            f"egress: added latency, median of {requests:,} requests",
+            added_median, "ms", "< 2 ms", added_median < 2,
+            f"({found['proxied_median_ms']:.2f} vs {found['direct_median_ms']:.2f} ms direct)",
+        ),
+        (
+            f"egress: added latency, p99 of {requests:,} requests",
+            added_p99, "ms", "< 10 ms", added_p99 < 10,
+            f"({found['proxied_p99_ms']:.2f} vs {found['direct_p99_ms']:.2f} ms direct)",
+        ),
+        (
+            f"egress: {tunnels} CONNECT tunnels x {mib} MiB / direct",
+            round(ratio * 100, 1), "%", ">= 80%", ratio >= 0.8,
+            f"({found['tunnel_mib_s']:.0f} vs {found['direct_mib_s']:.0f} MiB/s)",
+        ),
+        (
+            "egress: proxy peak RSS", rss, "MiB", "< 30 MiB", rss < 30,
+            f"(idle {found['proxy_idle_rss_mib']:.1f} MiB)",
+        ),
+    ):  # fmt: skip
+        report.add(Row("egress", name, round(value, 2), unit, goal, ok, detail, found))
+
+
+def figure_egress(settings: Settings, report: Report) -> None:
+    add_rows(measure(settings.egress_requests, settings.egress_tunnels, settings.egress_mib), report)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--requests", type=int, default=1000)
+    parser.add_argument("--tunnels", type=int, default=64)
+    parser.add_argument("--mib", type=int, default=10)
+    args = parser.parse_args()
+    add_rows(measure(args.requests, args.tunnels, args.mib), Report())
     return 0
 
 

@@ -11,6 +11,12 @@ median over repeated runs, both sides of a ratio interleaved in the same run:
   sweep       one ``broker sweep`` over N expired Vault sessions (seeded through the Python API)
   memory      peak RSS of ``broker issue`` (ru_maxrss of the child)
   audit       ``audit verify`` and ``audit lookup`` on a 1,000,000-record log (built once, cached)
+  egress      the egress proxy: added latency over 1,000 requests, 64 CONNECT tunnels x 10 MiB, its RSS
+  dynamic     what one of each Vault dynamic kind adds to ``issue``, on loopback and at 40 ms per request
+  daemon      ``broker serve``: thin-client cold start, issue/revoke vs the floor, 32 concurrent cycles, RSS
+
+The last three start what they need themselves (bench/egress.py,
+bench/vault_dynamic.py, bench/daemon.py; each also runs alone with ``python -m``).
 
 Prints a table and writes ``bench-results/bench-<git short sha>.json`` and
 ``bench-results/latest.json``. ``--quick`` for a smoke run, ``--only a,b``
@@ -51,9 +57,12 @@ from bench.common import (
 )
 from bench.concurrency import figure_concurrent
 from bench.cycles import figure_cycles
+from bench.daemon import figure_daemon
+from bench.egress import figure_egress
 from bench.local import BrokerSetup, Stack, base_env, floor_params, unmount_under
 from bench.memory import figure_memory
 from bench.sweep import figure_sweep
+from bench.vault_dynamic import figure_dynamic
 
 # -- main ----------------------------------------------------------------------------------
 
@@ -135,7 +144,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--only", default="", help=f"comma-separated figures: {','.join(FIGURES)}")
     parser.add_argument("--reps", type=int, help="issue/revoke repetitions (default 9, quick 3)")
     parser.add_argument("--cold-reps", type=int, help="cold start repetitions (default 21, quick 5)")
-    parser.add_argument("--concurrency", type=int, help="concurrent cycles (default 32, quick 8)")
+    parser.add_argument(
+        "--concurrency", type=int, help="concurrent cycles, also through the daemon (default 32, quick 8)"
+    )
     parser.add_argument("--concurrent-runs", type=int, help="runs of the concurrent figure (default 5, quick 1)")
     parser.add_argument("--sweep-sessions", type=int, help="expired sessions to sweep (default 1000, quick 100)")
     parser.add_argument("--sweep-reps", type=int, help="sweep repetitions (default 5, quick 1)")
@@ -155,6 +166,15 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         " (for profiling by hand)",
     )
     parser.add_argument("--audit-reps", type=int, help="verify/lookup repetitions (default 5, quick 3)")
+    parser.add_argument("--egress-requests", type=int, help="requests each way for egress (default 1000, quick 100)")
+    parser.add_argument("--egress-tunnels", type=int, help="concurrent CONNECT tunnels (default 64, quick 8)")
+    parser.add_argument("--egress-mib", type=int, help="MiB sent through each tunnel (default 10, quick 2)")
+    parser.add_argument("--dynamic-runs", type=int, help="issues of each session kind (default 15, quick 3)")
+    parser.add_argument("--dynamic-rtt", type=int, default=40, help="ms added to each Vault request (default 40)")
+    parser.add_argument("--daemon-runs", type=int, help="daemon issue/revoke repetitions (default 15, quick 3)")
+    parser.add_argument(
+        "--daemon-cycles", type=int, help="cycles before the daemon's second RSS reading (default 1000, quick 100)"
+    )
     args = parser.parse_args(argv)
     selected = [name.strip() for name in args.only.split(",") if name.strip()] or list(FIGURES)
     unknown = [name for name in selected if name not in FIGURES]
@@ -246,6 +266,12 @@ def main(argv: Sequence[str]) -> int:
                 steps.append(("memory", lambda: figure_memory(settings, report, need(stack))))
             if "audit" in selected:
                 steps.append(("audit", lambda: figure_audit(settings, report)))
+            if "egress" in selected:
+                steps.append(("egress", lambda: figure_egress(settings, report)))
+            if "dynamic" in selected:
+                steps.append(("dynamic", lambda: figure_dynamic(settings, report)))
+            if "daemon" in selected:
+                steps.append(("daemon", lambda: figure_daemon(settings, report)))
             for name, step in steps:
                 background = cpu_busy()
                 report.background[name] = round(background, 2)

@@ -1,8 +1,9 @@
-"""Bench ``broker serve`` against the direct CLI and a hand-written floor, on loopback, one Vault credential.
+"""The daemon figure: ``broker serve`` against the direct CLI and a hand-written floor, loopback, one Vault credential.
 
-Standalone (it starts its own OpenBao dev server, ``bao`` from the venv, and its own daemon):
+Part of ``scripts/bench`` (``--only daemon``; ``--quick`` makes it small), or alone; either
+way it starts its own OpenBao dev server (devstack) and its own daemon:
 
-    .venv/bin/python scripts/bench_daemon.py [--runs 15] [--cycles 1000] [--concurrent 32]
+    .venv/bin/python -m bench.daemon [--runs 15] [--cycles 1000] [--concurrent 32]
 
 Figures (medians of ``--runs`` runs unless said otherwise):
 - cold start: ``python -c pass`` next to ``broker status`` as the daemon's thin client and as the direct CLI;
@@ -10,7 +11,7 @@ Figures (medians of ``--runs`` runs unless said otherwise):
   the direct CLI, the thin client, and the daemon's own answer time (an in-process HTTP call);
 - ``--concurrent`` issue+revoke cycles at once through the daemon: wall time, failures, ``audit verify``;
 - the daemon's RSS after 10 cycles and after ``--cycles`` cycles.
-Only loopback: this script models no network latency.
+Only loopback: this figure models no network latency.
 """
 
 from __future__ import annotations
@@ -24,17 +25,15 @@ import signal
 import socket
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-PYTHON = sys.executable
-TOKEN = "root"  # noqa: S105 - the dev server's root token
+from bench.common import PYTHON, Report, Row, Settings
+from devstack.openbao import ROOT_TOKEN, TOKEN_ROLE, start_openbao, stop_openbao
+
 TASK = {
     "version": 1,
     "task": "fix-bench",
@@ -70,32 +69,12 @@ else:
 """
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def wait(condition: Callable[[], bool], what: str, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
-            raise SystemExit(f"bench_daemon: gave up waiting for {what}")
+            raise RuntimeError(f"bench.daemon: gave up waiting for {what}")
         time.sleep(0.05)
-
-
-def vault_up(addr: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{addr}/v1/sys/health", timeout=1):  # noqa: S310 - http://127.0.0.1
-            return True
-    except OSError:
-        return False
-
-
-def vault_call(addr: str, method: str, path: str, body: dict[str, Any]) -> None:
-    url = f"{addr}/v1/{path}"
-    request = urllib.request.Request(url, json.dumps(body).encode(), {"X-Vault-Token": TOKEN}, method=method)  # noqa: S310
-    urllib.request.urlopen(request, timeout=10).close()  # noqa: S310 - http://127.0.0.1
 
 
 def http(path: Path, method: str, target: str, body: Any = None) -> tuple[int, Any]:
@@ -123,7 +102,7 @@ def timed(action: Callable[[], object], runs: int) -> float:
 def run(args: list[str], env: dict[str, str] | None = None) -> str:
     done = subprocess.run(args, capture_output=True, text=True, env=env, check=False)
     if done.returncode != 0:
-        raise SystemExit(f"bench_daemon: {' '.join(args[:4])}... failed: {done.stderr.strip()}")
+        raise RuntimeError(f"bench.daemon: {' '.join(args[:4])}... failed: {done.stderr.strip()}")
     return done.stdout
 
 
@@ -134,28 +113,15 @@ def rss_kib(pid: int) -> int:
     return 0
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=15)
-    parser.add_argument("--cycles", type=int, default=1000)
-    parser.add_argument("--concurrent", type=int, default=32)
-    options = parser.parse_args()
+def measure(runs: int, cycles: int, concurrent_cycles: int) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="bench-daemon-"))
-    port = free_port()
-    addr = f"http://127.0.0.1:{port}"
-    bao = subprocess.Popen(
-        [str(Path(PYTHON).parent / "bao"), "server", "-dev", f"-dev-root-token-id={TOKEN}",
-         f"-dev-listen-address=127.0.0.1:{port}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+    bao = start_openbao()
+    addr = bao.addr
     daemon: subprocess.Popen[bytes] | None = None
     try:
-        wait(lambda: vault_up(addr), "OpenBao")
-        vault_call(addr, "POST", "auth/token/roles/broker-session", {"allowed_policies": "ci-read", "orphan": True})
-        vault_call(addr, "PUT", "sys/policy/ci-read", {"policy": 'path "secret/data/ci/*" {capabilities = ["read"]}'})
         (work / "policies").mkdir()
         (work / "policies" / "bench.yaml").write_text(POLICY)
-        (work / "vault-token").write_text(TOKEN)
+        (work / "vault-token").write_text(ROOT_TOKEN)
         (work / "vault-token").chmod(0o600)
         sock = work / "broker.sock"
         common = (
@@ -163,7 +129,7 @@ def main() -> None:
             f'audit_key = "{work}/audit.key"\n'
         )
         vault = f'\n[providers.vault]\ntype = "vault"\naddr = "{addr}"\ntoken_file = "{work}/vault-token"\n'
-        vault += 'token_role = "broker-session"\n'
+        vault += f'token_role = "{TOKEN_ROLE}"\n'
         (work / "direct.toml").write_text(common + vault)
         (work / "daemon.toml").write_text(common + f'\n[daemon]\nsocket = "{sock}"\n' + vault)
         (work / "task.json").write_text(json.dumps(TASK))
@@ -173,7 +139,6 @@ def main() -> None:
         thin = [PYTHON, "-m", "broker", "--config", str(work / "daemon.toml")]
         daemon = subprocess.Popen([*thin, "serve"], stderr=subprocess.DEVNULL)
         wait(lambda: sock.exists(), "the daemon")
-        runs = options.runs
         figures: dict[str, float] = {}
         figures["python -c pass"] = timed(lambda: run([PYTHON, "-c", "pass"]), runs)
         figures["status, thin client"] = timed(lambda: run([*thin, "status"], thin_env), runs)
@@ -185,8 +150,14 @@ def main() -> None:
 
             return act
 
-        issue_floor, revoke_floor, issue_direct, revoke_direct, issue_thin, revoke_thin = ([] for _ in range(6))
-        issue_http, revoke_http = [], []
+        issue_floor: list[float] = []
+        revoke_floor: list[float] = []
+        issue_direct: list[float] = []
+        revoke_direct: list[float] = []
+        issue_thin: list[float] = []
+        revoke_thin: list[float] = []
+        issue_http: list[float] = []
+        revoke_http: list[float] = []
         for _ in range(runs):
             for samples, action in ((issue_floor, floor_cycle("issue")), (revoke_floor, floor_cycle("revoke"))):
                 started = time.perf_counter()
@@ -227,37 +198,92 @@ def main() -> None:
             return http(sock, "DELETE", f"/v1/sessions/{document['session']}")[0] == 200
 
         started = time.perf_counter()
-        with concurrent.futures.ThreadPoolExecutor(options.concurrent) as pool:
-            results = list(pool.map(cycle, range(options.concurrent)))
-        concurrent_ms = (time.perf_counter() - started) * 1000
+        with concurrent.futures.ThreadPoolExecutor(concurrent_cycles) as pool:
+            results = list(pool.map(cycle, range(concurrent_cycles)))
+        concurrent_s = time.perf_counter() - started
         verified = subprocess.run([*direct, "audit", "verify"], capture_output=True, env=env).returncode == 0
         for index in range(10):
             cycle(index)
         rss_10 = rss_kib(daemon.pid)
-        for index in range(options.cycles - 10):
+        for index in range(cycles - 10):
             cycle(index)
         rss_n = rss_kib(daemon.pid)
-        width = max(len(name) for name in figures)
-        for name, value in figures.items():
-            print(f"{name:<{width}}  {value:8.1f} ms")
-        floor_issue, floor_revoke = figures["issue, floor"], figures["revoke, floor"]
-        for kind, floor in (("issue", floor_issue), ("revoke", floor_revoke)):
-            for way in ("direct CLI", "thin client", "daemon answer"):
-                print(f"{kind} {way} / floor: {figures[f'{kind}, {way}'] / floor:.2f}x")
-        cold = figures["status, thin client"] / figures["python -c pass"]
-        print(f"cold start thin client / python -c pass: {cold:.2f}x")
-        print(
-            f"{options.concurrent} concurrent issue+revoke cycles: {concurrent_ms:.0f} ms,"
-            f" {results.count(False)} failures, audit verify {'ok' if verified else 'FAILED'}"
-        )
-        print(f"daemon RSS after 10 cycles {rss_10} KiB, after {options.cycles}: {rss_n} KiB ({rss_n - rss_10:+d} KiB)")
     finally:
         if daemon is not None:
             daemon.send_signal(signal.SIGTERM)
             daemon.wait(60)
-        bao.terminate()
-        bao.wait(30)
+        stop_openbao(bao)
         shutil.rmtree(work, ignore_errors=True)
+    return {
+        "runs": runs,
+        "median_ms": {name: round(value, 2) for name, value in figures.items()},
+        "concurrent": {"cycles": concurrent_cycles, "seconds": round(concurrent_s, 3),
+                       "failures": results.count(False), "audit_verifies": verified},
+        "rss_kib": {"after_10": rss_10, f"after_{cycles}": rss_n},
+        "cycles": cycles,
+    }  # fmt: skip
+
+
+def add_rows(found: dict[str, Any], report: Report) -> None:
+    ms = found["median_ms"]
+    cold = ms["status, thin client"] / ms["python -c pass"]
+    report.add(
+        Row(
+            "daemon", "daemon: cold start, `broker status` thin client / python -c pass", round(cold, 2), "x",
+            "<= 2x", cold <= 2, f"({ms['status, thin client']:.0f} vs {ms['python -c pass']:.0f} ms;"
+            f" direct CLI {ms['status, direct']:.0f} ms)", found,
+        )
+    )  # fmt: skip
+    for kind in ("issue", "revoke"):
+        floor = ms[f"{kind}, floor"]
+        thin = ms[f"{kind}, thin client"] / floor
+        report.add(
+            Row(
+                "daemon", f"daemon: `broker {kind}` through the daemon (thin client) / floor", round(thin, 2), "x",
+                "<= 0.3x", thin <= 0.3, f"({ms[f'{kind}, thin client']:.0f} vs {floor:.0f} ms)", found,
+            )
+        )  # fmt: skip
+        for way in ("daemon answer", "direct CLI"):
+            ratio = ms[f"{kind}, {way}"] / floor
+            report.add(
+                Row(
+                    "daemon", f"daemon: {kind}, {way} / floor", round(ratio, 2), "x", "", None,
+                    f"({ms[f'{kind}, {way}']:.1f} vs {floor:.0f} ms)", found,
+                )
+            )  # fmt: skip
+    con = found["concurrent"]
+    ok = con["seconds"] <= 5 and con["failures"] == 0 and con["audit_verifies"]
+    report.add(
+        Row(
+            "daemon", f"daemon: {con['cycles']} concurrent issue+revoke cycles", con["seconds"], "s",
+            "<= 5 s, 0 failures, log verifies", ok,
+            f"({con['failures']} failures, log {'verifies' if con['audit_verifies'] else 'does NOT verify'})", found,
+        )
+    )  # fmt: skip
+    cycles = found["cycles"]
+    rss_10, rss_n = found["rss_kib"]["after_10"], found["rss_kib"][f"after_{cycles}"]
+    grown = (rss_n - rss_10) / 1024
+    report.add(
+        Row(
+            "daemon", f"daemon: RSS after {cycles:,} cycles - after 10", round(grown, 2), "MiB", "<= 10 MiB",
+            grown <= 10, f"({rss_n / 1024:.1f} vs {rss_10 / 1024:.1f} MiB)", found,
+        )
+    )  # fmt: skip
+
+
+def figure_daemon(settings: Settings, report: Report) -> None:
+    add_rows(measure(settings.daemon_runs, settings.daemon_cycles, settings.concurrency), report)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--runs", type=int, default=15)
+    parser.add_argument("--cycles", type=int, default=1000)
+    parser.add_argument("--concurrent", type=int, default=32)
+    options = parser.parse_args()
+    found = measure(options.runs, options.cycles, options.concurrent)
+    add_rows(found, Report())
+    print(json.dumps(found, indent=1))
 
 
 if __name__ == "__main__":

@@ -108,7 +108,10 @@ def _check_room(
     # One round trip for three reads. GetRole buys the role id (whose live sessions count here, and
     # which names the new session in a deny entry), MaxSessionDuration and the ARN check; mint uses
     # this answer rather than asking again. The two policy reads buy the room the revocation needs.
-    role, snapshot = together(lambda: provider._role(role_name, role_arn), lambda: writer.snapshot(role_name))
+    # The STS client is built while they are in flight, so the AssumeRole that follows finds it ready.
+    role, snapshot = together(
+        lambda: provider._role(role_name, role_arn), lambda: writer.snapshot(role_name), lambda: provider.client("sts")
+    )
     provider.remember_role(role_name, role)
     role_id = str(role["RoleId"])
     current = live_entries(role_arn, role_id, live, now)

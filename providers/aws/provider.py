@@ -144,7 +144,10 @@ class AwsStsProvider(Provider[AwsStsRequest]):
     # -- clients -------------------------------------------------------------------------
 
     def client(self, service: str) -> Any:
-        """A client of the broker's own identity (created once per service)."""
+        """A client of the broker's own identity (created once per service, under the lock; found without it)."""
+        found = self._clients.get(service)
+        if found is not None:
+            return found
         with self._lock:
             if service not in self._clients:
                 self._clients[service] = self._make_client(service)

@@ -11,15 +11,17 @@ reads and the PutRolePolicy; the floor (``bench/floor.py``) needs as many.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
 
-from tests.fixtures.aws import REGION, AwsRole
+from devstack.aws import create_role
+from tests.fixtures.aws import REGION, AwsRole, iam_client
 from tests.fixtures.brokerenv import BrokerEnv, make_env
 from tests.fixtures.latencyproxy import LatencyProxy, latency_proxy
-from tests.test_aws_budget import POLICY, TASK
+from tests.test_aws_budget import POLICY, TASK, issue_in, opened
 
 pytestmark = pytest.mark.server
 
@@ -67,3 +69,25 @@ def test_revoke_checks_the_role_alongside_the_reads_and_writes_once(counted: tup
     calls = proxy.calls(mark)
     assert sorted(calls[:3]) == RESERVATION_READS
     assert calls[3:] == ["PutRolePolicy"]
+
+
+def test_the_reserved_role_answer_does_not_outlive_its_reservation(tmp_path: Path, aws_role: AwsRole) -> None:
+    """A warm broker (one process, many issues) reads the role again for each: a recreated role is seen."""
+    env = make_env(tmp_path)
+    env.add_provider("aws", {"type": "aws_sts", "region": REGION, "endpoint_url": aws_role.endpoint_url})
+    env.write_policy(POLICY)
+    env.write_task(TASK)
+    try:
+        with opened(env) as broker:
+            first = issue_in(broker, env)
+            iam = iam_client(aws_role.endpoint_url)
+            iam.delete_role(RoleName=aws_role.name)
+            recreated = create_role(aws_role.endpoint_url)["RoleId"]
+            assert recreated != aws_role.role_id
+            second = issue_in(broker, env)
+            ids = {
+                c.session_id: c.reference["role_id"] for c in broker.store.live_credentials("aws", datetime.now(UTC))
+            }
+    finally:
+        env.cleanup()
+    assert ids == {first: aws_role.role_id, second: recreated}

@@ -17,6 +17,8 @@ Usage (run by path as a subprocess by the bench, so it pays interpreter start an
 
     python bench/floor.py issue  PARAMS.json      # prints the session directory
     python bench/floor.py revoke PARAMS.json DIR
+    python bench/floor.py aws-issue  PARAMS.json  # the AWS calls alone (bench/aws_round_trips.py);
+    python bench/floor.py aws-revoke PARAMS.json DIR  # the other SDKs are imported by issue/revoke only
 """
 
 from __future__ import annotations
@@ -31,11 +33,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import boto3
-import hvac
-import jwt
-import requests
 from botocore.config import Config as BotoConfig
-from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
 POLICY_NAME = "BrokerRevokedSessions"
 GITHUB_HEADERS = {
@@ -60,33 +58,8 @@ def _write(directory: str, relative: str, data: bytes, uid: int, gid: int) -> No
         os.close(fd)
 
 
-def issue(p: dict[str, Any]) -> str:
-    session = "f-" + secrets.token_hex(6)
-    task = p["task"]
-    uid, gid = p["uid"], p["gid"]
-    files: dict[str, bytes] = {}
-    refs: dict[str, object] = {"session": session}
-
-    # -- vault: token create through the token role, as providers/vault.py does it
-    with open(p["vault_token_file"]) as handle:
-        vault = hvac.Client(url=p["vault_addr"], token=handle.read().strip(), timeout=10)
-    ttl = f"{p['vault_ttl']}s"
-    auth = vault.auth.token.create(
-        role_name=p["vault_token_role"],
-        policies=list(p["vault_policies"]),
-        meta={"broker_session": session, "broker_task": task, "broker_credential": "kv"},
-        no_default_policy=True,
-        renewable=False,
-        ttl=ttl,
-        explicit_max_ttl=ttl,
-        display_name=f"broker-{task}-kv",
-        num_uses=p["vault_num_uses"],
-        type="service",
-    )["auth"]
-    files["kv/token"] = auth["client_token"].encode()
-    refs["accessor"] = auth["accessor"]
-
-    # -- aws: get_role, assume_role, get_caller_identity with the new credentials
+def aws_issue(p: dict[str, Any], session: str, task: str, files: dict[str, bytes], refs: dict[str, object]) -> None:
+    """get_role, assume_role, get_caller_identity with the new credentials; the files and references."""
     boto = boto3.session.Session(region_name=p["aws_region"])
     iam = boto.client("iam", endpoint_url=p["aws_endpoint"], config=_boto_config())
     sts = boto.client("sts", endpoint_url=p["aws_endpoint"], config=_boto_config())
@@ -128,6 +101,41 @@ def issue(p: dict[str, Any]) -> str:
         assumed_role_id=assumed["AssumedRoleUser"]["AssumedRoleId"],
         expires_at=creds["Expiration"].astimezone(UTC).isoformat(),
     )
+
+
+def issue(p: dict[str, Any]) -> str:
+    import hvac
+    import jwt
+    import requests
+    from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
+    session = "f-" + secrets.token_hex(6)
+    task = p["task"]
+    uid, gid = p["uid"], p["gid"]
+    files: dict[str, bytes] = {}
+    refs: dict[str, object] = {"session": session}
+
+    # -- vault: token create through the token role, as providers/vault.py does it
+    with open(p["vault_token_file"]) as handle:
+        vault = hvac.Client(url=p["vault_addr"], token=handle.read().strip(), timeout=10)
+    ttl = f"{p['vault_ttl']}s"
+    auth = vault.auth.token.create(
+        role_name=p["vault_token_role"],
+        policies=list(p["vault_policies"]),
+        meta={"broker_session": session, "broker_task": task, "broker_credential": "kv"},
+        no_default_policy=True,
+        renewable=False,
+        ttl=ttl,
+        explicit_max_ttl=ttl,
+        display_name=f"broker-{task}-kv",
+        num_uses=p["vault_num_uses"],
+        type="service",
+    )["auth"]
+    files["kv/token"] = auth["client_token"].encode()
+    refs["accessor"] = auth["accessor"]
+
+    # -- aws: get_role, assume_role, get_caller_identity with the new credentials
+    aws_issue(p, session, task, files, refs)
 
     # -- github: App JWT, installation lookup, POST access_tokens
     with open(p["github_key_file"], "rb") as handle:
@@ -172,18 +180,8 @@ def issue(p: dict[str, Any]) -> str:
     return directory
 
 
-def revoke(p: dict[str, Any], directory: str) -> None:
-    with open(os.path.join(directory, ".refs.json")) as handle:
-        refs = json.load(handle)
-    with open(os.path.join(directory, "repo", "token")) as handle:
-        github_token = handle.read()
-
-    # -- vault: revoke by accessor
-    with open(p["vault_token_file"]) as handle:
-        vault = hvac.Client(url=p["vault_addr"], token=handle.read().strip(), timeout=10)
-    vault.auth.token.revoke_accessor(refs["accessor"])
-
-    # -- aws: the deny policy, read-modify-write, no settle pause
+def aws_revoke(p: dict[str, Any], refs: dict[str, Any]) -> None:
+    """get_role (the role id), get_role_policy, put_role_policy with a Deny on the session."""
     iam = boto3.session.Session(region_name=p["aws_region"]).client(
         "iam", endpoint_url=p["aws_endpoint"], config=_boto_config()
     )
@@ -208,6 +206,24 @@ def revoke(p: dict[str, Any], directory: str) -> None:
         RoleName=refs["role_name"], PolicyName=POLICY_NAME, PolicyDocument=json.dumps(document, separators=(",", ":"))
     )
 
+
+def revoke(p: dict[str, Any], directory: str) -> None:
+    import hvac
+    import requests
+
+    with open(os.path.join(directory, ".refs.json")) as handle:
+        refs = json.load(handle)
+    with open(os.path.join(directory, "repo", "token")) as handle:
+        github_token = handle.read()
+
+    # -- vault: revoke by accessor
+    with open(p["vault_token_file"]) as handle:
+        vault = hvac.Client(url=p["vault_addr"], token=handle.read().strip(), timeout=10)
+    vault.auth.token.revoke_accessor(refs["accessor"])
+
+    # -- aws: the deny policy, read-modify-write, no settle pause
+    aws_revoke(p, refs)
+
     # -- github: DELETE /installation/token with the token itself
     response = requests.delete(
         f"{p['github_api']}/installation/token",
@@ -225,14 +241,39 @@ def revoke(p: dict[str, Any], directory: str) -> None:
     shutil.rmtree(directory)
 
 
+def aws_only_issue(p: dict[str, Any]) -> str:
+    """The AWS credential alone: its calls, its two files and the references in a fresh directory."""
+    session = "f-" + secrets.token_hex(6)
+    files: dict[str, bytes] = {}
+    refs: dict[str, object] = {"session": session}
+    aws_issue(p, session, p["task"], files, refs)
+    directory = os.path.join(p["floor_dir"], session)
+    os.mkdir(directory, 0o700)
+    for relative, data in files.items():
+        _write(directory, relative, data, p["uid"], p["gid"])
+    _write(directory, ".refs.json", json.dumps(refs).encode(), 0, 0)
+    return directory
+
+
+def aws_only_revoke(p: dict[str, Any], directory: str) -> None:
+    with open(os.path.join(directory, ".refs.json")) as handle:
+        refs = json.load(handle)
+    aws_revoke(p, refs)
+    shutil.rmtree(directory)
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) < 2 or argv[0] not in ("issue", "revoke"):
+    if len(argv) < 2 or argv[0] not in ("issue", "revoke", "aws-issue", "aws-revoke"):
         sys.stderr.write(__doc__.split("Usage")[1])
         return 2
     with open(argv[1]) as handle:
         params = json.load(handle)
     if argv[0] == "issue":
         print(issue(params))
+    elif argv[0] == "aws-issue":
+        print(aws_only_issue(params))
+    elif argv[0] == "aws-revoke":
+        aws_only_revoke(params, argv[2])
     else:
         revoke(params, argv[2])
     return 0

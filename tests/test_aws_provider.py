@@ -950,23 +950,17 @@ def test_revoke_refuses_unusable_or_stale_references(
 
 
 @pytest.mark.server
-def test_canary_secrets_never_in_errors_or_reprs(
-    aws_provider: AwsStsProvider, aws_role: AwsRole, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A failing identity check whose AWS message echoes the credentials: nothing secret comes out."""
-    from botocore.exceptions import ClientError
-
-    real = AwsStsProvider._make_client
+def test_canary_secrets_never_in_errors_or_reprs(aws_provider: AwsStsProvider, aws_role: AwsRole) -> None:
+    """An AssumeRole answer naming another session is rejected: nothing secret comes out, and it is revocable."""
     seen: list[str] = []
 
-    def echoing(self: AwsStsProvider, service: str, credentials: dict[str, Any] | None = None) -> Any:
-        if credentials is None:
-            return real(self, service)
+    def another_session(parsed: dict[str, Any], **_: Any) -> None:
+        credentials, user = parsed["Credentials"], parsed["AssumedRoleUser"]
         seen.extend([credentials["SecretAccessKey"], credentials["SessionToken"]])
-        message = f"bad {credentials['SecretAccessKey']} {credentials['SessionToken']}"
-        raise ClientError({"Error": {"Code": "InvalidClientTokenId", "Message": message}}, "GetCallerIdentity")
+        user["AssumedRoleId"] = user["AssumedRoleId"].split(":")[0] + ":someone-else"
 
-    monkeypatch.setattr(AwsStsProvider, "_make_client", echoing)
+    sts = aws_provider.client("sts")
+    sts.meta.events.register("after-call.sts.AssumeRole", another_session)
     with pytest.raises(ProviderError) as caught:
         aws_provider.mint(parse({"role_arn": ROLE_ARN}), context())
     error = caught.value
@@ -984,7 +978,8 @@ def test_canary_secrets_never_in_errors_or_reprs(
     assert aws_provider.revoke(target, datetime.now(UTC)) == RevokeOutcome.REVOKED
     assert denied(aws_role).values(SOURCE_IDENTITY) == ["s-4k2j9x7q3m1p"]
 
-    monkeypatch.setattr(AwsStsProvider, "_make_client", real)
+    assert seen
+    sts.meta.events.unregister("after-call.sts.AssumeRole", another_session)
     credential = aws_provider.mint(parse({"role_arn": ROLE_ARN}), context(session_id="s-canary1"))
     secret = credential.secret.reveal()
     credentials_file = credential.files["credentials"]
@@ -996,3 +991,16 @@ def test_canary_secrets_never_in_errors_or_reprs(
     with pytest.raises(BrokerError) as later:
         aws_provider.mint(parse({"role_arn": ROLE_ARN}), context(ttl=7200, session_ttl=7200))
     assert secret not in str(later.value) and token not in str(later.value)
+
+
+@pytest.mark.server
+def test_an_answer_naming_the_session_under_another_role_arn_is_rejected(aws_provider: AwsStsProvider) -> None:
+    """The AssumeRole answer is the identity proof: its Arn must be this session of this role, as its id."""
+
+    def elsewhere(parsed: dict[str, Any], **_: Any) -> None:
+        user = parsed["AssumedRoleUser"]
+        user["Arn"] = user["Arn"].replace(":assumed-role/", ":assumed-role/other-")
+
+    aws_provider.client("sts").meta.events.register("after-call.sts.AssumeRole", elsewhere)
+    with pytest.raises(MintRejected, match="unexpected session"):
+        aws_provider.mint(parse({"role_arn": ROLE_ARN}), context())

@@ -17,6 +17,7 @@ host cannot both take the last room. Brokers on other hosts (with
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import threading
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from broker.vocab.errors import BrokerError, PolicyDenied
 from broker.vocab.holding import holding
 from providers.aws.deny import ROLE_INLINE_BUDGET, DenyEntry, DenyList, entries_for, policy_size
+from providers.aws.overlap import together
 from providers.aws.request import AWS_MAX_TTL, AwsStsRequest
 from providers.aws.revoke import DenyPolicyWriter
 from providers.base import DenyBudget, DenyRecord, FleetState, MintContext, RevokeTarget
@@ -60,11 +62,13 @@ def live_entries(role_arn: str, role_id: str, live: Iterable[RevokeTarget], now:
 
 
 def measure(
-    writer: DenyPolicyWriter, role_name: str, live: Iterable[DenyEntry], now: datetime
+    snapshot: tuple[int, dict[str, Any] | None], live: Iterable[DenyEntry], now: datetime
 ) -> tuple[int, int, DenyList]:
-    """(characters the role's inline policies use now, those of its other policies, the deny list with ``live``)."""
-    others = writer.other_inline_size(role_name)
-    current = writer.read(role_name)
+    """(characters the role's inline policies use now, those of its other policies, the deny list with ``live``).
+
+    ``snapshot`` is ``DenyPolicyWriter.snapshot``: the other inline policies' size and the deny policy.
+    """
+    others, current = snapshot
     reserved = DenyList.parse(current).pruned(now).merged(live)
     return others + policy_size(current), others, reserved
 
@@ -83,6 +87,7 @@ def reserve(
     with contextlib.ExitStack() as stack:
         for role_name in sorted(by_role):
             stack.enter_context(role_lock(provider, role_name))
+        stack.callback(provider.forget_roles, by_role)
         known = live()  # read under the locks: an issue that held them before has stored what it minted
         for role_name in sorted(by_role):
             _check_room(provider, role_name, by_role[role_name], known, now)
@@ -99,11 +104,18 @@ def _check_room(
     from providers.aws.names import role_session_name
 
     role_arn = wanted[0][0].role_arn
-    role = provider._role(role_name, role_arn)
+    writer = DenyPolicyWriter(provider, provider.client("iam"))
+    # One round trip for three reads. GetRole buys the role id (whose live sessions count here, and
+    # which names the new session in a deny entry), MaxSessionDuration and the ARN check; mint uses
+    # this answer rather than asking again. The two policy reads buy the room the revocation needs.
+    # The STS client is built while they are in flight, so the AssumeRole that follows finds it ready.
+    role, snapshot = together(
+        lambda: provider._role(role_name, role_arn), lambda: writer.snapshot(role_name), lambda: provider.client("sts")
+    )
+    provider.remember_role(role_name, role)
     role_id = str(role["RoleId"])
     current = live_entries(role_arn, role_id, live, now)
-    writer = DenyPolicyWriter(provider, provider.client("iam"))
-    _, others, reserved = measure(writer, role_name, current.values(), now)
+    _, others, reserved = measure(snapshot, current.values(), now)
     needed = 0
     for slack in (timedelta(0), MINT_SLACK):
         new: list[DenyEntry] = []
@@ -130,11 +142,14 @@ def budgets(
     for role_arn in sorted(role_arns):
         sessions = 0
         try:
-            role = provider._role(role_name_of(role_arn), role_arn)
+            writer = DenyPolicyWriter(provider, provider.client("iam"))
+            name = role_name_of(role_arn)
+            role, snapshot = together(
+                functools.partial(provider._role, name, role_arn), functools.partial(writer.snapshot, name)
+            )
             current = live_entries(role_arn, str(role["RoleId"]), live, now)
             sessions = len(current)
-            writer = DenyPolicyWriter(provider, provider.client("iam"))
-            used, others, reserved = measure(writer, role_name_of(role_arn), current.values(), now)
+            used, others, reserved = measure(snapshot, current.values(), now)
         except BrokerError as exc:
             result.append(DenyBudget(role_arn, sessions, ROLE_INLINE_BUDGET, error=exc.message))
             continue
@@ -151,18 +166,26 @@ def role_key(provider: AwsStsProvider, role_name: str) -> str:
 
 
 def update_fleet_deny(
-    provider: AwsStsProvider, fleet: FleetState, role_name: str, wanted: tuple[DenyEntry, ...], now: datetime
+    provider: AwsStsProvider,
+    fleet: FleetState,
+    role_name: str,
+    wanted: tuple[DenyEntry, ...],
+    now: datetime,
+    check: Callable[[], object] | None = None,
 ) -> None:
     """Add ``wanted`` to the store's deny records of the role, then write the whole policy they make.
 
     Under the role's lock shared by every host: no two hosts write at once,
-    and each write holds everything any host revoked.
+    and each write holds everything any host revoked. ``check`` runs alongside
+    the policy reads, before anything is added to the store.
     """
     scope = "aws-role:" + role_key(provider, role_name)
+    writer = DenyPolicyWriter(provider, provider.client("iam"))
     with fleet.lock(scope, f"the deny policy of role {role_name}"):
+        snapshot = writer.snapshot(role_name, check)
         fleet.add_deny_records(scope, [DenyRecord(e.until, e.key, e.value) for e in wanted])
         stored = tuple(DenyEntry(r.until, r.key, r.value) for r in fleet.deny_records(scope, now))
-        DenyPolicyWriter(provider, provider.client("iam")).write_whole(role_name, stored, now)
+        writer.write_whole(role_name, stored, now, snapshot)
 
 
 @contextlib.contextmanager

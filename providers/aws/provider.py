@@ -1,11 +1,15 @@
 """AWS STS: one ``AssumeRole`` session per credential, narrowed by session policies, cut off by a Deny.
 
 Mint checks the role with ``iam:GetRole`` (its ``RoleId`` keys revocation, its
-``MaxSessionDuration`` caps the lifetime: moto does not enforce it, AWS does),
-assumes it with a session name unique per credential, the broker session id
-as ``SourceIdentity`` and ``broker:*`` session tags, then proves the new
-credentials with ``GetCallerIdentity``; an answer that fails that proof is
-raised as ``MintRejected`` so the core denies it like any other. The session
+``MaxSessionDuration`` caps the lifetime: moto does not enforce it, AWS does;
+with ``revoke = "deny-policy"`` the reservation's answer, read alongside the
+deny policy), assumes it with a session name unique per credential, the
+broker session id as ``SourceIdentity`` and ``broker:*`` session tags, and
+checks the answer itself: ``AssumedRoleId`` must be ``<RoleId>:<session
+name>`` and ``Arn`` that session of that role. An answer that fails is raised
+as ``MintRejected`` so the core denies it like any other. (A
+``GetCallerIdentity`` with the new credentials asked the same endpoint the
+same question again, on a connection of its own: it bought no guarantee.) The session
 name is known before AssumeRole and stored with the ``minting`` state, so a
 broker killed before the answer leaves ``sweep`` enough to deny the session. Revocation with ``revoke =
 "deny-policy"`` adds the session to the role's ``BrokerRevokedSessions``
@@ -98,6 +102,8 @@ class AwsStsProvider(Provider[AwsStsRequest]):
         self._session: Any = None
         self._lock = threading.RLock()
         self._role_locks: dict[str, threading.Lock] = {}
+        #: GetRole answers read by a reservation still held, by role name (see ``remember_role``).
+        self._reserved_roles: dict[str, dict[str, Any]] = {}
 
     # -- configuration -------------------------------------------------------------------
 
@@ -129,28 +135,26 @@ class AwsStsProvider(Provider[AwsStsRequest]):
     # -- clients -------------------------------------------------------------------------
 
     def client(self, service: str) -> Any:
-        """A client of the broker's own identity (created once per service)."""
+        """A client of the broker's own identity (created once per service, under the lock; found without it)."""
+        found = self._clients.get(service)
+        if found is not None:
+            return found
         with self._lock:
             if service not in self._clients:
                 self._clients[service] = self._make_client(service)
             return self._clients[service]
 
-    def _make_client(self, service: str, credentials: dict[str, Any] | None = None) -> Any:
+    def _make_client(self, service: str) -> Any:
         """A botocore client; every client of this provider comes from one botocore session.
 
         A session loads botocore's data files and endpoint tables once (a new
         session per client cost 70-130 ms and ~8 MiB each); sessions are not
-        thread-safe, so clients are created under the provider's lock.
+        thread-safe, so clients are created under the provider's lock. Each
+        client keeps its connections alive in a pool, so a process pays the
+        handshakes once per endpoint (and once per read sent alongside another).
         """
         from botocore.config import Config
 
-        explicit = {}
-        if credentials is not None:  # the new session's own credentials, for the identity check
-            explicit = {
-                "aws_access_key_id": credentials["AccessKeyId"],
-                "aws_secret_access_key": credentials["SecretAccessKey"],
-                "aws_session_token": credentials["SessionToken"],
-            }
         config = Config(
             connect_timeout=self.timeout,
             read_timeout=self.timeout,
@@ -162,7 +166,7 @@ class AwsStsProvider(Provider[AwsStsRequest]):
 
                 self._session = botocore.session.Session(profile=self.profile)
             return self._session.create_client(
-                service, region_name=self.region, endpoint_url=self.endpoint_url, config=config, **explicit
+                service, region_name=self.region, endpoint_url=self.endpoint_url, config=config
             )
 
     def close(self) -> None:
@@ -181,7 +185,10 @@ class AwsStsProvider(Provider[AwsStsRequest]):
         session_name = role_session_name(context.session_id, request.name)
         if not SESSION_NAME.fullmatch(session_name) or not SESSION_NAME.fullmatch(context.session_id):
             raise ProviderError(f"aws {self.name}: session id {context.session_id!r} is unusable", retryable=False)
-        role = self._role(request.role_name, request.role_arn)
+        with self._lock:
+            role = self._reserved_roles.get(request.role_name)
+        if role is None or role.get("Arn") != request.role_arn:
+            role = self._role(request.role_name, request.role_arn)
         if context.ttl > role["MaxSessionDuration"]:
             raise ProviderError(
                 f"aws {self.name}: ttl {context.ttl}s exceeds the MaxSessionDuration"
@@ -208,19 +215,21 @@ class AwsStsProvider(Provider[AwsStsRequest]):
         with AwsErrors(self, "AssumeRole"):
             response = self.client("sts").assume_role(**params)
         credentials = response.get("Credentials") or {}
-        assumed_role_id = str((response.get("AssumedRoleUser") or {}).get("AssumedRoleId", ""))
+        assumed = response.get("AssumedRoleUser") or {}
+        assumed_role_id = str(assumed.get("AssumedRoleId", ""))
         expected_id = f"{role['RoleId']}:{session_name}"
+        account = request.role_arn.split(":")[4]
+        partition = request.role_arn.split(":")[1]
+        expected_arn = f"arn:{partition}:sts::{account}:assumed-role/{request.role_name}/{session_name}"
         expiration = credentials.get("Expiration")
         secret = Secret(str(credentials.get("SecretAccessKey", "")))
         token = Secret(str(credentials.get("SessionToken", "")))
         access_key_id = str(credentials.get("AccessKeyId", ""))
         problem = ""
-        if assumed_role_id != expected_id or not isinstance(expiration, datetime):
+        if assumed_role_id != expected_id or assumed.get("Arn") != expected_arn or not isinstance(expiration, datetime):
             problem = "AssumeRole answered with an unexpected session"
         elif not all(SECRET_TEXT.fullmatch(v) for v in (access_key_id, secret.reveal(), token.reveal())):
             problem = "AssumeRole returned malformed credentials"
-        else:
-            problem = self._verify_identity(credentials, assumed_role_id, (secret, token))
         digest = hashlib.sha256(request.policy_json.encode()).hexdigest() if request.policy_json else ""
         reference = {
             "access_key_id": access_key_id,
@@ -290,6 +299,17 @@ class AwsStsProvider(Provider[AwsStsRequest]):
             }
         ]
 
+    def remember_role(self, role_name: str, role: dict[str, Any]) -> None:
+        """Keep a reservation's GetRole answer for the mint it guards (held under the role's lock)."""
+        with self._lock:
+            self._reserved_roles[role_name] = role
+
+    def forget_roles(self, role_names: Collection[str]) -> None:
+        """The reservation is released: the next mint of these roles reads them again."""
+        with self._lock:
+            for role_name in role_names:
+                self._reserved_roles.pop(role_name, None)
+
     def _role(self, role_name: str, role_arn: str) -> dict[str, Any]:
         with AwsErrors(self, "GetRole"):
             role: dict[str, Any] = self.client("iam").get_role(RoleName=role_name)["Role"]
@@ -299,21 +319,6 @@ class AwsStsProvider(Provider[AwsStsRequest]):
                 retryable=False,
             )
         return role
-
-    def _verify_identity(self, credentials: dict[str, Any], assumed_role_id: str, secrets: tuple[Secret, ...]) -> str:
-        """The problem with the new credentials, or "" when GetCallerIdentity names the new session."""
-        try:
-            with AwsErrors(self, "GetCallerIdentity with the new credentials", secrets=secrets):
-                client = self._make_client("sts", credentials)
-                try:
-                    identity = client.get_caller_identity()
-                finally:
-                    client.close()
-        except ProviderError as exc:
-            return exc.message.removeprefix(f"aws {self.name}: ")
-        if identity.get("UserId") != assumed_role_id:
-            return "GetCallerIdentity with the new credentials names another identity"
-        return ""
 
     # -- room for revocations (providers.aws.budget) --------------------------------------
 
@@ -351,35 +356,52 @@ class AwsStsProvider(Provider[AwsStsRequest]):
         if not ROLE_ARN.fullmatch(role_arn) or not user_id or user_id != f"{role_id}:{session_name}":
             raise ProviderError(f"aws {self.name}: no usable session reference for {target.name}", retryable=False)
         expires_at = _aware(target.expires_at) if target.expires_at else now + timedelta(seconds=AWS_MAX_TTL)
-        with AwsErrors(self, "GetRole"):
-            actual_id = self.client("iam").get_role(RoleName=role_name)["Role"]["RoleId"]
-        if actual_id != role_id:
-            raise ProviderError(
-                f"aws {self.name}: role {role_name} now has id {actual_id}, not {role_id}: it was recreated;"
-                " a deny on the new role cannot name the old session",
-                retryable=False,
-            )
-        self._update_deny(role_name, entries_for(user_id, ref.get("source_identity", ""), expires_at), now)
+
+        def same_role() -> None:
+            """GetRole buys: the role was not recreated (a deny on a new role cannot name the old session)."""
+            with AwsErrors(self, "GetRole"):
+                actual_id = self.client("iam").get_role(RoleName=role_name)["Role"]["RoleId"]
+            if actual_id != role_id:
+                raise ProviderError(
+                    f"aws {self.name}: role {role_name} now has id {actual_id}, not {role_id}: it was recreated;"
+                    " a deny on the new role cannot name the old session",
+                    retryable=False,
+                )
+
+        wanted = entries_for(user_id, ref.get("source_identity", ""), expires_at)
+        self._update_deny(role_name, wanted, now, check=same_role)
         return RevokeOutcome.REVOKED
 
-    def _update_deny(self, role_name: str, wanted: tuple[DenyEntry, ...], now: datetime | None = None) -> None:
+    def _update_deny(
+        self,
+        role_name: str,
+        wanted: tuple[DenyEntry, ...],
+        now: datetime | None = None,
+        check: Callable[[], object] | None = None,
+    ) -> None:
         """Serialise writers of one role: threads by a lock, this host's brokers by a file lock.
 
-        With the host lock no other writer can interleave, so the read-back
-        needs no pause; ``shared_role_writers = true`` (brokers on several
-        hosts revoking on the same roles) keeps the pause that lets IAM settle.
+        With the host lock no other writer can interleave, so the write needs
+        no pause and no read back; ``shared_role_writers = true`` (brokers on
+        several hosts revoking on the same roles) keeps the pause that lets IAM
+        settle and the read back. ``check`` runs alongside the first reads
+        (GetRolePolicy buys the entries to keep, ListRolePolicies the room the
+        other inline policies leave), so the critical path is one round of
+        reads and the PutRolePolicy.
         """
         with self._lock:
             lock = self._role_locks.setdefault(role_name, threading.Lock())
         if self.fleet is not None:
             with lock:
-                aws_budget.update_fleet_deny(self, self.fleet, role_name, wanted, _aware(now or datetime.now(UTC)))
+                moment = _aware(now or datetime.now(UTC))
+                aws_budget.update_fleet_deny(self, self.fleet, role_name, wanted, moment, check)
             return
         host_lock = self._host_lock(role_name)
-        settle = self.settle_seconds if (self.shared_role_writers or host_lock is None) else 0.0
-        writer = DenyPolicyWriter(self, self.client("iam"), settle, self.revoke_attempts)
+        exclusive = host_lock is not None and not self.shared_role_writers
+        settle = 0.0 if exclusive else self.settle_seconds
+        writer = DenyPolicyWriter(self, self.client("iam"), settle, self.revoke_attempts, read_back=not exclusive)
         with lock, host_lock or contextlib.nullcontext():
-            writer.update(role_name, wanted, now)
+            writer.update(role_name, wanted, now, check)
 
     def _host_lock(self, role_name: str) -> Any:
         if self.lock_dir is None:

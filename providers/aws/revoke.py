@@ -5,6 +5,9 @@ on one role could each write a document lacking the other's entry. The
 provider serialises revocations per role inside one process; against writers
 elsewhere, each write is followed by a pause (``settle_seconds``) and a read
 back, and the whole read-modify-write is retried until the entries are seen.
+A writer that holds the role's host lock with no other hosts writing
+(``read_back = False``) skips both: nothing can have overwritten its write.
+The reads of one round go out together (``providers.aws.overlap``).
 The document layout and its pruning live in ``providers.aws.deny``.
 """
 
@@ -13,6 +16,7 @@ from __future__ import annotations
 import json
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -20,6 +24,7 @@ from typing import Any
 from broker.vocab.errors import ProviderError
 from providers.aws.deny import POLICY_NAME, ROLE_INLINE_BUDGET, DenyEntry, DenyList, policy_size
 from providers.aws.errors import AwsErrors, ProviderFacts
+from providers.aws.overlap import together
 
 
 @dataclass(frozen=True)
@@ -28,18 +33,29 @@ class DenyPolicyWriter:
     iam: Any  # a boto3 IAM client of the broker's own identity
     settle_seconds: float = 1.0
     attempts: int = 5
+    #: False when no other writer can interleave (the host lock held, no other hosts): no pause, no read back.
+    read_back: bool = True
 
-    def update(self, role_name: str, wanted: tuple[DenyEntry, ...], now: datetime | None = None) -> None:
-        """Make the role's deny policy hold ``wanted`` (nothing: just prune); ProviderError otherwise."""
+    def update(
+        self,
+        role_name: str,
+        wanted: tuple[DenyEntry, ...],
+        now: datetime | None = None,
+        check: Callable[[], object] | None = None,
+    ) -> None:
+        """Make the role's deny policy hold ``wanted`` (nothing: just prune); ProviderError otherwise.
+
+        ``check`` (the role id still the revoked session's) runs alongside the
+        first reads and stops the update before anything is written.
+        """
         for attempt in range(self.attempts):
             moment = now or datetime.now(UTC)
-            others = self.other_inline_size(role_name)
-            current = self.read(role_name)
+            others, current = self.snapshot(role_name, check if attempt == 0 else None)
             new = DenyList.parse(current).pruned(moment).merged(wanted).document()
             if new == current:
                 return  # nothing to prune, everything wanted already there
             self._write(role_name, new, others)
-            if not wanted:
+            if not wanted or not self.read_back:
                 return
             time.sleep(self.settle_seconds)
             if DenyList.parse(self.read(role_name)).covers(wanted):
@@ -50,16 +66,27 @@ class DenyPolicyWriter:
             f" to concurrent updates ({self.attempts} attempts)"
         )
 
-    def write_whole(self, role_name: str, stored: tuple[DenyEntry, ...], now: datetime) -> None:
+    def snapshot(self, role_name: str, check: Callable[[], object] | None = None) -> tuple[int, dict[str, Any] | None]:
+        """(what the role's other inline policies use, its deny policy), read together with ``check``."""
+        checks = (check,) if check is not None else ()
+        return together(lambda: self.other_inline_size(role_name), lambda: self.read(role_name), *checks)
+
+    def write_whole(
+        self,
+        role_name: str,
+        stored: tuple[DenyEntry, ...],
+        now: datetime,
+        snapshot: tuple[int, dict[str, Any] | None] | None = None,
+    ) -> None:
         """Fleet mode: write the policy as the store says it is, never merely what one writer read.
 
         The caller holds the role's lock shared by every host and ``stored``
         holds every entry any host has added, so each write is a superset of
-        the last one whatever IAM's read-after-write lag; the read only keeps
-        statements the broker did not write and entries older brokers left.
+        the last one whatever IAM's read-after-write lag; the read (``snapshot``
+        when the caller made it already) only keeps statements the broker did
+        not write and entries older brokers left.
         """
-        others = self.other_inline_size(role_name)
-        current = self.read(role_name)
+        others, current = snapshot if snapshot is not None else self.snapshot(role_name)
         new = DenyList.parse(current).merged(stored).pruned(now).document()
         if new != current:
             self._write(role_name, new, others)

@@ -34,6 +34,8 @@ from broker.vocab.errors import ProviderError
 from broker.vocab.fields import Fields
 from broker.vocab.secret import Secret
 from providers.aws import budget as aws_budget
+from providers.aws.clients import aware as _aware
+from providers.aws.clients import client_config, host_lock
 from providers.aws.deny import DenyEntry, entries_for
 from providers.aws.errors import AwsErrors
 from providers.aws.files import config_file, credentials_file
@@ -145,21 +147,10 @@ class AwsStsProvider(Provider[AwsStsRequest]):
             return self._clients[service]
 
     def _make_client(self, service: str) -> Any:
-        """A botocore client; every client of this provider comes from one botocore session.
-
-        A session loads botocore's data files and endpoint tables once (a new
-        session per client cost 70-130 ms and ~8 MiB each); sessions are not
-        thread-safe, so clients are created under the provider's lock. Each
-        client keeps its connections alive in a pool, so a process pays the
-        handshakes once per endpoint (and once per read sent alongside another).
-        """
-        from botocore.config import Config
-
-        config = Config(
-            connect_timeout=self.timeout,
-            read_timeout=self.timeout,
-            retries={"mode": "standard", "max_attempts": 3},
-        )
+        """A botocore client from the provider's one botocore session (a session per client cost 70-130 ms
+        and ~8 MiB); sessions are not thread-safe, hence the lock. Clients keep connections alive, so a
+        process pays the handshakes once per endpoint (and once per read sent alongside another)."""
+        config = client_config(self.timeout)
         with self._lock, AwsErrors(self, "client setup"):
             if self._session is None:
                 import botocore.session
@@ -404,13 +395,4 @@ class AwsStsProvider(Provider[AwsStsRequest]):
             writer.update(role_name, wanted, now, check)
 
     def _host_lock(self, role_name: str) -> Any:
-        if self.lock_dir is None:
-            return None
-        from filelock import FileLock
-
-        digest = hashlib.sha256(f"{self.endpoint_url or ''}|{role_name}".encode()).hexdigest()[:24]
-        return FileLock(str(self.lock_dir / f"aws-role-{digest}.lock"), timeout=60, thread_local=False)
-
-
-def _aware(moment: datetime) -> datetime:
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+        return host_lock(self.lock_dir, self.endpoint_url, role_name) if self.lock_dir is not None else None

@@ -53,6 +53,33 @@ def _connects(path: Path) -> bool:
         return True
 
 
+_CLIENT_COPY: list[Path] = []
+
+
+def _client_packages() -> Path:
+    """A world-readable copy of what the thin client imports (``broker`` and ``h11``), made once per run.
+
+    A client run as another uid cannot import the broker from a checkout it
+    may not enter, nor from the virtualenv inside it; the copy stands in for
+    an installed package, as on a real host.
+    """
+    if not _CLIENT_COPY:
+        import atexit
+
+        import h11
+
+        root = Path(tempfile.mkdtemp(prefix="broker-client-"))
+        root.chmod(0o755)
+        ignore = shutil.ignore_patterns("__pycache__")
+        shutil.copytree(Path(__file__).resolve().parents[1] / "broker", root / "broker", ignore=ignore)
+        shutil.copytree(Path(h11.__file__).parent, root / "h11", ignore=ignore)
+        for path in (root, *root.rglob("*")):
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        atexit.register(shutil.rmtree, root, True)
+        _CLIENT_COPY.append(root)
+    return _CLIENT_COPY[0]
+
+
 @dataclass
 class Daemon:
     env: BrokerEnv
@@ -93,6 +120,8 @@ class Daemon:
         """The ``broker`` console script's path (``python -m broker``), as ``uid`` when given."""
         prefix = [] if uid is None else ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups"]
         environment = {"PATH": os.environ["PATH"], "BROKER_SOCKET": str(self.socket), "HOME": "/", **env}
+        if uid is not None:  # another uid may not reach the checkout (a clone in a 0700 folder): give it a copy
+            environment["PYTHONPATH"] = str(_client_packages())
         completed = subprocess.run(
             [*prefix, sys.executable, "-m", "broker", *args],
             capture_output=True,

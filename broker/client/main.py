@@ -77,10 +77,12 @@ def daemon_socket(config: str | None) -> str | None:
         return explicit
     import tomllib  # only here: with BROKER_SOCKET set, the client never reads the config
 
+    from broker.vocab.files import read_bounded
+
     path = Path(config or os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG)
-    try:
-        with open(path, "rb") as handle:
-            table = tomllib.loads(handle.read(MAX_CONFIG_BYTES).decode("utf-8"))
+    try:  # the one bounded reader: a FIFO or device named as the config is refused, never waited on
+        data, _ = read_bounded(path, MAX_CONFIG_BYTES)
+        table = tomllib.loads(data.decode("utf-8"))
     except (OSError, ValueError):
         return None  # the direct command line reports what is wrong with the config
     daemon = table.get("daemon")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import os
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -99,15 +100,16 @@ def _unescape(field: str) -> str:
     return field.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
 
 
-def mount_points() -> set[str]:
-    """Every mount point of this mount namespace."""
-    points: set[str] = set()
+def _mountinfo() -> Iterator[list[str]]:
+    """The fields of each line of ``/proc/self/mountinfo`` (the one reader of it)."""
     with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as handle:
         for line in handle:
-            parts = line.split(" ")
-            if len(parts) > 4:
-                points.add(_unescape(parts[4]))
-    return points
+            yield line.rstrip("\n").split(" ")
+
+
+def mount_points() -> set[str]:
+    """Every mount point of this mount namespace."""
+    return {_unescape(parts[4]) for parts in _mountinfo() if len(parts) > 4}
 
 
 @dataclass(frozen=True)
@@ -124,21 +126,19 @@ class MountEntry:
 def mount_entry(path: Path) -> MountEntry | None:
     """The topmost mount at exactly ``path``, or None when ``path`` is not a mount point."""
     found = None
-    with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as handle:
-        for line in handle:
-            parts = line.rstrip("\n").split(" ")
-            if len(parts) < 10 or "-" not in parts[6:] or _unescape(parts[4]) != str(path):
-                continue
-            tail = parts[parts.index("-", 6) + 1 :]
-            if len(tail) < 3:
-                continue
-            found = MountEntry(
-                point=str(path),
-                fstype=tail[0],
-                source=_unescape(tail[1]),
-                options=frozenset(parts[5].split(",")),
-                super_options=frozenset(tail[2].split(",")),
-            )
+    for parts in _mountinfo():
+        if len(parts) < 10 or "-" not in parts[6:] or _unescape(parts[4]) != str(path):
+            continue
+        tail = parts[parts.index("-", 6) + 1 :]
+        if len(tail) < 3:
+            continue
+        found = MountEntry(
+            point=str(path),
+            fstype=tail[0],
+            source=_unescape(tail[1]),
+            options=frozenset(parts[5].split(",")),
+            super_options=frozenset(tail[2].split(",")),
+        )
     return found
 
 

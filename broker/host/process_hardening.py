@@ -52,11 +52,9 @@ def is_dumpable() -> bool:
 
 
 def _has_ipc_lock() -> bool:
-    with open("/proc/self/status", encoding="ascii", errors="replace") as handle:
-        for line in handle:
-            if line.startswith("CapEff:"):
-                return bool(int(line.split()[1], 16) >> CAP_IPC_LOCK & 1)
-    return False
+    from broker.host.mounts import effective_capabilities  # the one reader of CapEff
+
+    return bool(effective_capabilities() >> CAP_IPC_LOCK & 1)
 
 
 def lock_memory() -> MemoryLock:

@@ -57,7 +57,7 @@ _CLIENT_COPY: list[Path] = []
 
 
 def _client_packages() -> Path:
-    """A world-readable copy of what the thin client imports (``broker`` and ``h11``), made once per run.
+    """A world-readable copy of what the thin client imports (the broker's packages, h11, PyYAML), made once per run.
 
     A client run as another uid cannot import the broker from a checkout it
     may not enter, nor from the virtualenv inside it; the copy stands in for
@@ -67,12 +67,18 @@ def _client_packages() -> Path:
         import atexit
 
         import h11
+        import yaml
 
         root = Path(tempfile.mkdtemp(prefix="broker-client-"))
         root.chmod(0o755)
         ignore = shutil.ignore_patterns("__pycache__")
-        shutil.copytree(Path(__file__).resolve().parents[1] / "broker", root / "broker", ignore=ignore)
-        shutil.copytree(Path(h11.__file__).parent, root / "h11", ignore=ignore)
+        repository = Path(__file__).resolve().parents[1]
+        for package in (
+            repository / "broker",
+            repository / "providers",
+            *(Path(str(m.__file__)).parent for m in (h11, yaml)),
+        ):
+            shutil.copytree(package, root / package.name, ignore=ignore)
         for path in (root, *root.rglob("*")):
             path.chmod(0o755 if path.is_dir() else 0o644)
         atexit.register(shutil.rmtree, root, True)

@@ -114,6 +114,7 @@ class MintContext:
     ttl: int  # the capped lifetime for this credential, in seconds
     session_expires_at: datetime
     mount_dir: PurePosixPath  # where this credential's files appear inside the sandbox
+    generation: int = 0  # 0 at issue, n for the credential's n-th renewal
 
 
 @dataclass(frozen=True)

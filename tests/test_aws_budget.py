@@ -211,3 +211,27 @@ def test_two_issues_racing_for_the_last_room_do_not_both_get_it(aws_env: BrokerE
     assert len(results) == 2 and len(issued) == 1, results
     assert assumed_sessions() == 1
     assert "role agent-ci has 1 live broker session(s)" in next(r for r in results if not r.startswith("s-"))
+
+
+def test_renewing_an_aws_credential_does_not_deny_its_successor(aws_env: BrokerEnv, aws_role: AwsRole) -> None:
+    """Revoking the credential a renewal replaced denies that credential only: the renewed one has its own
+    session name and source identity, so no entry of the role's deny policy matches it. (moto enforces no
+    IAM, so the check is on the stored policy: before the fix both generations shared both keys.)"""
+    document = aws_env.run("issue", "--task", str(aws_env.root / "task.yaml"), "--json").json()
+    session = document["session"]
+    renewed = aws_env.run("renew", "--session", session, "--json")
+    assert renewed.code == 0, renewed.stderr
+    assert [r["old_outcome"] for r in renewed.json()] == ["revoked"]
+    issued = [r for r in aws_env.log_records() if r["event"] == "credential.issued"]
+    old, new = issued[0]["reference"], issued[-1]["reference"]
+    assert issued[-1]["renewal_of"] == "artifacts~1"
+    assert new["assumed_role_id"] != old["assumed_role_id"] and new["source_identity"] != old["source_identity"]
+    assert new["source_identity"].startswith(session)
+    denied = DenyList.parse(stored_deny(aws_role))
+    values = {entry.value for entry in denied.entries}
+    assert old["source_identity"] in values or old["assumed_role_id"] in values
+    assert new["source_identity"] not in values and new["assumed_role_id"] not in values
+    assert aws_env.run("revoke", "--session", session).code == 0
+    values = {entry.value for entry in DenyList.parse(stored_deny(aws_role)).entries}
+    assert new["source_identity"] in values
+    assert aws_env.run("audit", "verify").code == 0

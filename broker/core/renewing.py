@@ -88,17 +88,26 @@ def _renew(broker: Broker, session: SessionRecord, manifest: Manifest) -> list[R
     generation = 1 + sum(1 for c in broker.store.credentials(session.id) if "~" in c.name)
     for old in due:
         retired = f"{old.name}~{generation}"
-        generation += 1
         broker.store.retire_credential(session.id, old.name, retired)
         broker.keepsafe.rename(session.id, old.name, retired)
         request = requests[old.name]
-        credential = mint_one(broker, manifest, decision, request, session.id, session.expires_at, ttl_cap=remaining)
+        credential = mint_one(
+            broker,
+            manifest,
+            decision,
+            request,
+            session.id,
+            session.expires_at,
+            ttl_cap=remaining,
+            generation=generation,
+        )
         record_minted(broker, manifest, decision, request, credential, session.id, renewal_of=retired)
         directory.unseal()
         try:
             directory.write_credential(request.name, credential.files)
         finally:
             directory.seal()
+        generation += 1
         retired_record = replace(old, name=retired)
         outcome = revoke_credential(broker, session.id, session.task, retired_record, broker.clock(), reason="renewed")
         assert old.expires_at is not None

@@ -101,7 +101,7 @@ def _check_room(
     live: Sequence[RevokeTarget],
     now: datetime,
 ) -> None:
-    from providers.aws.names import role_session_name
+    from providers.aws.names import generation_names
 
     role_arn = wanted[0][0].role_arn
     writer = DenyPolicyWriter(provider, provider.client("iam"))
@@ -121,8 +121,8 @@ def _check_room(
         new: list[DenyEntry] = []
         for request, context in wanted:
             expires = min(now + timedelta(seconds=context.ttl) + slack, context.session_expires_at)
-            user_id = f"{role_id}:{role_session_name(context.session_id, request.name)}"
-            new.extend(entries_for(user_id, context.session_id, expires))
+            session_name, source_identity = generation_names(context.session_id, request.name, context.generation)
+            new.extend(entries_for(f"{role_id}:{session_name}", source_identity, expires))
         needed = max(needed, others + policy_size(reserved.merged(new).document()))
     if needed > ROLE_INLINE_BUDGET:
         sessions = len(current)

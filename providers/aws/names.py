@@ -1,7 +1,11 @@
-"""The role session name of one credential, derived from its broker session and name.
+"""The role session name and source identity of one credential, derived from its session, name and generation.
 
-Mint assumes the role with it, ``sweep`` looks a crashed mint up by it and
-the deny budget counts by it, so all three derive it here, the same way.
+Mint assumes the role with them, ``sweep`` looks a crashed mint up by them
+and the deny budget counts by them, so all three derive them here, the same
+way. A renewal is a new generation with names of its own: revoking the
+credential it replaced denies that one's names only, never its successor's.
+'@' is in neither a session id's nor a credential name's alphabet, so a
+generation's names cannot collide with another credential's.
 """
 
 from __future__ import annotations
@@ -17,3 +21,10 @@ def role_session_name(session_id: str, credential: str) -> str:
     digest = hashlib.sha256(f"{session_id}/{credential}".encode()).hexdigest()[:10]
     keep = max(64 - len(session_id) - len(digest) - 2, 0)
     return f"{session_id}.{credential[:keep]}.{digest}"[:64]
+
+
+def generation_names(session_id: str, credential: str, generation: int) -> tuple[str, str]:
+    """``(RoleSessionName, SourceIdentity)``: the session id itself first, ``<session>@<n>`` for renewal n."""
+    if generation <= 0:
+        return role_session_name(session_id, credential), session_id
+    return role_session_name(session_id, f"{credential}@{generation}"), f"{session_id}@{generation}"

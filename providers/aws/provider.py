@@ -40,7 +40,7 @@ from providers.aws.deny import DenyEntry, entries_for
 from providers.aws.errors import AwsErrors
 from providers.aws.files import config_file, credentials_file
 from providers.aws.health import health_checks
-from providers.aws.names import role_session_name
+from providers.aws.names import generation_names
 from providers.aws.request import (
     AWS_MAX_TTL,
     AWS_MIN_TTL,
@@ -173,8 +173,8 @@ class AwsStsProvider(Provider[AwsStsRequest]):
     # -- mint ----------------------------------------------------------------------------
 
     def mint(self, request: AwsStsRequest, context: MintContext) -> MintedCredential:
-        session_name = role_session_name(context.session_id, request.name)
-        if not SESSION_NAME.fullmatch(session_name) or not SESSION_NAME.fullmatch(context.session_id):
+        session_name, source_identity = generation_names(context.session_id, request.name, context.generation)
+        if not SESSION_NAME.fullmatch(session_name) or not SESSION_NAME.fullmatch(source_identity):
             raise ProviderError(f"aws {self.name}: session id {context.session_id!r} is unusable", retryable=False)
         with self._lock:
             role = self._reserved_roles.get(request.role_name)
@@ -190,7 +190,7 @@ class AwsStsProvider(Provider[AwsStsRequest]):
             "RoleArn": request.role_arn,
             "RoleSessionName": session_name,
             "DurationSeconds": context.ttl,
-            "SourceIdentity": context.session_id,
+            "SourceIdentity": source_identity,
             "Tags": [
                 {"Key": "broker:session", "Value": context.session_id},
                 {"Key": "broker:task", "Value": context.task},
@@ -228,7 +228,7 @@ class AwsStsProvider(Provider[AwsStsRequest]):
             "role_arn": request.role_arn,
             "role_id": str(role["RoleId"]),
             "role_session_name": session_name,
-            "source_identity": context.session_id,
+            "source_identity": source_identity,
             "policy_digest": f"sha256:{digest}" if digest else "",
         }
         if problem:  # the session exists at AWS: the core denies it by the name the broker chose
@@ -260,11 +260,8 @@ class AwsStsProvider(Provider[AwsStsRequest]):
 
     def planned_reference(self, request: AwsStsRequest, context: MintContext) -> dict[str, str]:
         """The role and the session name: enough to deny a session whose AssumeRole answer never arrived."""
-        return {
-            "role_arn": request.role_arn,
-            "role_session_name": role_session_name(context.session_id, request.name),
-            "source_identity": context.session_id,
-        }
+        session_name, source_identity = generation_names(context.session_id, request.name, context.generation)
+        return {"role_arn": request.role_arn, "role_session_name": session_name, "source_identity": source_identity}
 
     def find_minted(self, session_id: str, credential: str, planned: Mapping[str, str]) -> list[dict[str, str]]:
         """The session a crashed broker may have assumed, named from ``planned`` (AWS cannot list sessions).
@@ -273,7 +270,13 @@ class AwsStsProvider(Provider[AwsStsRequest]):
         name that was never used costs one deny entry until it would have expired.
         """
         role_arn, session_name = planned.get("role_arn", ""), planned.get("role_session_name", "")
-        if not ROLE_ARN.fullmatch(role_arn) or session_name != role_session_name(session_id, credential):
+        source_identity = planned.get("source_identity", session_id)
+        generation = source_identity.removeprefix(f"{session_id}@") if source_identity != session_id else "0"
+        if (
+            not ROLE_ARN.fullmatch(role_arn)
+            or not generation.isdigit()
+            or (session_name, source_identity) != generation_names(session_id, credential, int(generation))
+        ):
             return []
         role_name = role_arn.rsplit("/", 1)[-1]
         with AwsErrors(self, "GetRole", missing_ok=True) as errors:
@@ -286,7 +289,7 @@ class AwsStsProvider(Provider[AwsStsRequest]):
                 "role_id": role_id,
                 "assumed_role_id": f"{role_id}:{session_name}",
                 "role_session_name": session_name,
-                "source_identity": session_id,
+                "source_identity": source_identity,
             }
         ]
 

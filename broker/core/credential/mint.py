@@ -37,6 +37,7 @@ def mint_context(
     session_id: str,
     expires_at: datetime,
     ttl_cap: int | None = None,
+    generation: int = 0,
 ) -> MintContext:
     """What the provider is told about the session it mints ``request`` for; ``ttl_cap`` shortens its TTL."""
     ttl = decision.credential(request.name).ttl
@@ -50,6 +51,7 @@ def mint_context(
         ttl=ttl,
         session_expires_at=expires_at,
         mount_dir=manifest.sandbox.mount_path / request.name,
+        generation=generation,
     )
 
 
@@ -61,10 +63,11 @@ def mint_one(
     session_id: str,
     expires_at: datetime,
     ttl_cap: int | None = None,
+    generation: int = 0,
 ) -> MintedCredential:
     """Record it ``minting`` with its planned reference, mint it; withhold what fails a check after minting."""
     provider = broker.config.providers[request.provider]
-    context = mint_context(broker, manifest, decision, request, session_id, expires_at, ttl_cap)
+    context = mint_context(broker, manifest, decision, request, session_id, expires_at, ttl_cap, generation)
     planned = provider.planned_reference(request, context)
     broker.store.add_credential(session_id, request.name, provider.name, provider.type_name, planned)
     started = time.monotonic()

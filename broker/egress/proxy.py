@@ -72,6 +72,7 @@ class EgressProxy:
         self.resolver = resolver or system_resolver
         self.denials: dict[str, int] = {}
         self.active = 0
+        self.refusing = False  # the session was revoked: nothing more gets through
         self._listed = {(e.address, e.port) for e in allow if e.address is not None}
 
     # -- deciding ------------------------------------------------------------------------
@@ -125,6 +126,10 @@ class EgressProxy:
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """One client connection: one CONNECT tunnel or one plain-HTTP request."""
+        if self.refusing:
+            writer.write(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            await _close(writer)
+            return
         if self.active >= self.limits.max_connections:
             writer.write(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
             await _close(writer)

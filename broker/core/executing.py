@@ -8,7 +8,9 @@ hints and the manifest's ``sandbox.env``), never the broker's own. With
 is root, and the hints point at the host directory. SIGINT, SIGTERM and
 SIGHUP are forwarded to the command; whatever happens, the session is
 revoked when the command ends, and a killed broker leaves the session to
-``sweep``.
+``sweep``. While the command runs, an outside ``broker revoke`` reaches this
+process through its control socket (``broker.core.halting``): the proxy
+refuses at once, the command is stopped, and the teardown here revokes.
 
 With ``--network allowlist`` (the default when the manifest has a
 ``network`` section) the sandbox gets its own network namespace whose only
@@ -32,6 +34,7 @@ from types import FrameType
 from typing import Any
 
 from broker.core.broker import Broker
+from broker.core.halting import Halt
 from broker.core.issuing import issue
 from broker.core.manifest import Manifest
 from broker.core.proxied import session_interceptor
@@ -39,6 +42,7 @@ from broker.core.revoking import RevokeReport, revoke_locked
 from broker.egress.bridge import forwarder_argv, proxy_hints
 from broker.egress.records import log_denials
 from broker.egress.running import RunningProxy, running_proxy
+from broker.host.control import ControlSocket
 from broker.host.sandbox import (
     EGRESS_SOCKET,
     SANDBOX_PATH,
@@ -128,8 +132,10 @@ def execute(broker: Broker, manifest: Manifest, options: ExecOptions) -> ExecRes
     try:
         broker.store.mark_exec_bound(session_id)
         broker.log.checkpoint(str(broker.requester))
+        halt = Halt()
         try:
             with contextlib.ExitStack() as stack:
+                stack.enter_context(ControlSocket(broker.config.state_dir, session_id, halt))
                 proxy = None
                 if network_mode(options, manifest) == "allowlist":
                     owner = (manifest.sandbox.uid, manifest.sandbox.gid) if os.geteuid() == 0 else None
@@ -139,12 +145,13 @@ def execute(broker: Broker, manifest: Manifest, options: ExecOptions) -> ExecRes
                     stack.callback(_log_denials, broker, proxy, session_id, manifest.task)
                 if interceptor is not None:
                     stack.callback(interceptor.revoke)  # the proxy refuses before the providers revoke
-                status = _run(document, manifest, options, proxy)
+                halt.attach_proxy(proxy, interceptor)
+                status = _run(document, manifest, options, proxy, halt)
         finally:
             with signals_blocked():
                 record = broker.store.get_session(session_id)
                 assert record is not None
-                report = revoke_locked(broker, record, reason="exec ended")
+                report = revoke_locked(broker, record, reason="revoke" if halt.requested else "exec ended")
     finally:
         lock.release()
     return ExecResult(status=status, session=session_id, revoke=report)
@@ -154,7 +161,9 @@ def _log_denials(broker: Broker, proxy: RunningProxy, session_id: str, task: str
     log_denials(broker.log, proxy.denials(), session=session_id, task=task, requester=str(broker.requester))
 
 
-def _run(document: Mapping[str, Any], manifest: Manifest, options: ExecOptions, proxy: RunningProxy | None) -> int:
+def _run(
+    document: Mapping[str, Any], manifest: Manifest, options: ExecOptions, proxy: RunningProxy | None, halt: Halt
+) -> int:
     env = child_environment(document, manifest, options, os.environ)
     if proxy is not None:
         env.update(proxy_hints())
@@ -179,10 +188,10 @@ def _run(document: Mapping[str, Any], manifest: Manifest, options: ExecOptions, 
         with program_fd() as seccomp_fd:
             argv = [*bwrap_command(spec, seccomp_fd=seccomp_fd), *command]
             env = {"PATH": SANDBOX_PATH}
-            return _spawn(argv, env=env, cwd=None, manifest=manifest, drop=False, pass_fds=(seccomp_fd,))
+            return _spawn(argv, env=env, cwd=None, manifest=manifest, drop=False, halt=halt, pass_fds=(seccomp_fd,))
     if _resolve(command[0], env["PATH"]) is None:
         return COMMAND_NOT_FOUND
-    return _spawn(command, env=env, cwd=workspace, manifest=manifest, drop=os.geteuid() == 0)
+    return _spawn(command, env=env, cwd=workspace, manifest=manifest, drop=os.geteuid() == 0, halt=halt)
 
 
 def _resolve(program: str, path: str) -> str | None:
@@ -198,6 +207,7 @@ def _spawn(
     cwd: str | None,
     manifest: Manifest,
     drop: bool,
+    halt: Halt,
     pass_fds: tuple[int, ...] = (),
 ) -> int:
     identity: dict[str, Any] = {}
@@ -210,6 +220,7 @@ def _spawn(
     except PermissionError:
         return 126
     with _forwarding(child):
+        halt.attach_child(child)
         status = child.wait()
     return 128 - status if status < 0 else status
 

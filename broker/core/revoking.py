@@ -5,7 +5,10 @@ provider is down. Each credential then gets one outcome (``revoked``,
 ``pending``, ``expired``, ``valid-until-expiry``); provider failures are
 retried a few times with backoff, then left ``pending`` for ``sweep``. Every
 outcome is logged and stored; a credential is never forgotten. Each
-credential's own revocation is ``broker.core.credential.revoke``.
+credential's own revocation is ``broker.core.credential.revoke``. A session
+a running ``exec`` holds is not waited for: that process is asked (its
+control socket) to refuse at once and revoke, and the report follows once
+its lock is free.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any
 
 from broker.core.broker import Broker, preload_providers
 from broker.core.credential.revoke import revoke_credential
+from broker.core.locks import try_lock
 from broker.core.states import (
     ENDED_SESSION_STATES,
     LIVE_SESSION_STATES,
@@ -26,6 +30,7 @@ from broker.core.states import (
     SessionState,
 )
 from broker.core.store import CredentialRecord, SessionRecord
+from broker.host.control import ask_to_revoke
 from broker.host.sessiondir import remove_session_path
 from broker.vocab.errors import UnknownSession
 from broker.vocab.holding import holding
@@ -79,7 +84,13 @@ def revoke_task(broker: Broker, task: str) -> list[RevokeReport]:
 
 
 def _revoke(broker: Broker, session: SessionRecord, *, reason: str) -> RevokeReport:
-    with holding(broker.session_lock(session.id), f"session {session.id}"):
+    lock = broker.session_lock(session.id)
+    if session.exec_bound and session.state not in ENDED_SESSION_STATES:
+        if try_lock(lock):
+            lock.release()  # its exec is gone: revoke here
+        else:
+            ask_to_revoke(broker.config.state_dir, session.id)  # none listening: wait for the lock as ever
+    with holding(lock, f"session {session.id}"):
         current = broker.store.get_session(session.id)
         return revoke_locked(broker, current or session, reason=reason)
 

@@ -6,7 +6,10 @@ so clients accept it unchanged. The proxy swaps it for the secret only in
 requests to the credential's own hosts (which it reaches over verified TLS)
 and only in ``Authorization`` (``Bearer``, ``token``, ``Basic`` with any
 user name, the way git sends it) and ``X-Vault-Token``. Anywhere else the
-placeholder goes out as it is. Once the session is revoked, the proxy
+placeholder goes out as it is. An answer can carry the secret back (Vault's
+``token lookup`` shows the token's id): in the body of every answer from
+those hosts, asked for without compression, the secret becomes its
+placeholder again (the same length, so the framing holds). Once the session is revoked, the proxy
 refuses every request to those hosts at once, before the provider's own
 revocation lands.
 """
@@ -89,12 +92,46 @@ class Interceptor:
             context = self._upstream[ca_file] = ssl.create_default_context(cafile=cafile)
         return context
 
+    def masker(self, host: str, port: int) -> Masker:
+        """What turns the secrets of ``host``:``port`` back into their placeholders in an answer's body."""
+        return Masker(
+            [
+                (i.secret.reveal_bytes(), i.placeholder.reveal_bytes())
+                for i in self._injections
+                if (host, port) in i.hosts and i.secret.reveal_bytes()
+            ]
+        )
+
     def swap(self, host: str, port: int, headers: Sequence[Header]) -> list[Header]:
         """``headers`` with each placeholder of a credential of ``host``:``port`` replaced by its secret."""
         mine = [i for i in self._injections if (host, port) in i.hosts and not self.revoked]
         if not mine:
             return list(headers)
         return [(name, _swapped(name, value, mine)) for name, value in headers]
+
+
+class Masker:
+    """Replaces each secret by its placeholder in a body that arrives in pieces (a secret may span two)."""
+
+    def __init__(self, pairs: Sequence[tuple[bytes, bytes]]) -> None:
+        self._pairs = [(secret, placeholder) for secret, placeholder in pairs if secret]
+        self._keep = max((len(secret) for secret, _ in self._pairs), default=1) - 1
+        self._carry = b""
+
+    def feed(self, data: bytes) -> bytes:
+        """What can go on now; up to a secret's length less one byte waits for the next piece."""
+        if not self._pairs:
+            return data
+        buffer = self._carry + data
+        for secret, placeholder in self._pairs:
+            buffer = buffer.replace(secret, placeholder)
+        cut = max(0, len(buffer) - self._keep)
+        self._carry = buffer[cut:]
+        return buffer[:cut]
+
+    def flush(self) -> bytes:
+        rest, self._carry = self._carry, b""
+        return rest
 
 
 def _swapped(name: bytes, value: bytes, injections: Sequence[Injection]) -> bytes:

@@ -32,7 +32,7 @@ from broker.egress.destinations import Destination, IPAddress, allowed, canonica
 from broker.egress.exchange import HOP_BY_HOP, Refused, _address, _answer, _close, _printable, parse_authority
 
 if TYPE_CHECKING:  # cryptography (for the session CA) loads only where a credential is intercepted
-    from broker.egress.inject import Interceptor
+    from broker.egress.inject import Interceptor, Masker
 
 OTHER_DESTINATIONS = "(other destinations)"
 
@@ -72,6 +72,7 @@ class EgressProxy:
         self.resolver = resolver or system_resolver
         self.denials: dict[str, int] = {}
         self.active = 0
+        self.refusing = False  # the session was revoked: nothing more gets through
         self._listed = {(e.address, e.port) for e in allow if e.address is not None}
 
     # -- deciding ------------------------------------------------------------------------
@@ -125,6 +126,10 @@ class EgressProxy:
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """One client connection: one CONNECT tunnel or one plain-HTTP request."""
+        if self.refusing:
+            writer.write(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            await _close(writer)
+            return
         if self.active >= self.limits.max_connections:
             writer.write(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
             await _close(writer)
@@ -226,11 +231,20 @@ class EgressProxy:
             target = request.target.decode("ascii", "replace")
             if not target.startswith("/"):
                 raise Refused(400, "a request inside the tunnel names a path")
-            kept = [(k, v) for k, v in request.headers if k not in HOP_BY_HOP]
+            # No compression: the answer's body is checked for the secret (``Masker``).
+            kept = [(k, v) for k, v in request.headers if k not in HOP_BY_HOP and k != b"accept-encoding"]
             headers = [*interceptor.swap(host, port, kept), (b"connection", b"close")]
             upstream_reader, upstream_writer = await self._open(host, port, interceptor.upstream_context(host, port))
             await self._exchange(
-                conn, request.method, target, headers, reader, writer, upstream_reader, upstream_writer
+                conn,
+                request.method,
+                target,
+                headers,
+                reader,
+                writer,
+                upstream_reader,
+                upstream_writer,
+                interceptor.masker(host, port),
             )
         except Refused as refused:
             _answer(conn, writer, refused.status, refused.reason)
@@ -247,6 +261,7 @@ class EgressProxy:
         writer: asyncio.StreamWriter,
         upstream_reader: asyncio.StreamReader,
         upstream_writer: asyncio.StreamWriter,
+        masker: Masker | None = None,
     ) -> None:
         """Send one request upstream (its body from the client), relay the answer, close upstream."""
         try:
@@ -265,7 +280,7 @@ class EgressProxy:
                 else:
                     return
             await upstream_writer.drain()
-            await self._relay_response(conn, upstream, upstream_reader, writer)
+            await self._relay_response(conn, upstream, upstream_reader, writer, masker)
         finally:
             await _close(upstream_writer)
 
@@ -275,6 +290,7 @@ class EgressProxy:
         upstream: h11.Connection,
         upstream_reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
+        masker: Masker | None,
     ) -> None:
         while True:
             event = await _next_event(upstream, upstream_reader, self.limits.idle_timeout, self.limits.chunk)
@@ -287,9 +303,14 @@ class EgressProxy:
                     conn.send(h11.Response(status_code=event.status_code, headers=headers, reason=event.reason)) or b""
                 )
             elif isinstance(event, h11.Data):
-                writer.write(conn.send(h11.Data(data=event.data)) or b"")
-                await writer.drain()
+                data = masker.feed(event.data) if masker is not None else event.data
+                if data:
+                    writer.write(conn.send(h11.Data(data=data)) or b"")
+                    await writer.drain()
             elif isinstance(event, h11.EndOfMessage):
+                rest = masker.flush() if masker is not None else b""
+                if rest:
+                    writer.write(conn.send(h11.Data(data=rest)) or b"")
                 writer.write(conn.send(h11.EndOfMessage()) or b"")
                 await writer.drain()
                 return

@@ -68,6 +68,21 @@ class RunningProxy:
 
         return self._call(read())
 
+    def refuse(self) -> None:
+        """From now on nothing gets through: the sockets stop accepting and every open connection is cut."""
+
+        async def cut() -> None:
+            self.proxy.refusing = True
+            for server in self._servers:
+                server.close()
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        with contextlib.suppress(Exception):
+            self._call(cut())
+
     def stop(self) -> None:
         async def shutdown() -> None:
             for server in self._servers:

@@ -1,0 +1,80 @@
+"""An outside ``revoke`` of a session ``exec`` is running: the proxy refuses at once, then the command is stopped.
+
+``exec`` holds the session lock until its command ends, so the revoke asks
+it over its control socket (``broker.host.control``) instead of waiting.
+``Halt`` is what the exec process does then, in this order: the secrets
+are dropped from the proxy and it refuses everything (new connections get
+a 403 or are refused, open tunnels are cut), then the command gets SIGTERM
+and, if it is still running after ``grace`` seconds, SIGKILL. The
+revocation at the providers is exec's own teardown, as when the command
+ends by itself: there is one revocation path.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import threading
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from broker.egress.inject import Interceptor
+    from broker.egress.running import RunningProxy
+
+GRACE = 5.0
+
+
+class Halt:
+    """Called from the control socket's thread; the exec's main thread attaches what it starts."""
+
+    def __init__(self, grace: float = GRACE) -> None:
+        self.grace = grace
+        self._requested = threading.Event()
+        self._lock = threading.Lock()
+        self._proxy: RunningProxy | None = None
+        self._interceptor: Interceptor | None = None
+        self._child: subprocess.Popen[bytes] | None = None
+
+    @property
+    def requested(self) -> bool:
+        return self._requested.is_set()
+
+    def attach_proxy(self, proxy: RunningProxy | None, interceptor: Interceptor | None) -> None:
+        with self._lock:
+            self._proxy, self._interceptor = proxy, interceptor
+        if self.requested:
+            self._refuse()
+
+    def attach_child(self, child: subprocess.Popen[bytes]) -> None:
+        with self._lock:
+            self._child = child
+        if self.requested:
+            self._stop_child()
+
+    def __call__(self) -> None:
+        """The session is being revoked: refuse at once, then stop the command."""
+        self._requested.set()
+        self._refuse()
+        self._stop_child()
+
+    def _refuse(self) -> None:
+        with self._lock:
+            proxy, interceptor = self._proxy, self._interceptor
+        if interceptor is not None:
+            interceptor.revoke()
+        if proxy is not None:
+            proxy.refuse()
+
+    def _stop_child(self) -> None:
+        with self._lock:
+            child = self._child
+        if child is None or child.poll() is not None:
+            return
+        child.send_signal(signal.SIGTERM)
+        threading.Thread(target=self._kill_after_grace, args=(child,), name="exec-halt", daemon=True).start()
+
+    def _kill_after_grace(self, child: subprocess.Popen[bytes]) -> None:
+        try:
+            child.wait(timeout=self.grace)
+        except subprocess.TimeoutExpired:
+            child.kill()

@@ -66,6 +66,7 @@ class Settings:
     egress_requests: int
     egress_tunnels: int
     egress_mib: int
+    egress_rounds: int
     dynamic_runs: int
     dynamic_rtt: int
     daemon_runs: int
@@ -94,6 +95,7 @@ class Settings:
             egress_requests=pick(args.egress_requests, 1000, 100),
             egress_tunnels=pick(args.egress_tunnels, 64, 8),
             egress_mib=pick(args.egress_mib, 10, 2),
+            egress_rounds=pick(args.egress_rounds, 5, 2),
             dynamic_runs=pick(args.dynamic_runs, 15, 3),
             dynamic_rtt=args.dynamic_rtt,
             daemon_runs=pick(args.daemon_runs, 15, 3),

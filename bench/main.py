@@ -11,7 +11,8 @@ median over repeated runs, both sides of a ratio interleaved in the same run:
   sweep       one ``broker sweep`` over N expired Vault sessions (seeded through the Python API)
   memory      peak RSS of ``broker issue`` (ru_maxrss of the child)
   audit       ``audit verify`` and ``audit lookup`` on a 1,000,000-record log (built once, cached)
-  egress      the egress proxy: added latency over 1,000 requests, 64 CONNECT tunnels x 10 MiB, its RSS
+  egress      the egress proxy: added latency over 1,000 requests, 64 CONNECT tunnels x 10 MiB
+              (loopback and a 40 ms, 1 Gbit/s link; alternating rounds, CPU per party), its RSS
   dynamic     what one of each Vault dynamic kind adds to ``issue``, on loopback and at 40 ms per request
   daemon      ``broker serve``: thin-client cold start, issue/revoke vs the floor, 32 concurrent cycles, RSS
 
@@ -169,6 +170,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--egress-requests", type=int, help="requests each way for egress (default 1000, quick 100)")
     parser.add_argument("--egress-tunnels", type=int, help="concurrent CONNECT tunnels (default 64, quick 8)")
     parser.add_argument("--egress-mib", type=int, help="MiB sent through each tunnel (default 10, quick 2)")
+    parser.add_argument("--egress-rounds", type=int, help="alternating tunnel rounds (default 5, quick 2)")
     parser.add_argument("--dynamic-runs", type=int, help="issues of each session kind (default 15, quick 3)")
     parser.add_argument("--dynamic-rtt", type=int, default=40, help="ms added to each Vault request (default 40)")
     parser.add_argument("--daemon-runs", type=int, help="daemon issue/revoke repetitions (default 15, quick 3)")

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from broker.egress import splice
 from broker.egress.destinations import parse_destination
 from broker.egress.proxy import ProxyLimits
 from broker.egress.running import RunningProxy, running_proxy
@@ -115,6 +116,51 @@ def test_bytes_cross_intact_both_ways_and_a_half_close_passes_on(unix: bool) -> 
     assert head.startswith(b"HTTP/1.1 200 ")
     assert hashlib.sha256(seen[0]).digest() == hashlib.sha256(upload).digest()
     assert hashlib.sha256(answer).digest() == hashlib.sha256(download).digest()
+
+
+class RecordingBudget(splice._Budget):
+    """The process's budget for enlarged pipes, counting how often a direction got to grow its pipe."""
+
+    def __init__(self, total: int) -> None:
+        super().__init__(total)
+        self.total = total
+        self.grown = 0
+
+    def take(self, size: int) -> bool:
+        granted = super().take(size)
+        self.grown += granted
+        return granted
+
+    def spare(self) -> int:
+        with self._lock:
+            return self._spare
+
+
+@pytest.mark.parametrize("room", [0, 1], ids=["spent", "one-pipe"])
+def test_busy_directions_grow_their_pipes_within_the_budget_and_give_it_back(
+    monkeypatch: pytest.MonkeyPatch, room: int
+) -> None:
+    """Upload, then download: with room for one enlarged pipe each direction gets it in turn; with none, neither."""
+    budget = RecordingBudget(room * splice.BULK_PIPE)
+    monkeypatch.setattr(splice, "_BUDGET", budget)
+    upload, download = os.urandom(4 << 20), os.urandom(4 << 20)
+    seen: list[bytes] = []
+
+    def script(conn: socket.socket) -> None:
+        seen.append(read_all(conn))
+        conn.sendall(download)
+
+    with server(script) as port, proxy_to(port) as running:
+        sock, head = open_tunnel(running, port)
+        with sock:
+            sock.sendall(upload)
+            sock.shutdown(socket.SHUT_WR)
+            answer = read_all(sock)
+    assert head.startswith(b"HTTP/1.1 200 ")
+    assert hashlib.sha256(seen[0]).digest() == hashlib.sha256(upload).digest()
+    assert hashlib.sha256(answer).digest() == hashlib.sha256(download).digest()
+    assert budget.grown == 2 * room
+    assert budget.spare() == budget.total
 
 
 def test_the_upstream_half_closing_first_still_lets_the_client_finish() -> None:

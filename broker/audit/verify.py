@@ -133,19 +133,28 @@ def failure_json(error: LogVerificationError) -> dict[str, object]:
 
 def parse_public_keys(text: str) -> dict[str, Ed25519PublicKey]:
     """``ed25519:<base64>`` lines (current and retired keys) by key id."""
+    return parse_pinned_keys(text)[0]
+
+
+def parse_pinned_keys(text: str) -> tuple[dict[str, Ed25519PublicKey], dict[str, str]]:
+    """``ed25519:<base64> [HOST]`` lines: the keys by key id, and the host each named key belongs to (a fleet)."""
     keys: dict[str, Ed25519PublicKey] = {}
+    hosts: dict[str, str] = {}
     for number, line in enumerate(text.splitlines(), start=1):
         line = line.strip()
         if not line or line.startswith("#"):
             continue
+        key, _, host = line.partition(" ")
         try:
-            raw = base64.b64decode(line.removeprefix("ed25519:"), validate=True)
+            raw = base64.b64decode(key.removeprefix("ed25519:"), validate=True)
             keys[key_id_for(raw)] = Ed25519PublicKey.from_public_bytes(raw)
         except ValueError:
             raise BadInput(f"public key file line {number}: not an ed25519:<base64> key") from None
+        if host.strip():
+            hosts[key_id_for(raw)] = host.strip()
     if not keys:
         raise BadInput("public key file holds no key")
-    return keys
+    return keys, hosts
 
 
 def _lines(path: Path, offset: int) -> Iterator[bytes]:
@@ -171,6 +180,7 @@ class _Pass:
     prev: str
     records: int = 0
     checkpoints: list[tuple[int, dict[str, object]]] = field(default_factory=list)
+    key_hosts: Mapping[str, str] | None = None
     keys_seen: set[str] = field(default_factory=set)
     fingerprint_key_ids: set[str] = field(default_factory=set)
     witness_objects: int = 0
@@ -178,9 +188,18 @@ class _Pass:
 
 
 def verify_log(
-    path: Path,
+    path: Path, public_keys: Mapping[str, Ed25519PublicKey] | None, *, resume: Resume | None = None, **options: Any
+) -> VerifyResult:
+    """Verify the log file (see ``verify_stream``)."""
+    return verify_stream(_lines(path, resume.offset if resume else 0), str(path), public_keys, resume=resume, **options)
+
+
+def verify_stream(
+    lines: Iterator[bytes],
+    where: str,
     public_keys: Mapping[str, Ed25519PublicKey] | None,
     *,
+    key_hosts: Mapping[str, str] | None = None,
     expected_heads: tuple[Head, ...] = (),
     witnessed: Mapping[int, frozenset[str]] | None = None,
     allow_torn_tail: bool = False,
@@ -194,10 +213,13 @@ def verify_log(
     ``audit active``: no key, no signature). Every record's hash and link are
     checked; of the signatures, the newest checkpoint's (a command appends a
     checkpoint at its end, so checking each would cost most of the time); only
-    when it fails are the earlier ones checked, to name the first bad one.
+    when it fails are the earlier ones checked, to name the first bad one. A
+    fleet's checkpoint (one naming its ``host``) is checked on its own, since
+    each host signs with its own key, and its key must be the one listed for
+    that host in ``key_hosts`` when that names its key. ``lines`` are the
+    log's lines (a file, or the fleet's table), ``where`` names it.
     """
-    state = _Pass(seq=resume.seq if resume else 0, prev=resume.hash if resume else GENESIS)
-    lines = _lines(path, resume.offset if resume else 0)
+    state = _Pass(seq=resume.seq if resume else 0, prev=resume.hash if resume else GENESIS, key_hosts=key_hosts)
     heads = {head.seq: head for head in expected_heads}
     head_mismatch: LogDamage | None = None
     torn = False
@@ -229,7 +251,7 @@ def verify_log(
         )
     seq = state.seq
     if seq == 0 and not torn:
-        raise LogVerificationError(f"issuance log {path} is empty")
+        raise LogVerificationError(f"issuance log {where} is empty")
     for head in expected_heads:
         if head.seq > seq:
             raise LogDamage(
@@ -299,6 +321,8 @@ def _check_line(line: bytes, state: _Pass, keys: Mapping[str, Ed25519PublicKey] 
     event = record.get("event")
     if event == "checkpoint":
         _check_checkpoint_shape(record, keys)
+        if keys is not None and "host" in record:
+            _check_host_checkpoint(record, keys, state.key_hosts)
         state.checkpoints.append((seq, record))
         state.keys_seen.add(str(record.get("key_id")))
     elif event == "credential.issued":
@@ -327,6 +351,17 @@ def _check_checkpoint_shape(record: Mapping[str, object], keys: Mapping[str, Ed2
         raise LogDamage(seq, Damage.EDITED, "the checkpoint does not vouch for the record before it")
     if keys is not None and str(record.get("key_id")) not in keys:
         raise LogDamage(seq, Damage.BAD_SIGNATURE, f"checkpoint signed by unknown key {str(record.get('key_id'))[:40]}")
+
+
+def _check_host_checkpoint(
+    record: Mapping[str, object], keys: Mapping[str, Ed25519PublicKey], key_hosts: Mapping[str, str] | None
+) -> None:
+    seq, key_id, host = int(str(record["seq"])), str(record.get("key_id")), str(record.get("host"))
+    listed = (key_hosts or {}).get(key_id)
+    if listed is not None and listed != host:
+        raise LogDamage(seq, Damage.BAD_SIGNATURE, f"checkpoint of host {host[:64]} signed by the key of {listed[:64]}")
+    if not _signature_ok(record, keys):
+        raise LogDamage(seq, Damage.BAD_SIGNATURE, f"the signature of host {host[:64]} fails (edited or forged)")
 
 
 def _signature_ok(record: Mapping[str, object], keys: Mapping[str, Ed25519PublicKey]) -> bool:

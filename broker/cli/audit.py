@@ -248,7 +248,7 @@ def lookup(
     from broker.audit.keys import load_fingerprint_keys
     from broker.audit.query import check_fingerprint_keys, read_leaked_secret
     from broker.audit.query import lookup as find
-    from broker.cli.audit_fleet import log_source
+    from broker.cli.audit_fleet import fleet_keys_partly_held, log_source
 
     if (secret_file is None) == (not secret_stdin):
         raise BadInput("lookup needs exactly one of --secret-file FILE or --secret-stdin")
@@ -256,7 +256,9 @@ def lookup(
     keys = load_fingerprint_keys(config.fingerprint_key)  # never the signing key
     with log_source(ctx, log) as source:
         checked = _checked(ctx, source, no_verify)
-        check_fingerprint_keys(source, keys, config.fingerprint_key, checked.fingerprint_key_ids if checked else ())
+        seen = checked.fingerprint_key_ids if checked else frozenset()
+        if not fleet_keys_partly_held(source, keys, seen):
+            check_fingerprint_keys(source, keys, config.fingerprint_key, seen)
         candidates = read_leaked_secret(secret_file, sys.stdin.buffer.read(65 * 1024) if secret_stdin else None)
         fingerprints = [secret.fingerprint(key) for secret in candidates for key in keys.hmac_keys()]
         del candidates

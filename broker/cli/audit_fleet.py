@@ -26,6 +26,7 @@ from broker.vocab.errors import BadInput
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+    from broker.audit.keys import FingerprintKeys
     from broker.audit.pglog import TableSource
     from broker.audit.verify import Head, VerifyResult
     from broker.core.config import Config
@@ -94,6 +95,21 @@ def log_source(ctx: typer.Context, log: Path | None) -> Iterator[Path | TableSou
 
     with read_fleet_log(*target) as source:
         yield source
+
+
+def fleet_keys_partly_held(source: Path | TableSource, keys: FingerprintKeys, seen: frozenset[str]) -> bool:
+    """In a fleet whose hosts keep their own fingerprint keys, search with the ones held and say which are not."""
+    held = keys.key_ids()
+    if isinstance(source, Path) or not seen & held:
+        return False
+    others = sorted(seen - held)
+    if others:
+        typer.echo(
+            f"note: the fleet's log also holds fingerprints made with {len(others)} key(s) this host does not hold"
+            f" ({', '.join(others[:3])}); those credentials are not searched (give every host one fingerprint_key)",
+            err=True,
+        )
+    return True
 
 
 def check_fleet_chain(source: TableSource) -> VerifyResult:

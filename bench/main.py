@@ -14,6 +14,7 @@ median over repeated runs, both sides of a ratio interleaved in the same run:
   egress      the egress proxy: added latency over 1,000 requests, 64 CONNECT tunnels x 10 MiB, its RSS
   dynamic     what one of each Vault dynamic kind adds to ``issue``, on loopback and at 40 ms per request
   daemon      ``broker serve``: thin-client cold start, issue/revoke vs the floor, 32 concurrent cycles, RSS
+  fleetlog    a 1,000,000-record fleet chain COPYed into PostgreSQL: ``audit export`` + ``audit verify`` of it
 
 The last three start what they need themselves (bench/egress.py,
 bench/vault_dynamic.py, bench/daemon.py; each also runs alone with ``python -m``).
@@ -59,6 +60,7 @@ from bench.concurrency import figure_concurrent
 from bench.cycles import figure_cycles
 from bench.daemon import figure_daemon
 from bench.egress import figure_egress
+from bench.fleet_log import figure_fleet_log
 from bench.local import BrokerSetup, Stack, base_env, floor_params, unmount_under
 from bench.memory import figure_memory
 from bench.sweep import figure_sweep
@@ -266,6 +268,8 @@ def main(argv: Sequence[str]) -> int:
                 steps.append(("memory", lambda: figure_memory(settings, report, need(stack))))
             if "audit" in selected:
                 steps.append(("audit", lambda: figure_audit(settings, report)))
+            if "fleetlog" in selected:
+                steps.append(("fleetlog", lambda: figure_fleet_log(settings, report)))
             if "egress" in selected:
                 steps.append(("egress", lambda: figure_egress(settings, report)))
             if "dynamic" in selected:

@@ -26,7 +26,19 @@ BROKER = str(Path(PYTHON).parent / "broker")
 #: share a name with the standard library's (``concurrent`` did).
 FLOOR = str(ROOT / "bench" / "floor.py")
 SEED = ("-m", "bench.seed")
-FIGURES = ("cold", "issue", "revoke", "concurrent", "sweep", "memory", "audit", "egress", "dynamic", "daemon")
+FIGURES = (
+    "cold",
+    "issue",
+    "revoke",
+    "concurrent",
+    "sweep",
+    "memory",
+    "audit",
+    "egress",
+    "dynamic",
+    "daemon",
+    "fleetlog",
+)
 #: egress, dynamic and daemon start what they need themselves (a proxy, OpenBao + PostgreSQL, OpenBao + a daemon).
 NEEDS_STACK = {"issue", "revoke", "concurrent", "sweep", "memory"}
 

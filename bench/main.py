@@ -15,6 +15,7 @@ median over repeated runs, both sides of a ratio interleaved in the same run:
               (loopback and a 40 ms, 1 Gbit/s link; alternating rounds, CPU per party), its RSS
   dynamic     what one of each Vault dynamic kind adds to ``issue``, on loopback and at 40 ms per request
   daemon      ``broker serve``: thin-client cold start, issue/revoke vs the floor, 32 concurrent cycles, RSS
+  fleetlog    a 1,000,000-record fleet chain COPYed into PostgreSQL: ``audit export`` + ``audit verify`` of it
 
 The last three start what they need themselves (bench/egress.py,
 bench/vault_dynamic.py, bench/daemon.py; each also runs alone with ``python -m``).
@@ -60,6 +61,7 @@ from bench.concurrency import figure_concurrent
 from bench.cycles import figure_cycles
 from bench.daemon import figure_daemon
 from bench.egress import figure_egress
+from bench.fleet_log import figure_fleet_log
 from bench.local import BrokerSetup, Stack, base_env, floor_params, unmount_under
 from bench.memory import figure_memory
 from bench.sweep import figure_sweep
@@ -268,6 +270,8 @@ def main(argv: Sequence[str]) -> int:
                 steps.append(("memory", lambda: figure_memory(settings, report, need(stack))))
             if "audit" in selected:
                 steps.append(("audit", lambda: figure_audit(settings, report)))
+            if "fleetlog" in selected:
+                steps.append(("fleetlog", lambda: figure_fleet_log(settings, report)))
             if "egress" in selected:
                 steps.append(("egress", lambda: figure_egress(settings, report)))
             if "dynamic" in selected:

@@ -119,14 +119,15 @@ def test_three_hosts_twenty_concurrent_revocations_each_lose_no_entry_despite_st
             thread.start()
         for thread in threads:
             thread.join(timeout=300)
-    errors = {
-        r.get("error") for env in HOSTS for r in _records(tmp_path / env) if r["event"] == "credential.revoke_failed"
-    }
+    errors = {r.get("error") for r in _records(fleet_db) if r["event"] == "credential.revoke_failed"}
     assert outcomes == {session: ["revoked"] for _, session in sessions}, errors
     denied = stored_deny(aws_role).values(SOURCE_IDENTITY)
     assert denied == sorted([first, *(session for _, session in sessions)])  # 61 entries, none lost
 
 
-def _records(folder: Path) -> list[dict[str, Any]]:
-    log = folder / "broker" / "state" / "issuance.jsonl"
-    return [json.loads(line) for line in log.read_text().splitlines()]
+def _records(db: FleetDb) -> list[dict[str, Any]]:
+    """The fleet's log: one chain in the store for every host."""
+    import psycopg
+
+    with psycopg.connect(db.url, passfile=str(db.passfile), connect_timeout=10) as conn:
+        return [json.loads(row[0]) for row in conn.execute("SELECT record FROM issuance_log ORDER BY seq")]

@@ -16,7 +16,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Protocol
 
 from filelock import FileLock, Timeout
 
@@ -40,6 +40,53 @@ def record_hash(record: dict[str, Any]) -> str:
 def checkpoint_message(seq: int, head_hash: str) -> bytes:
     """The bytes a checkpoint signs: the head it vouches for."""
     return f"broker-checkpoint:v1:{seq}:{head_hash}".encode()
+
+
+def new_record(
+    seq: int, prev: str, event: str, session: str | None, task: str | None, requester: str, fields: dict[str, Any]
+) -> dict[str, Any]:
+    """Record ``seq`` after the record whose hash is ``prev``, with its own ``hash``: the one record format."""
+    record: dict[str, Any] = {
+        "seq": seq,
+        "time": iso_precise(utcnow()),
+        "event": event,
+        "session": session,
+        "task": task,
+        "requester": requester,
+        "prev": prev,
+        **fields,
+    }
+    record["hash"] = record_hash(record)
+    return record
+
+
+def checkpoint_fields(keys: AuditKeys, seq: int, head_hash: str) -> dict[str, Any]:
+    """What a checkpoint over head ``seq``/``head_hash`` holds besides the common fields: the signed head."""
+    signature = keys.private_key().sign(checkpoint_message(seq, head_hash))
+    return {
+        "head_seq": seq,
+        "head_hash": head_hash,
+        "key_id": keys.key_id,
+        "signature": base64.b64encode(signature).decode(),
+    }
+
+
+class AppendLog(Protocol):
+    """What the core writes the log through: this file (one host) or the fleet's table (``broker.audit.pglog``)."""
+
+    appended: int
+
+    def append(
+        self, event: str, *, session: str | None, task: str | None, requester: str, **fields: Any
+    ) -> dict[str, Any]: ...
+
+    def head(self) -> tuple[int, str]:
+        """The last record's ``seq`` and ``hash``; raises when the log could not take another record."""
+        ...
+
+    def checkpoint(self, requester: str) -> dict[str, Any] | None:
+        """Sign the head when this process appended anything since its last checkpoint."""
+        ...
 
 
 def read_last_line(fd: int) -> bytes | None:
@@ -98,17 +145,7 @@ class IssuanceLog:
         fd = _open_log(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
         try:
             seq, prev = self._head(fd)
-            record: dict[str, Any] = {
-                "seq": seq + 1,
-                "time": iso_precise(utcnow()),
-                "event": event,
-                "session": session,
-                "task": task,
-                "requester": requester,
-                "prev": prev,
-                **fields,
-            }
-            record["hash"] = record_hash(record)
+            record = new_record(seq + 1, prev, event, session, task, requester, fields)
             os.write(fd, canonical(record) + b"\n")
             os.fsync(fd)
         finally:
@@ -150,18 +187,8 @@ class IssuanceLog:
                     seq, head = self._head(fd)
                 finally:
                     os.close(fd)
-                signature = self.keys.private_key().sign(checkpoint_message(seq, head))
                 record = self._append_locked(
-                    "checkpoint",
-                    None,
-                    None,
-                    requester,
-                    {
-                        "head_seq": seq,
-                        "head_hash": head,
-                        "key_id": self.keys.key_id,
-                        "signature": base64.b64encode(signature).decode(),
-                    },
+                    "checkpoint", None, None, requester, checkpoint_fields(self.keys, seq, head)
                 )
         except Timeout:
             raise StoreError(f"issuance log {self.path} is locked by another process") from None

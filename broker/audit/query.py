@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from broker.audit.keys import FingerprintKeys
 from broker.audit.log import open_for_reading
@@ -52,22 +52,39 @@ class RecordFilter:
         return True
 
 
-def read_records(path: Path) -> Iterator[dict[str, Any]]:
+class LogSource(Protocol):
+    """Where the log's lines come from when it is not a file: the fleet's table (``broker.audit.pglog``)."""
+
+    def lines(self) -> Iterator[bytes]:
+        """Every record, in ``seq`` order, each ending with a newline."""
+        ...
+
+    def lines_containing(self, needles: Iterable[bytes]) -> Iterator[bytes]:
+        """The records (without newline) holding any of ``needles``, in ``seq`` order."""
+        ...
+
+
+def _file_lines(path: Path) -> Iterator[bytes]:
     with open_for_reading(path) as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.endswith(b"\n"):
-                return  # a torn tail; audit verify reports it
-            try:
-                record = json.loads(line)
-            except ValueError:
-                raise BadInput(f"issuance log line {number} is not JSON (run broker audit verify)") from None
-            if not isinstance(record, dict):
-                raise BadInput(f"issuance log line {number} is not a record (run broker audit verify)")
-            yield record
+        yield from handle
 
 
-def list_records(path: Path, record_filter: RecordFilter) -> Iterator[dict[str, Any]]:
-    return (r for r in read_records(path) if record_filter.matches(r))
+def read_records(source: Path | LogSource) -> Iterator[dict[str, Any]]:
+    lines = _file_lines(source) if isinstance(source, Path) else source.lines()
+    for number, line in enumerate(lines, start=1):
+        if not line.endswith(b"\n"):
+            return  # a torn tail; audit verify reports it
+        try:
+            record = json.loads(line)
+        except ValueError:
+            raise BadInput(f"issuance log line {number} is not JSON (run broker audit verify)") from None
+        if not isinstance(record, dict):
+            raise BadInput(f"issuance log line {number} is not a record (run broker audit verify)")
+        yield record
+
+
+def list_records(source: Path | LogSource, record_filter: RecordFilter) -> Iterator[dict[str, Any]]:
+    return (r for r in read_records(source) if record_filter.matches(r))
 
 
 def read_leaked_secret(source: Path | None, stdin: bytes | None) -> list[Secret]:
@@ -91,8 +108,12 @@ def read_leaked_secret(source: Path | None, stdin: bytes | None) -> list[Secret]
     return [Secret(c) for c in candidates]
 
 
-def _lines_containing(path: Path, needles: Iterable[bytes]) -> Iterator[bytes]:
+def _lines_containing(source: Path | LogSource, needles: Iterable[bytes]) -> Iterator[bytes]:
     """The whole lines of the log that contain any of ``needles`` (a byte search, no parsing)."""
+    if not isinstance(source, Path):
+        yield from source.lines_containing(needles)
+        return
+    path = source
     with open_for_reading(path) as handle:
         if os.fstat(handle.fileno()).st_size == 0:
             return
@@ -126,10 +147,12 @@ def newest_fingerprint_key_id(path: Path) -> str | None:
             return data[start:end].decode("ascii", "replace") if end > 0 else None
 
 
-def check_fingerprint_keys(path: Path, keys: FingerprintKeys, key_path: Path, seen: Iterable[str] = ()) -> None:
+def check_fingerprint_keys(
+    source: Path | LogSource, keys: FingerprintKeys, key_path: Path, seen: Iterable[str] = ()
+) -> None:
     """Refuse a lookup whose answer "not found" would be meaningless: the log names a key we do not hold."""
     named = set(seen)
-    newest = newest_fingerprint_key_id(path)
+    newest = newest_fingerprint_key_id(source) if isinstance(source, Path) else None
     if newest is not None:
         named.add(newest)
     unknown = sorted(named - keys.key_ids())
@@ -140,16 +163,16 @@ def check_fingerprint_keys(path: Path, keys: FingerprintKeys, key_path: Path, se
         )
 
 
-def lookup(path: Path, fingerprints: Iterable[str]) -> list[dict[str, Any]]:
+def lookup(source: Path | LogSource, fingerprints: Iterable[str]) -> list[dict[str, Any]]:
     """Issued credentials whose fingerprint is one of ``fingerprints``, with what happened to them.
 
     A byte search finds the few lines naming a fingerprint (and then those
     naming its session), so a million-record log is not parsed line by line.
     """
     wanted = set(fingerprints)
-    issued = [json.loads(line) for line in _lines_containing(path, (f'"{f}"'.encode() for f in wanted))]
+    issued = [json.loads(line) for line in _lines_containing(source, (f'"{f}"'.encode() for f in wanted))]
     sessions = {str(r.get("session")) for r in issued if r.get("fingerprint") in wanted}
-    related = [json.loads(line) for line in _lines_containing(path, (f'"{s}"'.encode() for s in sessions))]
+    related = [json.loads(line) for line in _lines_containing(source, (f'"{s}"'.encode() for s in sessions))]
     matches: dict[tuple[str, str], dict[str, Any]] = {}
     for record in sorted(related, key=lambda r: int(r.get("seq", 0))):
         event = record.get("event")
@@ -173,10 +196,10 @@ def lookup(path: Path, fingerprints: Iterable[str]) -> list[dict[str, Any]]:
     return list(matches.values())
 
 
-def active_credentials(path: Path, now: datetime) -> list[dict[str, Any]]:
+def active_credentials(source: Path | LogSource, now: datetime) -> list[dict[str, Any]]:
     """Credentials issued, not revoked and not expired at ``now``."""
     live: dict[tuple[str, str], dict[str, Any]] = {}
-    for record in read_records(path):
+    for record in read_records(source):
         key = (str(record.get("session")), str(record.get("credential")))
         event = record.get("event")
         if event == "credential.issued":

@@ -133,19 +133,28 @@ def failure_json(error: LogVerificationError) -> dict[str, object]:
 
 def parse_public_keys(text: str) -> dict[str, Ed25519PublicKey]:
     """``ed25519:<base64>`` lines (current and retired keys) by key id."""
+    return parse_pinned_keys(text)[0]
+
+
+def parse_pinned_keys(text: str) -> tuple[dict[str, Ed25519PublicKey], dict[str, str]]:
+    """``ed25519:<base64> [HOST]`` lines: the keys by key id, and the host each named key belongs to (a fleet)."""
     keys: dict[str, Ed25519PublicKey] = {}
+    hosts: dict[str, str] = {}
     for number, line in enumerate(text.splitlines(), start=1):
         line = line.strip()
         if not line or line.startswith("#"):
             continue
+        key, _, host = line.partition(" ")
         try:
-            raw = base64.b64decode(line.removeprefix("ed25519:"), validate=True)
+            raw = base64.b64decode(key.removeprefix("ed25519:"), validate=True)
             keys[key_id_for(raw)] = Ed25519PublicKey.from_public_bytes(raw)
         except ValueError:
             raise BadInput(f"public key file line {number}: not an ed25519:<base64> key") from None
+        if host.strip():
+            hosts[key_id_for(raw)] = host.strip()
     if not keys:
         raise BadInput("public key file holds no key")
-    return keys
+    return keys, hosts
 
 
 def _lines(path: Path, offset: int) -> Iterator[bytes]:
@@ -171,6 +180,10 @@ class _Pass:
     prev: str
     records: int = 0
     checkpoints: list[tuple[int, dict[str, object]]] = field(default_factory=list)
+    key_hosts: Mapping[str, str] | None = None
+    newest: tuple[int, dict[str, object]] | None = None
+    host_newest: dict[str, tuple[int, dict[str, object]]] = field(default_factory=dict)  # by key id
+    host_checkpoints: int = 0
     keys_seen: set[str] = field(default_factory=set)
     fingerprint_key_ids: set[str] = field(default_factory=set)
     witness_objects: int = 0
@@ -178,9 +191,18 @@ class _Pass:
 
 
 def verify_log(
-    path: Path,
+    path: Path, public_keys: Mapping[str, Ed25519PublicKey] | None, *, resume: Resume | None = None, **options: Any
+) -> VerifyResult:
+    """Verify the log file (see ``verify_stream``)."""
+    return verify_stream(_lines(path, resume.offset if resume else 0), str(path), public_keys, resume=resume, **options)
+
+
+def verify_stream(
+    lines: Iterator[bytes],
+    where: str,
     public_keys: Mapping[str, Ed25519PublicKey] | None,
     *,
+    key_hosts: Mapping[str, str] | None = None,
     expected_heads: tuple[Head, ...] = (),
     witnessed: Mapping[int, frozenset[str]] | None = None,
     allow_torn_tail: bool = False,
@@ -194,10 +216,15 @@ def verify_log(
     ``audit active``: no key, no signature). Every record's hash and link are
     checked; of the signatures, the newest checkpoint's (a command appends a
     checkpoint at its end, so checking each would cost most of the time); only
-    when it fails are the earlier ones checked, to name the first bad one.
+    when it fails are the earlier ones checked, to name the first bad one. In
+    a fleet's chain (checkpoints naming their ``host``) each host signs with
+    its own key: every checkpoint's key must be known and, when ``key_hosts``
+    names it, listed for that host; the newest checkpoint of every key has its
+    signature checked (each vouches, through the chain, for all before it).
+    ``lines`` are the log's lines (a file, or the fleet's table), ``where``
+    names it.
     """
-    state = _Pass(seq=resume.seq if resume else 0, prev=resume.hash if resume else GENESIS)
-    lines = _lines(path, resume.offset if resume else 0)
+    state = _Pass(seq=resume.seq if resume else 0, prev=resume.hash if resume else GENESIS, key_hosts=key_hosts)
     heads = {head.seq: head for head in expected_heads}
     head_mismatch: LogDamage | None = None
     torn = False
@@ -229,7 +256,7 @@ def verify_log(
         )
     seq = state.seq
     if seq == 0 and not torn:
-        raise LogVerificationError(f"issuance log {path} is empty")
+        raise LogVerificationError(f"issuance log {where} is empty")
     for head in expected_heads:
         if head.seq > seq:
             raise LogDamage(
@@ -245,19 +272,15 @@ def verify_log(
             )
     last_checkpoint: Head | None = None
     checkpoint_seq = 0
-    if state.checkpoints:
-        checkpoint_seq, newest = state.checkpoints[-1]
-        if public_keys is not None and not _signature_ok(newest, public_keys):
-            for number, checkpoint in state.checkpoints:
-                if not _signature_ok(checkpoint, public_keys):
-                    raise LogDamage(
-                        number, Damage.BAD_SIGNATURE, "the checkpoint's signature fails (edited records or a forgery)"
-                    )
+    if state.newest is not None:
+        checkpoint_seq, newest = state.newest
+        if public_keys is not None:
+            _check_signatures(state, public_keys)
         last_checkpoint = Head(checkpoint_seq - 1, str(newest["head_hash"]))
     elif resume is not None:
         checkpoint_seq = resume.seq  # the checked prefix is the caller's; its tail is counted from there
     unsigned = seq - checkpoint_seq
-    if public_keys is not None and not state.checkpoints and seq > 0:
+    if public_keys is not None and state.newest is None and seq > 0:
         raise LogDamage(
             1, Damage.UNSIGNED_TAIL, f"{seq} record(s) and no signed checkpoint (checkpoints stripped or never written)"
         )
@@ -269,7 +292,7 @@ def verify_log(
         raise head_mismatch
     return VerifyResult(
         records=seq,
-        checkpoints=len(state.checkpoints),
+        checkpoints=len(state.checkpoints) + state.host_checkpoints,
         last=Head(seq, state.prev) if seq else None,
         last_checkpoint=last_checkpoint,
         unsigned_tail=unsigned,
@@ -299,7 +322,14 @@ def _check_line(line: bytes, state: _Pass, keys: Mapping[str, Ed25519PublicKey] 
     event = record.get("event")
     if event == "checkpoint":
         _check_checkpoint_shape(record, keys)
-        state.checkpoints.append((seq, record))
+        if "host" in record:  # a fleet's: only each host key's newest is kept (bounded memory)
+            if keys is not None:
+                _check_host_key(record, state.key_hosts)
+            state.host_newest[str(record.get("key_id"))] = (seq, record)
+            state.host_checkpoints += 1
+        else:
+            state.checkpoints.append((seq, record))
+        state.newest = (seq, record)
         state.keys_seen.add(str(record.get("key_id")))
     elif event == "credential.issued":
         key_id = record.get("fingerprint_key_id")
@@ -327,6 +357,30 @@ def _check_checkpoint_shape(record: Mapping[str, object], keys: Mapping[str, Ed2
         raise LogDamage(seq, Damage.EDITED, "the checkpoint does not vouch for the record before it")
     if keys is not None and str(record.get("key_id")) not in keys:
         raise LogDamage(seq, Damage.BAD_SIGNATURE, f"checkpoint signed by unknown key {str(record.get('key_id'))[:40]}")
+
+
+def _check_host_key(record: Mapping[str, object], key_hosts: Mapping[str, str] | None) -> None:
+    """A fleet checkpoint's key must be the one listed for its ``host`` (when the listing names the key)."""
+    seq, key_id, host = int(str(record["seq"])), str(record.get("key_id")), str(record.get("host"))
+    listed = (key_hosts or {}).get(key_id)
+    if listed is not None and listed != host:
+        raise LogDamage(seq, Damage.BAD_SIGNATURE, f"checkpoint of host {host[:64]} signed by the key of {listed[:64]}")
+
+
+def _check_signatures(state: _Pass, keys: Mapping[str, Ed25519PublicKey]) -> None:
+    """The newest checkpoint of each fleet host key, and of a one-host log (naming its first bad one)."""
+    for seq, record in sorted(state.host_newest.values(), key=lambda item: item[0]):
+        if not _signature_ok(record, keys):
+            host = str(record.get("host"))[:64]
+            raise LogDamage(
+                seq, Damage.BAD_SIGNATURE, f"host {host}'s newest checkpoint fails its signature (a forgery)"
+            )
+    if state.checkpoints and not _signature_ok(state.checkpoints[-1][1], keys):
+        for number, checkpoint in state.checkpoints:
+            if not _signature_ok(checkpoint, keys):
+                raise LogDamage(
+                    number, Damage.BAD_SIGNATURE, "the checkpoint's signature fails (edited records or a forgery)"
+                )
 
 
 def _signature_ok(record: Mapping[str, object], keys: Mapping[str, Ed25519PublicKey]) -> bool:

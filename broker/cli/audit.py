@@ -16,10 +16,8 @@ from broker.vocab.errors import BadInput
 if TYPE_CHECKING:
     from datetime import datetime
 
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-
-    from broker.audit.verify import Head, VerifyResult
-    from broker.core.config import Config
+    from broker.audit.pglog import TableSource
+    from broker.audit.verify import VerifyResult
 
 audit_app = typer.Typer(help="Verify and read the issuance log.", no_args_is_help=True)
 
@@ -63,6 +61,9 @@ def verify(
     ] = None,
     witness_region: Annotated[str | None, typer.Option("--witness-region", help="Bucket region.")] = None,
     witness_profile: Annotated[str | None, typer.Option("--witness-profile", help="AWS profile to read it.")] = None,
+    store: Annotated[
+        str | None, typer.Option("--store", help="postgresql://USER@HOST/DB: the fleet's log, checked in place.")
+    ] = None,
     repair: Annotated[bool, typer.Option("--repair", help="Cut a torn last record left by a crash.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
@@ -72,15 +73,21 @@ def verify(
     """
     from broker.audit.chain import repair_torn_tail
     from broker.audit.verify import failure_json, parse_head, verify_log
+    from broker.cli.audit_fleet import fleet_target, optional_config, pinned_keys, store_head, verify_fleet
     from broker.vocab.errors import LogVerificationError
 
     expected = [parse_head(expect_head)] if expect_head is not None else []
-    offline = log is not None and public_key is not None
-    config = None if offline else load_config(ctx)
-    path = log if log is not None else Path(config.state_dir) / "issuance.jsonl"  # type: ignore[union-attr]
-    keys = _public_keys(config, public_key)
-    if config is not None and log is None:
-        expected += _store_head(config)
+    if log is not None and store is not None:
+        raise BadInput("give --log FILE or --store URL, not both")
+    offline = log is not None and public_key is not None  # an auditor's own machine: no config needed
+    config = optional_config(ctx) if store is not None else None if offline else load_config(ctx)
+    fleet = fleet_target(ctx, log, store) if log is None else None
+    if fleet is not None and repair:
+        raise BadInput("--repair: the fleet's log has no torn record to cut (each record is one row)")
+    path = log if log is not None else Path(config.state_dir if config else ".") / "issuance.jsonl"
+    keys = pinned_keys(config, public_key)[0] if fleet is None else {}
+    if config is not None and log is None and store is None:
+        expected += store_head(config)
     witnessed = None
     if witness is not None:
         from broker.core.config import WitnessConfig, parse_witness_url
@@ -98,9 +105,12 @@ def verify(
     try:
         if witness is not None:
             witnessed = witnessed_checkpoints(source)
-        result = verify_log(
-            path, keys, expected_heads=tuple(expected), witnessed=witnessed, allow_torn_tail=repair, strict=strict
-        )
+        if fleet is not None:
+            result = verify_fleet(fleet, public_key, expected=tuple(expected), witnessed=witnessed, strict=strict)
+        else:
+            result = verify_log(
+                path, keys, expected_heads=tuple(expected), witnessed=witnessed, allow_torn_tail=repair, strict=strict
+            )
     except LogVerificationError as error:
         if as_json:
             typer.echo(json.dumps(failure_json(error)))
@@ -119,37 +129,14 @@ def verify(
     typer.echo(result.summary(witness=witness is not None))
 
 
-def _public_keys(config: Config | None, public_key: Path | None) -> dict[str, Ed25519PublicKey]:
-    from broker.audit.verify import parse_public_keys
-
-    if public_key is not None:
-        try:
-            return parse_public_keys(public_key.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError) as exc:
-            raise BadInput(f"public key file {public_key}: {getattr(exc, 'strerror', None) or 'unreadable'}") from None
-    from broker.audit.keys import load_signing_keys
-
-    assert config is not None  # only --log with --public-key runs without a config
-    return parse_public_keys("\n".join(load_signing_keys(config.audit_key).public_key_lines()))
-
-
-def _store_head(config: Config) -> list[Head]:
-    """The newest checkpoint the session store recorded (a truncation check against the live log)."""
-    from broker.audit.verify import Head
-    from broker.core.store import open_config_store
-
-    store = open_config_store(config)
-    try:
-        head = store.log_head()
-    finally:
-        store.close()
-    return [Head(*head)] if head else []
-
-
-def _checked(ctx: typer.Context, path: Path, no_verify: bool) -> VerifyResult | None:
+def _checked(ctx: typer.Context, path: Path | TableSource, no_verify: bool) -> VerifyResult | None:
     """Check the log's chain before reading it (exit 6 when broken); a prefix checked before is only rehashed."""
     if no_verify:
         return None
+    if not isinstance(path, Path):
+        from broker.cli.audit_fleet import check_fleet_chain
+
+        return check_fleet_chain(path)
     import contextlib
 
     from broker.audit.chain import CheckedPrefix, check_chain
@@ -207,6 +194,7 @@ def list_records(
     """
     from broker.audit.query import RecordFilter
     from broker.audit.query import list_records as select
+    from broker.cli.audit_fleet import log_source
     from broker.vocab.session_ids import check_session_id
 
     if session is not None:
@@ -219,12 +207,13 @@ def list_records(
         since=_parse_time(since, "--since"),
         until=_parse_time(until, "--until"),
     )
-    records = select(_log_path(ctx, log), record_filter)
-    if as_json:
-        for record in records:
-            typer.echo(json.dumps(record, sort_keys=True))
-        return
-    rows = [[_cell(record.get(column)) for column in LIST_COLUMNS] for record in records]
+    with log_source(ctx, log) as source:
+        records = select(source, record_filter)
+        if as_json:
+            for record in records:
+                typer.echo(json.dumps(record, sort_keys=True))
+            return
+        rows = [[_cell(record.get(column)) for column in LIST_COLUMNS] for record in records]
     if as_csv:
         writer = csv.writer(sys.stdout)
         writer.writerow(LIST_COLUMNS)
@@ -259,18 +248,21 @@ def lookup(
     from broker.audit.keys import load_fingerprint_keys
     from broker.audit.query import check_fingerprint_keys, read_leaked_secret
     from broker.audit.query import lookup as find
+    from broker.cli.audit_fleet import fleet_keys_partly_held, log_source
 
     if (secret_file is None) == (not secret_stdin):
         raise BadInput("lookup needs exactly one of --secret-file FILE or --secret-stdin")
     config = load_config(ctx)
     keys = load_fingerprint_keys(config.fingerprint_key)  # never the signing key
-    path = _log_path(ctx, log)
-    checked = _checked(ctx, path, no_verify)
-    check_fingerprint_keys(path, keys, config.fingerprint_key, checked.fingerprint_key_ids if checked else ())
-    candidates = read_leaked_secret(secret_file, sys.stdin.buffer.read(65 * 1024) if secret_stdin else None)
-    fingerprints = [secret.fingerprint(key) for secret in candidates for key in keys.hmac_keys()]
-    del candidates
-    matches = find(path, fingerprints)
+    with log_source(ctx, log) as source:
+        checked = _checked(ctx, source, no_verify)
+        seen = checked.fingerprint_key_ids if checked else frozenset()
+        if not fleet_keys_partly_held(source, keys, seen):
+            check_fingerprint_keys(source, keys, config.fingerprint_key, seen)
+        candidates = read_leaked_secret(secret_file, sys.stdin.buffer.read(65 * 1024) if secret_stdin else None)
+        fingerprints = [secret.fingerprint(key) for secret in candidates for key in keys.hmac_keys()]
+        del candidates
+        matches = find(source, fingerprints)
     if as_json:
         typer.echo(json.dumps(matches, indent=2))
     elif not matches:
@@ -334,13 +326,19 @@ def _fleet_active(ctx: typer.Context) -> list[dict[str, Any]] | None:
 
 @audit_app.command("public-key")
 def public_key(ctx: typer.Context) -> None:
-    """Print the public keys (current first, then retired ones) auditors verify checkpoints with.
+    """Print the public keys auditors verify checkpoints with: current, then retired (a fleet: every host's).
 
     Example: broker audit public-key > broker.pub
     """
     from broker.audit.keys import load_or_create_keys
 
     config = load_config(ctx)
+    if config.store is not None:  # a fleet: every host's key, each with its host
+        from broker.cli.audit_fleet import fleet_public_keys
+
+        for line in fleet_public_keys(config):
+            typer.echo(line)
+        return
     for line in load_or_create_keys(config.audit_key, config.fingerprint_key).public_key_lines():
         typer.echo(line)
 

@@ -83,8 +83,8 @@ CONFIG = (
                 "store",
                 "postgresql://USER@HOST[:PORT]/DB",
                 False,
-                "Fleet mode: sessions, credential states, locks and AWS deny entries in one PostgreSQL database"
-                " shared by brokers on many hosts; no password in the URL.",
+                "Fleet mode: sessions, credential states, locks, AWS deny entries and the issuance log (one hash"
+                " chain) in one PostgreSQL database shared by brokers on many hosts; no password in the URL.",
                 "SQLite in state_dir",
             ),
             Key("store_passfile", "path", False, "The pgpass file (mode 0600) holding the store's password."),

@@ -18,7 +18,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from broker.audit.keys import AuditKeys, load_or_create_keys
-from broker.audit.log import IssuanceLog
+from broker.audit.log import AppendLog, IssuanceLog
 from broker.core.config import Config
 from broker.core.locks import lock_dir, session_lock
 from broker.core.policy import Policy, Requester, load_policy
@@ -75,7 +75,7 @@ def ensure_state_dir(config: Config) -> None:
 class Broker:
     config: Config
     store: SessionStore
-    log: IssuanceLog
+    log: AppendLog
     keys: AuditKeys
     requester: Requester
     clock: Callable[[], datetime] = field(default=utcnow)
@@ -93,7 +93,7 @@ class Broker:
         return cls(
             config=config,
             store=store,
-            log=IssuanceLog(config.state_dir, keys),
+            log=store.issuance_log(keys) or IssuanceLog(config.state_dir, keys),
             keys=keys,
             requester=current_requester(),
         )

@@ -75,6 +75,22 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (scope, key, value)
     );
     """,
+    # 2: the fleet's issuance log, one hash chain in one seq order (each record its exact canonical JSON text,
+    #    so hashes re-verify byte for byte), and the public keys hosts sign its checkpoints with.
+    """
+    CREATE TABLE issuance_log (
+        seq BIGINT PRIMARY KEY CHECK (seq > 0),
+        hash TEXT NOT NULL,
+        host TEXT NOT NULL,
+        record TEXT NOT NULL
+    );
+    CREATE TABLE audit_keys (
+        key_id TEXT PRIMARY KEY,
+        host TEXT NOT NULL,
+        public_key TEXT NOT NULL,
+        created_at TIMESTAMPTZ NOT NULL DEFAULT now()
+    );
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

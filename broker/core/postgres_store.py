@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from broker.audit.keys import AuditKeys
+from broker.audit.pglog import PostgresIssuanceLog
 from broker.core.postgres_locks import AdvisoryLock, AdvisoryLocks, PostgresFleetState, first_line
 from broker.core.postgres_schema import current_version, migrate
 from broker.core.store import (
@@ -118,6 +120,14 @@ class PostgresSessionStore(SessionStore):
 
     def shared_lock(self, name: str) -> Lock:
         return AdvisoryLock(self._locks, name)
+
+    def issuance_log(self, keys: AuditKeys) -> PostgresIssuanceLog:
+        return PostgresIssuanceLog(self.run_step, keys, self.host)
+
+    def run_step(self, step: Callable[[Any], Any]) -> Any:
+        """Run ``step(connection)`` on the store's connection; a database error is a one-line StoreError."""
+        with self._lock:
+            return self._call(step)
 
     def fleet_state(self) -> PostgresFleetState:
         return PostgresFleetState(self._locks, self._run)

@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 from broker.core.states import LIVE_SESSION_STATES, UNSETTLED_CREDENTIAL_STATES, CredentialState, SessionState
 
 if TYPE_CHECKING:
+    from broker.audit.keys import AuditKeys
+    from broker.audit.log import AppendLog
     from broker.core.config import Config
     from broker.core.sqlite_store import SqliteSessionStore
     from broker.vocab.holding import Lock
@@ -162,6 +164,10 @@ class SessionStore(ABC):
 
     def shared_lock(self, name: str) -> Lock | None:
         """A lock every broker sharing this store honours (fleet mode); None: this host's file locks do."""
+        return None
+
+    def issuance_log(self, keys: AuditKeys) -> AppendLog | None:
+        """The fleet's issuance log kept in this store; None: the file log in ``state_dir`` (one host)."""
         return None
 
     def fleet_state(self) -> FleetState | None:

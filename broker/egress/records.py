@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from broker.audit.log import IssuanceLog
+from broker.audit.log import AppendLog
 
 
-def log_denials(log: IssuanceLog, denials: dict[str, int], *, session: str, task: str, requester: str) -> int:
+def log_denials(log: AppendLog, denials: dict[str, int], *, session: str, task: str, requester: str) -> int:
     """Append the session's refused destinations (sorted, so the log reads the same every time)."""
     for destination, count in sorted(denials.items()):
         log.append(

@@ -20,7 +20,7 @@ import contextlib
 import os
 import secrets
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from broker.vocab.errors import BadInput, ConfigError
@@ -67,7 +67,7 @@ def _directory(directory: Path | int) -> Iterator[int]:
 def write_private_file(
     directory: Path | int,
     name: str,
-    data: bytes,
+    data: bytes | Iterable[bytes],
     *,
     mode: int,
     owner: tuple[int, int] | None = None,
@@ -92,7 +92,8 @@ def write_private_file(
                 if owner is not None:
                     os.fchown(fd, *owner)
                 os.fchmod(fd, mode)
-                write_all(fd, data)
+                for chunk in (data,) if isinstance(data, bytes) else data:  # chunks: a large file, streamed
+                    write_all(fd, chunk)
                 if durable:
                     os.fsync(fd)
             finally:

@@ -17,6 +17,7 @@ from urllib.parse import parse_qs, urlsplit
 from broker import __version__
 from broker.core.broker import Broker
 from broker.core.revoking import RevokeReport
+from broker.daemon.access import owned_session, owner_filter
 from broker.daemon.peer import Peer
 from broker.daemon.wire import Request, Send, error_body
 from broker.vocab.errors import REPORT_URL, BrokerError, PolicyDenied, RevokeIncomplete, UnknownSession
@@ -36,7 +37,7 @@ class Routes:
         """Answer ``request``; whatever goes wrong, the peer gets one JSON line, never a traceback."""
         broker = dataclasses.replace(self.base, requester=peer.requester())
         try:
-            self._dispatch(broker, request, send)
+            self._dispatch(broker, peer, request, send)
         except BrokerError as exc:
             status = 404 if isinstance(exc, UnknownSession) else HTTP_STATUS.get(exc.exit_code, 500)
             _answer(send, status, error_body(exc.message, exc.exit_code))
@@ -47,7 +48,7 @@ class Routes:
         finally:
             event(LOG, "request", method=request.method, path=urlsplit(request.target).path, uid=peer.uid)
 
-    def _dispatch(self, broker: Broker, request: Request, send: Send) -> None:
+    def _dispatch(self, broker: Broker, peer: Peer, request: Request, send: Send) -> None:
         url = urlsplit(request.target)
         query = {key: values[-1] for key, values in parse_qs(url.query).items()}
         route = (request.method, url.path)
@@ -56,17 +57,17 @@ class Routes:
         elif route == ("POST", "/v1/sessions"):
             self._issue(broker, request, send)
         elif route == ("GET", "/v1/sessions"):
-            send(200, _status(broker, query))
+            send(200, _status(broker, peer, query))
         elif route == ("DELETE", "/v1/sessions"):
-            send(200, *_revoke_task(broker, query))
+            send(200, *_revoke_task(broker, peer, query))
         elif route == ("POST", "/v1/policy/check"):
             send(*_check(broker, request))
         elif route == ("POST", "/v1/sweep"):
             send(200, *_sweep(broker))
         elif request.method == "DELETE" and (match := SESSION_PATH.fullmatch(url.path)):
-            send(200, *_revoke(broker, [match.group(1)]))
+            send(200, *_revoke(broker, peer, match.group(1)))
         elif request.method == "POST" and (match := RENEW_PATH.fullmatch(url.path)):
-            send(200, *_renew(broker, match.group(1)))
+            send(200, *_renew(broker, peer, match.group(1)))
         else:
             _answer(send, 404, error_body(f"no endpoint {request.method[:10]} {url.path[:80]}", 2))
 
@@ -93,11 +94,17 @@ def _finish(broker: Broker, result: Any) -> Any:
     return result
 
 
-def _status(broker: Broker, query: dict[str, str]) -> Any:
+def _status(broker: Broker, peer: Peer, query: dict[str, str]) -> Any:
     from broker.core.status import session_status
 
     providers = broker.config.providers if query.get("budgets") == "1" else None
-    return session_status(broker.store, include_ended=query.get("all") == "1", providers=providers, now=broker.clock())
+    return session_status(
+        broker.store,
+        include_ended=query.get("all") == "1",
+        providers=providers,
+        now=broker.clock(),
+        requester=owner_filter(peer),
+    )
 
 
 def _session_id(value: str) -> str:
@@ -106,21 +113,22 @@ def _session_id(value: str) -> str:
     return check_session_id(value)
 
 
-def _revoke(broker: Broker, sessions: list[str]) -> tuple[Any, int, str]:
+def _revoke(broker: Broker, peer: Peer, session: str) -> tuple[Any, int, str]:
     from broker.core.revoking import revoke_session
 
-    report = revoke_session(broker, _session_id(sessions[0]))
+    record = owned_session(broker, peer, _session_id(session), "revoke")
+    report = revoke_session(broker, record.id)
     return _finish(broker, report.to_json()), *_incomplete([report])
 
 
-def _revoke_task(broker: Broker, query: dict[str, str]) -> tuple[Any, int, str]:
+def _revoke_task(broker: Broker, peer: Peer, query: dict[str, str]) -> tuple[Any, int, str]:
     from broker.core.revoking import revoke_task
     from broker.vocab.errors import UsageError
 
     task = query.get("task")
     if not task:
         raise UsageError("revoke needs a task (DELETE /v1/sessions?task=NAME) or a session id")
-    reports = revoke_task(broker, task)
+    reports = revoke_task(broker, task, requester=owner_filter(peer))
     return _finish(broker, [report.to_json() for report in reports]), *_incomplete(reports)
 
 
@@ -129,10 +137,11 @@ def _incomplete(reports: list[RevokeReport]) -> tuple[int, str]:
     return (RevokeIncomplete.exit_code if pending else 0), ",".join(pending)
 
 
-def _renew(broker: Broker, session: str) -> tuple[Any, int]:
+def _renew(broker: Broker, peer: Peer, session: str) -> tuple[Any, int]:
     from broker.core.renewing import renew_session
 
-    renewals = renew_session(broker, _session_id(session))
+    record = owned_session(broker, peer, _session_id(session), "renew")
+    renewals = renew_session(broker, record.id)
     pending = any(renewal.old_outcome == "pending" for renewal in renewals)
     return _finish(broker, [r.to_json() for r in renewals]), RevokeIncomplete.exit_code if pending else 0
 

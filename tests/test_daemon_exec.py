@@ -1,0 +1,178 @@
+"""``broker exec`` through the daemon, for real: the client runs bubblewrap, the daemon holds the session and the proxy.
+
+The allowed destination is an HTTP server on the host's loopback; inside the
+sandbox's network namespace only the daemon's egress proxy (bound in as a
+Unix socket) reaches it. The session lives exactly as long as the client's
+connection.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures.openbao import VAULT_TASK, OpenBao
+from tests.fixtures.sandbox import sandbox_unavailable
+from tests.test_daemon import WAIT, Daemon, _wait_for, daemon
+from tests.test_egress_proxy import Sink, Upstream, sink, upstream
+
+__all__ = ["daemon", "sink", "upstream"]  # fixtures
+pytestmark = [
+    pytest.mark.server,
+    pytest.mark.skipif(bool(sandbox_unavailable()), reason=str(sandbox_unavailable())),
+]
+
+POLICY = """
+rules:
+  - id: agents
+    tasks: ["fix-*"]
+    sandbox_uids: [1000]
+    sandbox_gids: [1000]
+    network: ["127.0.0.1:{port}"]
+    grants:
+      - provider: vault
+        policies: ["ci-*"]
+        max_uses: 100
+"""
+
+INSIDE = r"""
+test -r /run/secrets/kv/token && echo "token-readable"
+echo "proxy=$https_proxy"
+curl -sS --noproxy '' -o /dev/null -w 'allowed=%{{http_code}}\n' http://127.0.0.1:{up}/through
+curl -sS --noproxy '' -o /dev/null -w 'other=%{{http_code}}\n' http://127.0.0.1:{sink}/
+curl -sS --noproxy '*' --max-time 5 -o /dev/null http://127.0.0.1:{up}/direct 2>/dev/null; echo "direct-exit=$?"
+exit 3
+"""
+
+
+def _start(daemon: Daemon, upstream: Upstream) -> Path:
+    daemon.env.write_policy(POLICY.format(port=upstream.port))
+    daemon.start()
+    text = VAULT_TASK.replace("credentials:", f'network:\n  allow: ["127.0.0.1:{upstream.port}"]\ncredentials:')
+    return daemon.task(text)
+
+
+def _workspace(daemon: Daemon) -> Path:
+    path = daemon.shared / "workspace"
+    path.mkdir()
+    os.chown(path, 1000, 1000)
+    return path
+
+
+def _states(daemon: Daemon) -> dict[str, str]:
+    return {item["session"]: item["state"] for item in daemon.env.run("status", "--all", "--json").json()}
+
+
+def _accessors(daemon: Daemon) -> list[str]:
+    return [r["reference"]["accessor"] for r in daemon.env.log_records() if r["event"] == "credential.issued"]
+
+
+def _client_process(daemon: Daemon, *args: str) -> subprocess.Popen[str]:
+    environment = {"PATH": os.environ["PATH"], "BROKER_SOCKET": str(daemon.socket), "HOME": "/"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "broker", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=environment,
+        cwd="/",
+    )
+
+
+def test_exec_through_the_daemon_reads_its_credential_and_reaches_only_what_is_allowed(
+    daemon: Daemon, openbao: OpenBao, upstream: Upstream, sink: Sink
+) -> None:
+    task = _start(daemon, upstream)
+    script = INSIDE.format(up=upstream.port, sink=sink.port)
+    result = daemon.client("exec", "--task", str(task), "--", "sh", "-c", script)
+    assert result.code == 3, result.stderr  # the command's status, as direct exec
+    lines = result.stdout.splitlines()
+    assert lines[:2] == ["token-readable", "proxy=http://127.0.0.1:3128"]
+    assert "allowed=200" in lines and "other=403" in lines
+    assert "direct-exit=7" in lines  # no way out but the daemon's proxy
+    assert [r["path"] for r in upstream.requests] == ["/through"]
+    assert sink.accepted == []
+    [(session, state)] = _states(daemon).items()
+    assert state == "revoked"  # revoked when the client's command ended
+    assert not any(openbao.accessor_exists(accessor) for accessor in _accessors(daemon))
+    denied = [r for r in daemon.env.log_records() if r["event"] == "egress.denied"]
+    assert [(r["session"], r["destination"], r["count"]) for r in denied] == [(session, f"127.0.0.1:{sink.port}", 1)]
+    assert daemon.env.run("audit", "verify").code == 0
+
+
+def test_a_sigkilled_exec_client_gets_its_session_revoked_by_the_daemon(
+    daemon: Daemon, openbao: OpenBao, upstream: Upstream
+) -> None:
+    task = _start(daemon, upstream)
+    workspace = _workspace(daemon)
+    script = "cat /run/secrets/kv/token > /dev/null && touch /workspace/started && exec sleep 600"
+    client = _client_process(
+        daemon, "exec", "--task", str(task), "--workspace", str(workspace), "--", "sh", "-c", script
+    )
+    try:
+        _wait_for(lambda: (workspace / "started").exists() or client.poll() is not None, "the sandboxed command")
+        assert client.poll() is None, client.communicate()
+        [session] = _states(daemon)
+        assert _states(daemon)[session] == "active"
+        client.kill()
+        client.wait(WAIT)
+    finally:
+        if client.poll() is None:
+            client.kill()
+    _wait_for(lambda: _states(daemon)[session] == "revoked", "the daemon to revoke the session")
+    assert not any(openbao.accessor_exists(accessor) for accessor in _accessors(daemon))
+    revoked = [r for r in daemon.env.log_records() if r["event"] == "credential.revoked"]
+    assert [r["reason"] for r in revoked] == ["exec ended"]
+    assert daemon.env.run("audit", "verify").code == 0
+
+
+def test_revoking_during_exec_makes_the_proxy_refuse_at_once(
+    daemon: Daemon, openbao: OpenBao, upstream: Upstream
+) -> None:
+    task = _start(daemon, upstream)
+    workspace = _workspace(daemon)
+    url = f"http://127.0.0.1:{upstream.port}"
+    script = (
+        f"curl -sS --noproxy '' -o /dev/null -w '%{{http_code}}' {url}/before > /workspace/.before;"
+        " mv /workspace/.before /workspace/before;"
+        " while [ ! -e /workspace/go ]; do sleep 0.05; done;"
+        f" curl -sS --noproxy '' -o /dev/null -w '%{{http_code}}' {url}/after > /workspace/after 2>/dev/null;"
+        " test -e /run/secrets/kv/token && echo files-still-there; exit 0"
+    )
+    client = _client_process(
+        daemon, "exec", "--task", str(task), "--workspace", str(workspace), "--", "sh", "-c", script
+    )
+    try:
+        _wait_for(lambda: (workspace / "before").exists() or client.poll() is not None, "the first request")
+        assert (workspace / "before").read_text() == "200"
+        [session] = _states(daemon)
+        revoked = daemon.client("revoke", "--session", session)
+        assert revoked.code == 0, revoked.stderr
+        assert _states(daemon)[session] == "revoked"
+        (workspace / "go").touch()
+        stdout, stderr = client.communicate(timeout=WAIT)
+    finally:
+        if client.poll() is None:
+            client.kill()
+    assert client.returncode == 0, stderr
+    assert (workspace / "after").read_text() == "000"  # the proxy was gone: nothing went out
+    assert [r["path"] for r in upstream.requests] == ["/before"]
+    assert "files-still-there" not in stdout
+    assert not any(openbao.accessor_exists(accessor) for accessor in _accessors(daemon))
+    assert daemon.env.run("audit", "verify").code == 0
+
+
+def test_exec_through_the_daemon_keeps_the_direct_exit_codes(daemon: Daemon, upstream: Upstream) -> None:
+    task = _start(daemon, upstream)
+    missing = daemon.client("exec", "--task", str(task), "--", "no-such-command-here")
+    assert missing.code == 127, missing.stderr
+    refused = daemon.client("exec", "--task", str(task), "--sandbox", "none", "--network", "allowlist", "--", "true")
+    assert refused.code == 2 and "--network allowlist needs --sandbox bwrap" in refused.stderr
+    signalled = daemon.client("exec", "--task", str(task), "--", "sh", "-c", "kill -TERM $$")
+    assert signalled.code == 128 + signal.SIGTERM, signalled.stderr
+    assert set(_states(daemon).values()) == {"revoked"}

@@ -176,3 +176,41 @@ def test_exec_through_the_daemon_keeps_the_direct_exit_codes(daemon: Daemon, ups
     signalled = daemon.client("exec", "--task", str(task), "--", "sh", "-c", "kill -TERM $$")
     assert signalled.code == 128 + signal.SIGTERM, signalled.stderr
     assert set(_states(daemon).values()) == {"revoked"}
+
+
+def test_a_launcher_that_is_not_root_runs_exec_through_the_daemon_in_a_user_namespace(
+    daemon: Daemon, openbao: OpenBao, upstream: Upstream, sink: Sink
+) -> None:
+    daemon.env.runtime_dir = daemon.shared / "run"  # as /run/broker: a launcher may pass through to its sessions
+    daemon.env.write_config()
+    task = _start(daemon, upstream)
+    script = INSIDE.format(up=upstream.port, sink=sink.port)
+    result = daemon.client("exec", "--task", str(task), "--", "sh", "-c", script, uid=1000)
+    assert result.code == 3, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "token-readable" and "allowed=200" in lines and "other=403" in lines
+    assert [r["path"] for r in upstream.requests] == ["/through"]
+    assert set(_states(daemon).values()) == {"revoked"}
+    assert not any(openbao.accessor_exists(accessor) for accessor in _accessors(daemon))
+
+
+def test_sigterm_to_the_daemon_revokes_the_exec_session_it_holds(daemon: Daemon, upstream: Upstream) -> None:
+    task = _start(daemon, upstream)
+    workspace = _workspace(daemon)
+    script = "touch /workspace/started; while [ ! -e /workspace/go ]; do sleep 0.05; done; exit 4"
+    client = _client_process(
+        daemon, "exec", "--task", str(task), "--workspace", str(workspace), "--", "sh", "-c", script
+    )
+    try:
+        _wait_for(lambda: (workspace / "started").exists() or client.poll() is not None, "the sandboxed command")
+        [session] = _states(daemon)
+        assert daemon.stop(signal.SIGTERM) == 0  # it does not wait for the launcher: it ends the session
+        assert _states(daemon)[session] == "revoked"
+        (workspace / "go").touch()
+        _, stderr = client.communicate(timeout=WAIT)
+    finally:
+        if client.poll() is None:
+            client.kill()
+    assert client.returncode == 4, stderr
+    revoked = [r for r in daemon.env.log_records() if r["event"] == "credential.revoked"]
+    assert [r["reason"] for r in revoked] == ["daemon stopped"]

@@ -214,3 +214,44 @@ def test_sigterm_to_the_daemon_revokes_the_exec_session_it_holds(daemon: Daemon,
     assert client.returncode == 4, stderr
     revoked = [r for r in daemon.env.log_records() if r["event"] == "credential.revoked"]
     assert [r["reason"] for r in revoked] == ["daemon stopped"]
+
+
+def test_the_sandbox_user_outside_the_sandbox_cannot_reach_a_root_launchers_proxy(
+    daemon: Daemon, upstream: Upstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    private = daemon.shared / "tmp"  # the daemon's temporary directory: where it puts the proxy's socket
+    private.mkdir(mode=0o755)
+    monkeypatch.setenv("TMPDIR", str(private))
+    task = _start(daemon, upstream)
+    workspace = _workspace(daemon)
+    script = "touch /workspace/started; while [ ! -e /workspace/go ]; do sleep 0.05; done"
+    client = _client_process(
+        daemon, "exec", "--task", str(task), "--workspace", str(workspace), "--", "sh", "-c", script
+    )
+    try:
+        _wait_for(lambda: (workspace / "started").exists() or client.poll() is not None, "the sandboxed command")
+        [socket_path] = private.glob("broker-egress-*/proxy.sock")
+        probe = "import socket, sys\ns = socket.socket(socket.AF_UNIX)\ntry:\n s.connect(sys.argv[1])\nexcept OSError as e:\n print(type(e).__name__)\nelse:\n print('connected')\n"
+        outside = subprocess.run(
+            [
+                "setpriv",
+                "--reuid=1000",
+                "--regid=1000",
+                "--clear-groups",
+                "/usr/bin/python3",
+                "-c",
+                probe,
+                str(socket_path),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=WAIT,
+            check=True,
+        )
+        assert outside.stdout.strip() == "PermissionError"  # only the sandbox, where bwrap bound it, reaches it
+        (workspace / "go").touch()
+        _, stderr = client.communicate(timeout=WAIT)
+    finally:
+        if client.poll() is None:
+            client.kill()
+    assert client.returncode == 0, stderr

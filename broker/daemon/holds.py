@@ -108,7 +108,8 @@ class Holds:
             env = child_environment(document, manifest, options, body.get("parent_env") or {})
             if owner is not None:
                 held.directory = Path(tempfile.mkdtemp(prefix="broker-egress-"))
-                os.chown(held.directory, *owner)
+                if peer.uid != 0:  # the launcher binds the socket itself; a root launcher needs no way in
+                    os.chown(held.directory, *owner)
                 held.proxy = RunningProxy(EgressProxy(manifest.network, None, None, interceptor))
                 held.proxy.serve_unix(held.directory / "proxy.sock", *owner)
                 env.update(proxy_hints())

@@ -81,7 +81,7 @@ class Routes:
         elif request.method == "DELETE" and (match := SESSION_PATH.fullmatch(url.path)):
             send(200, *self._revoke(broker, peer, match.group(1)))
         elif route == ("POST", "/v1/exec"):
-            send(201, self.holds.start(broker, peer, _json_body(request), link))
+            _answer(send, 201, self.holds.start(broker, peer, _json_body(request), link))  # a peer gone: revoked
         elif request.method == "POST" and (match := HOLD_PATH.fullmatch(url.path)):
             self._hold(broker, match.group(1), link, send)
         elif request.method == "POST" and (match := RENEW_PATH.fullmatch(url.path)):

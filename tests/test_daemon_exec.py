@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -131,39 +132,49 @@ def test_a_sigkilled_exec_client_gets_its_session_revoked_by_the_daemon(
     assert daemon.env.run("audit", "verify").code == 0
 
 
-def test_revoking_during_exec_makes_the_proxy_refuse_at_once(
-    daemon: Daemon, openbao: OpenBao, upstream: Upstream
+def _through_proxy(path: Path, port: int, target: str) -> str:
+    """The status line of a plain-HTTP request sent through the proxy's socket, or the error that stopped it."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(WAIT)
+            sock.connect(str(path))
+            sock.sendall(
+                f"GET http://127.0.0.1:{port}{target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode()
+            )
+            return sock.makefile("rb").readline().decode().strip()
+    except OSError as exc:
+        return type(exc).__name__
+
+
+def test_revoking_during_exec_makes_the_proxy_refuse_at_once_and_stops_the_command(
+    daemon: Daemon, openbao: OpenBao, upstream: Upstream, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    private = daemon.shared / "tmp"  # the daemon's temporary directory: where it puts the proxy's socket
+    private.mkdir(mode=0o755)
+    monkeypatch.setenv("TMPDIR", str(private))
     task = _start(daemon, upstream)
     workspace = _workspace(daemon)
-    url = f"http://127.0.0.1:{upstream.port}"
-    script = (
-        f"curl -sS --noproxy '' -o /dev/null -w '%{{http_code}}' {url}/before > /workspace/.before;"
-        " mv /workspace/.before /workspace/before;"
-        " while [ ! -e /workspace/go ]; do sleep 0.05; done;"
-        f" curl -sS --noproxy '' -o /dev/null -w '%{{http_code}}' {url}/after > /workspace/after 2>/dev/null;"
-        " test -e /run/secrets/kv/token && echo files-still-there; exit 0"
-    )
+    script = "touch /workspace/started; exec sleep 600"
     client = _client_process(
         daemon, "exec", "--task", str(task), "--workspace", str(workspace), "--", "sh", "-c", script
     )
     try:
-        _wait_for(lambda: (workspace / "before").exists() or client.poll() is not None, "the first request")
-        assert (workspace / "before").read_text() == "200"
+        _wait_for(lambda: (workspace / "started").exists() or client.poll() is not None, "the sandboxed command")
+        [proxy] = private.glob("broker-egress-*/proxy.sock")
+        assert _through_proxy(proxy, upstream.port, "/before").startswith("HTTP/1.1 200")
         [session] = _states(daemon)
         revoked = daemon.client("revoke", "--session", session)
         assert revoked.code == 0, revoked.stderr
+        assert _through_proxy(proxy, upstream.port, "/after") in ("FileNotFoundError", "ConnectionRefusedError")
         assert _states(daemon)[session] == "revoked"
-        (workspace / "go").touch()
-        stdout, stderr = client.communicate(timeout=WAIT)
+        _, stderr = client.communicate(timeout=WAIT)
     finally:
         if client.poll() is None:
             client.kill()
-    assert client.returncode == 0, stderr
-    assert (workspace / "after").read_text() == "000"  # the proxy was gone: nothing went out
+    assert client.returncode == 128 + signal.SIGTERM, stderr  # the command was stopped, as direct exec stops it
     assert [r["path"] for r in upstream.requests] == ["/before"]
-    assert "files-still-there" not in stdout
     assert not any(openbao.accessor_exists(accessor) for accessor in _accessors(daemon))
+    assert [r["reason"] for r in daemon.env.log_records() if r["event"] == "credential.revoked"] == ["revoke"]
     assert daemon.env.run("audit", "verify").code == 0
 
 
@@ -197,7 +208,7 @@ def test_a_launcher_that_is_not_root_runs_exec_through_the_daemon_in_a_user_name
 def test_sigterm_to_the_daemon_revokes_the_exec_session_it_holds(daemon: Daemon, upstream: Upstream) -> None:
     task = _start(daemon, upstream)
     workspace = _workspace(daemon)
-    script = "touch /workspace/started; while [ ! -e /workspace/go ]; do sleep 0.05; done; exit 4"
+    script = "touch /workspace/started; exec sleep 600"
     client = _client_process(
         daemon, "exec", "--task", str(task), "--workspace", str(workspace), "--", "sh", "-c", script
     )
@@ -206,12 +217,11 @@ def test_sigterm_to_the_daemon_revokes_the_exec_session_it_holds(daemon: Daemon,
         [session] = _states(daemon)
         assert daemon.stop(signal.SIGTERM) == 0  # it does not wait for the launcher: it ends the session
         assert _states(daemon)[session] == "revoked"
-        (workspace / "go").touch()
         _, stderr = client.communicate(timeout=WAIT)
     finally:
         if client.poll() is None:
             client.kill()
-    assert client.returncode == 4, stderr
+    assert client.returncode == 128 + signal.SIGTERM, stderr  # its session ended under it: the command is stopped
     revoked = [r for r in daemon.env.log_records() if r["event"] == "credential.revoked"]
     assert [r["reason"] for r in revoked] == ["daemon stopped"]
 
@@ -255,3 +265,29 @@ def test_the_sandbox_user_outside_the_sandbox_cannot_reach_a_root_launchers_prox
         if client.poll() is None:
             client.kill()
     assert client.returncode == 0, stderr
+
+
+def test_a_sigkilled_daemon_stops_the_command_and_its_next_sweep_revokes_the_session(
+    daemon: Daemon, openbao: OpenBao, upstream: Upstream
+) -> None:
+    task = _start(daemon, upstream)
+    workspace = _workspace(daemon)
+    script = "touch /workspace/started; exec sleep 600"
+    client = _client_process(
+        daemon, "exec", "--task", str(task), "--workspace", str(workspace), "--", "sh", "-c", script
+    )
+    try:
+        _wait_for(lambda: (workspace / "started").exists() or client.poll() is not None, "the sandboxed command")
+        [session] = _states(daemon)
+        assert daemon.stop(signal.SIGKILL) == -signal.SIGKILL
+        _, stderr = client.communicate(timeout=WAIT)
+    finally:
+        if client.poll() is None:
+            client.kill()
+    assert client.returncode == 128 + signal.SIGTERM, stderr
+    assert stderr == f"broker: error: session {session}: the broker daemon went away; broker sweep revokes it\n"
+    assert _states(daemon)[session] == "active"
+    daemon.start()  # its first sweep finds the exec-bound session nobody holds
+    _wait_for(lambda: _states(daemon)[session] == "revoked", "the sweep")
+    assert not any(openbao.accessor_exists(accessor) for accessor in _accessors(daemon))
+    assert [r["reason"] for r in daemon.env.log_records() if r["event"] == "credential.revoked"] == ["exec broker gone"]

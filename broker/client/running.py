@@ -6,7 +6,10 @@ document, the command's environment and, with an allowlist, the egress
 proxy's Unix socket; ``POST /v1/sessions/{id}/hold`` then stays open while
 the command runs. When this process ends in any way its connection closes
 and the daemon revokes the session; when the command ends normally this side
-stops writing and reads the revoke report. The sandbox is the same bubblewrap
+stops writing and reads the revoke report. When the session ends under the
+command (revoked from outside, expired, the daemon stopped or gone) the hold
+answers early: the proxy refuses already, and the command gets SIGTERM, then
+SIGKILL after a grace period, as direct ``exec`` stops it. The sandbox is the same bubblewrap
 command line as direct ``exec`` (``broker.host.sandbox``), with the
 forwarder in front of the command when there is a proxy.
 """
@@ -15,8 +18,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
+import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +39,7 @@ from broker.host.sandbox import (
 from broker.host.spawning import COMMAND_NOT_FOUND, resolve, spawn
 from broker.vocab.errors import BadInput, BrokerError, UsageError
 
+GRACE = 5.0  # seconds between SIGTERM and SIGKILL for a command whose session ended under it
 PASSED_TO_DAEMON = ("PATH", "LANG", "TERM")  # what direct exec takes from its own environment
 
 
@@ -63,7 +70,7 @@ def run_exec(args: argparse.Namespace, socket: str, manifest: Any) -> int:
         started = _ok(connection.request("POST", "/v1/exec", body))
         session = str(started.document["session"]["session"])
         holder = _Holder(connection, session)
-        status = _run(started.document, command, args, workspace)
+        status = _run(started.document, command, args, workspace, holder.attach)
         report = holder.finish()
     if report is None:
         _warn(f"session {session}: the broker daemon went away; broker sweep revokes it")
@@ -90,6 +97,10 @@ class _Holder:
     def __init__(self, connection: Connection, session: str) -> None:
         self.connection = connection
         self.answer: Answer | None = None
+        self._lock = threading.Lock()
+        self._child: subprocess.Popen[bytes] | None = None
+        self._ended = False  # the hold answered (or broke): the session is over
+        self._finishing = False  # the command ended by itself: nothing to stop
         connection.send("POST", f"/v1/sessions/{session}/hold")
         self._thread = threading.Thread(target=self._read, name="hold", daemon=True)
         self._thread.start()
@@ -99,15 +110,46 @@ class _Holder:
             self.answer = self.connection.answer()
         except BrokerError:
             self.answer = None
+        with self._lock:
+            self._ended = True
+            child = None if self._finishing else self._child
+        _stop(child)
+
+    def attach(self, child: subprocess.Popen[bytes]) -> None:
+        """The command runs: stopped at once if its session has already ended."""
+        with self._lock:
+            self._child = child
+            ended = self._ended
+        if ended:
+            _stop(child)
 
     def finish(self) -> Answer | None:
         """The command ended: let the daemon revoke and read its report (None when the daemon is gone)."""
+        with self._lock:
+            self._finishing = True
         self.connection.done_sending()
         self._thread.join()
         return self.answer
 
 
-def _run(started: dict[str, Any], command: list[str], args: argparse.Namespace, workspace: str | None) -> int:
+def _stop(child: subprocess.Popen[bytes] | None) -> None:
+    """SIGTERM, and SIGKILL if the command is still there after ``GRACE``."""
+    if child is None or child.poll() is not None:
+        return
+    child.send_signal(signal.SIGTERM)
+    try:
+        child.wait(timeout=GRACE)
+    except subprocess.TimeoutExpired:
+        child.kill()
+
+
+def _run(
+    started: dict[str, Any],
+    command: list[str],
+    args: argparse.Namespace,
+    workspace: str | None,
+    attach: Callable[[subprocess.Popen[bytes]], None],
+) -> int:
     document, env = started["session"], dict(started["env"])
     uid, gid = int(started["sandbox"]["uid"]), int(started["sandbox"]["gid"])
     if args.sandbox == "bwrap":
@@ -131,10 +173,11 @@ def _run(started: dict[str, Any], command: list[str], args: argparse.Namespace, 
             command = forwarder_argv(EGRESS_SOCKET, command)
         with program_fd() as seccomp_fd:
             argv = [*bwrap_command(spec, seccomp_fd=seccomp_fd), *command]
-            return spawn(argv, env={"PATH": SANDBOX_PATH}, cwd=None, pass_fds=(seccomp_fd,))
+            return spawn(argv, env={"PATH": SANDBOX_PATH}, cwd=None, pass_fds=(seccomp_fd,), started=attach)
     if resolve(command[0], env["PATH"]) is None:
         return COMMAND_NOT_FOUND
-    return spawn(command, env=env, cwd=workspace, identity=(uid, gid) if os.geteuid() == 0 else None)
+    identity = (uid, gid) if os.geteuid() == 0 else None
+    return spawn(command, env=env, cwd=workspace, identity=identity, started=attach)
 
 
 def _ok(answer: Answer) -> Answer:

@@ -12,7 +12,7 @@ import os
 import shutil
 import signal
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 from typing import Any
@@ -35,8 +35,10 @@ def spawn(
     cwd: str | None,
     identity: tuple[int, int] | None = None,
     pass_fds: tuple[int, ...] = (),
+    started: Callable[[subprocess.Popen[bytes]], None] | None = None,
 ) -> int:
-    """Run ``argv`` to its end (as ``identity`` = (uid, gid) with no other group, when given); its status."""
+    """Run ``argv`` to its end (as ``identity`` = (uid, gid) with no other group, when given); its status.
+    ``started`` gets the child as soon as it runs (to stop it when its session ends under it)."""
     drop: dict[str, Any] = {}
     if identity is not None:
         drop = {"user": identity[0], "group": identity[1], "extra_groups": []}
@@ -47,6 +49,8 @@ def spawn(
     except PermissionError:
         return NOT_EXECUTABLE
     with forwarding(child):
+        if started is not None:
+            started(child)
         status = child.wait()
     return 128 - status if status < 0 else status
 

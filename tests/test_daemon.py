@@ -298,7 +298,8 @@ def test_an_unreachable_daemon_is_exit_7_and_never_direct_mode(daemon: Daemon) -
 def test_the_thin_client_imports_no_provider_sdk_and_no_typer(daemon: Daemon) -> None:
     daemon.start()
     task = daemon.task()
-    for args in (("status", "--json"), ("issue", "--task", str(task), "--json"), ("status",)):
+    exec_args = ("exec", "--task", str(task), "--", "true")  # the client runs the sandbox; the daemon mints
+    for args in (("status", "--json"), ("issue", "--task", str(task), "--json"), ("status",), exec_args):
         completed = subprocess.run(
             [sys.executable, "-X", "importtime", "-m", "broker", *args],
             capture_output=True,

@@ -1,4 +1,4 @@
-"""``broker issue | revoke | status | renew | policy check`` against the daemon: same arguments, output, exit codes.
+"""``broker issue | revoke | status | renew | exec | policy check`` through the daemon: same arguments, output, codes.
 
 ``thin_client`` answers None when this invocation is not the daemon's (no
 socket configured, another command, or ``--help``): ``broker.entry`` then runs
@@ -22,6 +22,7 @@ CONFIG_ENV = "BROKER_CONFIG"
 DEFAULT_CONFIG = "/etc/broker/broker.toml"
 MAX_CONFIG_BYTES = 256 * 1024
 FORMATS = ("json", "env", "docker", "podman", "bwrap")
+COMMANDS = ("issue", "revoke", "status", "renew", "exec", "policy check")
 
 if TYPE_CHECKING:
     from broker.daemon.transport import Answer
@@ -67,6 +68,10 @@ def _command_parser(command: str) -> _Parser:
     elif command == "renew":
         parser.add_argument("--session", required=True)
         parser.add_argument("--json", dest="as_json", action="store_true")
+    elif command == "exec":
+        from broker.client.running import add_options
+
+        add_options(parser)
     return parser
 
 
@@ -99,7 +104,8 @@ def thin_client(args: list[str]) -> int | None:
     except UsageError:
         return None
     command = " ".join(rest[:2]) if rest[:1] == ["policy"] else " ".join(rest[:1])
-    if command not in ("issue", "revoke", "status", "renew", "policy check") or {"-h", "--help"} & set(rest):
+    own = rest[: rest.index("--")] if "--" in rest else rest  # after --, exec's command has its own options
+    if command not in COMMANDS or {"-h", "--help"} & set(own):
         return None
     socket = daemon_socket(options.config)
     if socket is None:
@@ -128,6 +134,10 @@ def _run(command: str, args: argparse.Namespace, socket: str) -> int:
         return _checked(answer)
     if command == "revoke":
         return _revoke(args, socket)
+    if command == "exec":
+        from broker.client.running import run_exec
+
+        return run_exec(args, socket, _manifest(args.task))
     if command == "status":
         query = "?all=1" if args.show_all else ""
         query += ("&" if query else "?") + "budgets=1" if args.as_json else ""

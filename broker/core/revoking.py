@@ -76,8 +76,10 @@ def revoke_session(broker: Broker, session_id: str, *, reason: str = "revoke") -
     return _revoke(broker, session, reason=reason)
 
 
-def revoke_task(broker: Broker, task: str) -> list[RevokeReport]:
-    sessions = broker.store.sessions(states=LIVE_SESSION_STATES, task=task)
+def revoke_task(broker: Broker, task: str, *, requester: str | None = None) -> list[RevokeReport]:
+    """Revoke every live session of ``task``; with ``requester``, only the ones that requester asked for."""
+    found = broker.store.sessions(states=LIVE_SESSION_STATES, task=task)
+    sessions = [s for s in found if requester is None or s.requester == requester]
     if not sessions:
         raise UnknownSession(f"no live session for task {task[:64]!r}")
     return [_revoke(broker, session, reason="revoke") for session in sessions]

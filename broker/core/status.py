@@ -22,9 +22,12 @@ def session_status(
     include_ended: bool,
     providers: Mapping[str, Provider[Any]] | None = None,
     now: datetime | None = None,
+    requester: str | None = None,
 ) -> list[dict[str, Any]]:
+    """Every session, or with ``requester`` only the sessions that requester asked for."""
     states = None if include_ended else LIVE_SESSION_STATES
-    sessions = [(session, store.credentials(session.id)) for session in store.sessions(states=states)]
+    found = [s for s in store.sessions(states=states) if requester is None or s.requester == requester]
+    sessions = [(session, store.credentials(session.id)) for session in found]
     budgets: dict[tuple[str, str], DenyBudget] = {}
     if providers is not None and now is not None:
         budgets = deny_budgets(store, providers, [c for _, records in sessions for c in records], now)

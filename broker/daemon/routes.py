@@ -11,12 +11,15 @@ import contextlib
 import dataclasses
 import logging
 import re
+import threading
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from broker import __version__
 from broker.core.broker import Broker
 from broker.core.revoking import RevokeReport
+from broker.daemon.access import owned_session, owner_filter
+from broker.daemon.holds import Holds, Link
 from broker.daemon.peer import Peer
 from broker.daemon.wire import Request, Send, error_body
 from broker.vocab.errors import REPORT_URL, BrokerError, PolicyDenied, RevokeIncomplete, UnknownSession
@@ -25,18 +28,30 @@ from broker.vocab.logs import event
 LOG = logging.getLogger("broker.daemon")
 SESSION_PATH = re.compile(r"/v1/sessions/([^/]{1,64})")
 RENEW_PATH = re.compile(r"/v1/sessions/([^/]{1,64})/renew")
+HOLD_PATH = re.compile(r"/v1/sessions/([^/]{1,64})/hold")
 HTTP_STATUS = {1: 500, 2: 400, 3: 403, 4: 502, 5: 200, 6: 500, 7: 503}
 
 
 class Routes:
-    def __init__(self, base: Broker) -> None:
+    def __init__(self, base: Broker, stopping: threading.Event) -> None:
         self.base = base
+        self.stopping = stopping
+        self.holds = Holds()
 
-    def handle(self, request: Request, peer: Peer, send: Send) -> None:
+    def release(self, peer: Peer, link: Link) -> None:
+        """A connection ended: the exec sessions it held are revoked."""
+        if link.sessions:
+            broker = dataclasses.replace(self.base, requester=peer.requester())
+            try:
+                self.holds.release(broker, link)
+            finally:
+                _finish(broker, None)
+
+    def handle(self, request: Request, peer: Peer, send: Send, link: Link) -> None:
         """Answer ``request``; whatever goes wrong, the peer gets one JSON line, never a traceback."""
         broker = dataclasses.replace(self.base, requester=peer.requester())
         try:
-            self._dispatch(broker, request, send)
+            self._dispatch(broker, peer, request, send, link)
         except BrokerError as exc:
             status = 404 if isinstance(exc, UnknownSession) else HTTP_STATUS.get(exc.exit_code, 500)
             _answer(send, status, error_body(exc.message, exc.exit_code))
@@ -47,7 +62,7 @@ class Routes:
         finally:
             event(LOG, "request", method=request.method, path=urlsplit(request.target).path, uid=peer.uid)
 
-    def _dispatch(self, broker: Broker, request: Request, send: Send) -> None:
+    def _dispatch(self, broker: Broker, peer: Peer, request: Request, send: Send, link: Link) -> None:
         url = urlsplit(request.target)
         query = {key: values[-1] for key, values in parse_qs(url.query).items()}
         route = (request.method, url.path)
@@ -56,17 +71,21 @@ class Routes:
         elif route == ("POST", "/v1/sessions"):
             self._issue(broker, request, send)
         elif route == ("GET", "/v1/sessions"):
-            send(200, _status(broker, query))
+            send(200, _status(broker, peer, query))
         elif route == ("DELETE", "/v1/sessions"):
-            send(200, *_revoke_task(broker, query))
+            send(200, *self._revoke_task(broker, peer, query))
         elif route == ("POST", "/v1/policy/check"):
             send(*_check(broker, request))
         elif route == ("POST", "/v1/sweep"):
             send(200, *_sweep(broker))
         elif request.method == "DELETE" and (match := SESSION_PATH.fullmatch(url.path)):
-            send(200, *_revoke(broker, [match.group(1)]))
+            send(200, *self._revoke(broker, peer, match.group(1)))
+        elif route == ("POST", "/v1/exec"):
+            _answer(send, 201, self.holds.start(broker, peer, _json_body(request), link))  # a peer gone: revoked
+        elif request.method == "POST" and (match := HOLD_PATH.fullmatch(url.path)):
+            self._hold(broker, match.group(1), link, send)
         elif request.method == "POST" and (match := RENEW_PATH.fullmatch(url.path)):
-            send(200, *_renew(broker, match.group(1)))
+            send(200, *_renew(broker, peer, match.group(1)))
         else:
             _answer(send, 404, error_body(f"no endpoint {request.method[:10]} {url.path[:80]}", 2))
 
@@ -80,10 +99,56 @@ class Routes:
         with contextlib.suppress(BrokerError):
             broker.witness()
 
+    def _hold(self, broker: Broker, session: str, link: Link, send: Send) -> None:
+        """Answer (the revoke report) only when the exec session ended; a holder that is gone gets nothing."""
+        held = self.holds.get(session) if session in link.sessions else None
+        if held is None:
+            raise UnknownSession(f"session {session[:64]!r} is not an exec session this connection holds")
+        report = _finish(broker, self.holds.hold(broker, held, link, self.stopping))
+        _answer(send, 200, report.to_json(), *_incomplete([report]))
 
-def _answer(send: Send, status: int, body: dict[str, Any]) -> None:
+    def _revoke(self, broker: Broker, peer: Peer, session: str) -> tuple[Any, int, str]:
+        report = self._revoke_one(broker, owned_session(broker, peer, _session_id(session), "revoke").id)
+        return _finish(broker, report.to_json()), *_incomplete([report])
+
+    def _revoke_task(self, broker: Broker, peer: Peer, query: dict[str, str]) -> tuple[Any, int, str]:
+        """Every live session of the task that the peer may act on (its own; all of them for root)."""
+        from broker.core.states import LIVE_SESSION_STATES
+        from broker.vocab.errors import UsageError
+
+        task = query.get("task")
+        if not task:
+            raise UsageError("revoke needs a task (DELETE /v1/sessions?task=NAME) or a session id")
+        owner = owner_filter(peer)
+        found = broker.store.sessions(states=LIVE_SESSION_STATES, task=task)
+        sessions = [s.id for s in found if owner is None or s.requester == owner]
+        if not sessions:
+            raise UnknownSession(f"no live session for task {task[:64]!r}")
+        reports = [self._revoke_one(broker, session) for session in sessions]
+        return _finish(broker, [report.to_json() for report in reports]), *_incomplete(reports)
+
+    def _revoke_one(self, broker: Broker, session: str) -> RevokeReport:
+        """An exec session's proxy is closed first (it refuses at once), then every session is revoked as usual."""
+        from broker.core.revoking import revoke_session
+
+        held = self.holds.get(session)
+        return self.holds.end(broker, held, "revoke") if held is not None else revoke_session(broker, session)
+
+
+def _answer(send: Send, status: int, body: dict[str, Any], exit_code: int = 0, incomplete: str = "") -> None:
     with contextlib.suppress(OSError):
-        send(status, body)
+        send(status, body, exit_code, incomplete)
+
+
+def _json_body(request: Request) -> Any:
+    import json
+
+    from broker.vocab.errors import BadInput
+
+    try:
+        return json.loads(request.body)
+    except ValueError:
+        raise BadInput("the request body is not JSON") from None
 
 
 def _finish(broker: Broker, result: Any) -> Any:
@@ -93,11 +158,17 @@ def _finish(broker: Broker, result: Any) -> Any:
     return result
 
 
-def _status(broker: Broker, query: dict[str, str]) -> Any:
+def _status(broker: Broker, peer: Peer, query: dict[str, str]) -> Any:
     from broker.core.status import session_status
 
     providers = broker.config.providers if query.get("budgets") == "1" else None
-    return session_status(broker.store, include_ended=query.get("all") == "1", providers=providers, now=broker.clock())
+    return session_status(
+        broker.store,
+        include_ended=query.get("all") == "1",
+        providers=providers,
+        now=broker.clock(),
+        requester=owner_filter(peer),
+    )
 
 
 def _session_id(value: str) -> str:
@@ -106,33 +177,16 @@ def _session_id(value: str) -> str:
     return check_session_id(value)
 
 
-def _revoke(broker: Broker, sessions: list[str]) -> tuple[Any, int, str]:
-    from broker.core.revoking import revoke_session
-
-    report = revoke_session(broker, _session_id(sessions[0]))
-    return _finish(broker, report.to_json()), *_incomplete([report])
-
-
-def _revoke_task(broker: Broker, query: dict[str, str]) -> tuple[Any, int, str]:
-    from broker.core.revoking import revoke_task
-    from broker.vocab.errors import UsageError
-
-    task = query.get("task")
-    if not task:
-        raise UsageError("revoke needs a task (DELETE /v1/sessions?task=NAME) or a session id")
-    reports = revoke_task(broker, task)
-    return _finish(broker, [report.to_json() for report in reports]), *_incomplete(reports)
-
-
 def _incomplete(reports: list[RevokeReport]) -> tuple[int, str]:
     pending = [report.session for report in reports if not report.complete]
     return (RevokeIncomplete.exit_code if pending else 0), ",".join(pending)
 
 
-def _renew(broker: Broker, session: str) -> tuple[Any, int]:
+def _renew(broker: Broker, peer: Peer, session: str) -> tuple[Any, int]:
     from broker.core.renewing import renew_session
 
-    renewals = renew_session(broker, _session_id(session))
+    record = owned_session(broker, peer, _session_id(session), "renew")
+    renewals = renew_session(broker, record.id)
     pending = any(renewal.old_outcome == "pending" for renewal in renewals)
     return _finish(broker, [r.to_json() for r in renewals]), RevokeIncomplete.exit_code if pending else 0
 

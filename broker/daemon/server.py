@@ -23,6 +23,7 @@ from types import FrameType
 
 from broker.core.broker import Broker
 from broker.core.config import Config
+from broker.daemon.holds import Link
 from broker.daemon.peer import peer_of
 from broker.daemon.routes import Routes
 from broker.daemon.wire import serve_connection
@@ -106,9 +107,9 @@ class Daemon:
     def __init__(self, broker: Broker, listener: socket.socket, sweep_interval: int) -> None:
         self.broker = broker
         self.listener = listener
-        self.routes = Routes(broker)
         self.sweep_interval = sweep_interval
         self.stopping = threading.Event()
+        self.routes = Routes(broker, self.stopping)
         self._connections: set[threading.Thread] = set()
         self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
 
@@ -147,9 +148,14 @@ class Daemon:
         thread.start()
 
     def _serve(self, connection: socket.socket) -> None:
+        link = Link(connection)
         try:
             peer = peer_of(connection)
-            serve_connection(connection, lambda request, send: self.routes.handle(request, peer, send), self.stopping)
+            try:
+                handle = lambda request, send: self.routes.handle(request, peer, send, link)  # noqa: E731
+                serve_connection(connection, handle, self.stopping)
+            finally:
+                self.routes.release(peer, link)  # what an exec client held ends with its connection
         except Exception:  # a bug in one connection never stops the daemon
             LOG.exception("daemon connection failed")
         finally:

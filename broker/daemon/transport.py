@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 from dataclasses import dataclass
@@ -23,26 +24,61 @@ class Answer:
 
 
 def call(path: str, method: str, target: str, body: Any = None) -> Answer:
-    payload = b"" if body is None else json.dumps(body).encode()
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-    try:
+    with Connection(path) as connection:
+        return connection.request(method, target, body)
+
+
+class Connection:
+    """One kept connection to the daemon: several requests in turn (``exec`` holds its session on it)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         try:
-            sock.connect(path)
+            self.sock.connect(path)
         except OSError as exc:
+            self.sock.close()
             raise DaemonUnreachable(f"cannot reach the broker daemon at {path} ({exc.strerror or exc})") from None
-        conn = h11.Connection(h11.CLIENT)
+        self.conn = h11.Connection(h11.CLIENT)
+
+    def __enter__(self) -> Connection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.sock.close()
+
+    def request(self, method: str, target: str, body: Any = None) -> Answer:
+        """Send the request, wait for its whole answer; a connection that broke is exit 7."""
+        self.send(method, target, body)
+        return self.answer()
+
+    def send(self, method: str, target: str, body: Any = None) -> None:
+        payload = b"" if body is None else json.dumps(body).encode()
         headers = [("host", "broker"), ("content-length", str(len(payload)))]
         if body is not None:
             headers.append(("content-type", "application/json"))
         try:
-            sock.sendall(conn.send(h11.Request(method=method, target=target, headers=headers)) or b"")
-            sock.sendall(conn.send(h11.Data(data=payload)) or b"")
-            sock.sendall(conn.send(h11.EndOfMessage()) or b"")
-            return _read_answer(sock, conn)
+            if self.conn.our_state is h11.DONE and self.conn.their_state is h11.DONE:
+                self.conn.start_next_cycle()
+            self.sock.sendall(self.conn.send(h11.Request(method=method, target=target, headers=headers)) or b"")
+            self.sock.sendall(self.conn.send(h11.Data(data=payload)) or b"")
+            self.sock.sendall(self.conn.send(h11.EndOfMessage()) or b"")
         except (OSError, h11.ProtocolError) as exc:
-            raise DaemonUnreachable(f"the broker daemon at {path} did not answer ({type(exc).__name__})") from None
-    finally:
-        sock.close()
+            raise self._broken(exc) from None
+
+    def answer(self) -> Answer:
+        try:
+            return _read_answer(self.sock, self.conn)
+        except (OSError, h11.ProtocolError) as exc:
+            raise self._broken(exc) from None
+
+    def done_sending(self) -> None:
+        """Tell the daemon this side has nothing more to say (it still answers what was asked)."""
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_WR)
+
+    def _broken(self, exc: Exception) -> DaemonUnreachable:
+        return DaemonUnreachable(f"the broker daemon at {self.path} did not answer ({type(exc).__name__})")
 
 
 def _read_answer(sock: socket.socket, conn: h11.Connection) -> Answer:

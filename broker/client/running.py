@@ -1,0 +1,191 @@
+"""``broker exec`` through the daemon: the daemon issues and holds the session, this process runs the sandbox.
+
+One connection carries it all: ``POST /v1/exec`` (the manifest, read here
+with the launcher's own rights, and the options) answers with the session
+document, the command's environment and, with an allowlist, the egress
+proxy's Unix socket; ``POST /v1/sessions/{id}/hold`` then stays open while
+the command runs. When this process ends in any way its connection closes
+and the daemon revokes the session; when the command ends normally this side
+stops writing and reads the revoke report. When the session ends under the
+command (revoked from outside, expired, the daemon stopped or gone) the hold
+answers early: the proxy refuses already, and the command gets SIGTERM, then
+SIGKILL after a grace period, as direct ``exec`` stops it. The sandbox is the same bubblewrap
+command line as direct ``exec`` (``broker.host.sandbox``), with the
+forwarder in front of the command when there is a proxy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from broker.daemon.transport import Answer, Connection
+from broker.host.sandbox import (
+    EGRESS_SOCKET,
+    SANDBOX_PATH,
+    SETPRIV,
+    SandboxSpec,
+    bwrap_command,
+    bwrap_path,
+    extra_binds,
+)
+from broker.host.spawning import COMMAND_NOT_FOUND, resolve, spawn
+from broker.vocab.errors import BadInput, BrokerError, UsageError
+
+GRACE = 5.0  # seconds between SIGTERM and SIGKILL for a command whose session ended under it
+PASSED_TO_DAEMON = ("PATH", "LANG", "TERM")  # what direct exec takes from its own environment
+
+
+def add_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--task", required=True)
+    parser.add_argument("--sandbox", choices=("none", "bwrap"), default="bwrap")
+    parser.add_argument("--network", choices=("none", "host", "allowlist"), default=None)
+    parser.add_argument("--workspace", default=None)
+    parser.add_argument("--ro-bind", dest="read_only", action="append", default=[])
+    parser.add_argument("command", nargs=argparse.REMAINDER)
+
+
+def run_exec(args: argparse.Namespace, socket: str, manifest: Any) -> int:
+    """The command's exit status, as direct ``exec`` returns it."""
+    command = list(args.command[1:] if args.command[:1] == ["--"] else args.command)
+    if not command:
+        raise UsageError("exec needs a command: broker exec --task FILE -- CMD ARGS...")
+    _check_sandbox(args)
+    workspace = str(Path(args.workspace).resolve()) if args.workspace else None
+    body = {
+        "manifest": manifest,
+        "sandbox": args.sandbox,
+        "network": args.network,
+        "workspace": workspace or (os.getcwd() if args.sandbox == "none" else None),
+        "parent_env": {name: os.environ[name] for name in PASSED_TO_DAEMON if name in os.environ},
+    }
+    with Connection(socket) as connection:
+        started = _ok(connection.request("POST", "/v1/exec", body))
+        session = str(started.document["session"]["session"])
+        holder = _Holder(connection, session)
+        status = _run(started.document, command, args, workspace, holder.attach)
+        report = holder.finish()
+    if report is None:
+        _warn(f"session {session}: the broker daemon went away; broker sweep revokes it")
+    elif report.exit_code:
+        _warn(f"session {session}: revocation incomplete; pending credentials stay for broker sweep")
+    return status
+
+
+def _check_sandbox(args: argparse.Namespace) -> None:
+    """Refuse before anything is minted when the sandbox cannot be built here (as direct exec does)."""
+    if args.network == "allowlist" and args.sandbox != "bwrap":
+        raise BadInput("--network allowlist needs --sandbox bwrap: only a network namespace can enforce it")
+    if args.sandbox != "bwrap":
+        return
+    if bwrap_path() is None:
+        raise BadInput("bubblewrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)")
+    if os.geteuid() == 0 and not os.path.exists(SETPRIV):
+        raise BadInput(f"{SETPRIV} is missing (Debian/Ubuntu: apt-get install util-linux)")
+
+
+class _Holder:
+    """The hold request and its answer, read in a thread: it comes when the session ends, whoever ends it."""
+
+    def __init__(self, connection: Connection, session: str) -> None:
+        self.connection = connection
+        self.answer: Answer | None = None
+        self._lock = threading.Lock()
+        self._child: subprocess.Popen[bytes] | None = None
+        self._ended = False  # the hold answered (or broke): the session is over
+        self._finishing = False  # the command ended by itself: nothing to stop
+        connection.send("POST", f"/v1/sessions/{session}/hold")
+        self._thread = threading.Thread(target=self._read, name="hold", daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        try:
+            self.answer = self.connection.answer()
+        except BrokerError:
+            self.answer = None
+        with self._lock:
+            self._ended = True
+            child = None if self._finishing else self._child
+        _stop(child)
+
+    def attach(self, child: subprocess.Popen[bytes]) -> None:
+        """The command runs: stopped at once if its session has already ended."""
+        with self._lock:
+            self._child = child
+            ended = self._ended
+        if ended:
+            _stop(child)
+
+    def finish(self) -> Answer | None:
+        """The command ended: let the daemon revoke and read its report (None when the daemon is gone)."""
+        with self._lock:
+            self._finishing = True
+        self.connection.done_sending()
+        self._thread.join()
+        return self.answer
+
+
+def _stop(child: subprocess.Popen[bytes] | None) -> None:
+    """SIGTERM, and SIGKILL if the command is still there after ``GRACE``."""
+    if child is None or child.poll() is not None:
+        return
+    child.send_signal(signal.SIGTERM)
+    try:
+        child.wait(timeout=GRACE)
+    except subprocess.TimeoutExpired:
+        child.kill()
+
+
+def _run(
+    started: dict[str, Any],
+    command: list[str],
+    args: argparse.Namespace,
+    workspace: str | None,
+    attach: Callable[[subprocess.Popen[bytes]], None],
+) -> int:
+    document, env = started["session"], dict(started["env"])
+    uid, gid = int(started["sandbox"]["uid"]), int(started["sandbox"]["gid"])
+    if args.sandbox == "bwrap":
+        from broker.egress.bridge import forwarder_argv
+        from broker.host.seccomp import program_fd
+
+        if resolve(command[0], SANDBOX_PATH) is None:
+            return COMMAND_NOT_FOUND
+        spec = SandboxSpec(
+            uid=uid,
+            gid=gid,
+            secrets_dir=str(document["dir"]),
+            mount_path=str(document["mount_path"]),
+            workspace=workspace,
+            env=env,
+            network=args.network == "host",
+            read_only_binds=extra_binds(args.read_only),
+            egress_socket=started["egress_socket"],
+        )
+        if started["egress_socket"] is not None:
+            command = forwarder_argv(EGRESS_SOCKET, command)
+        with program_fd() as seccomp_fd:
+            argv = [*bwrap_command(spec, seccomp_fd=seccomp_fd), *command]
+            return spawn(argv, env={"PATH": SANDBOX_PATH}, cwd=None, pass_fds=(seccomp_fd,), started=attach)
+    if resolve(command[0], env["PATH"]) is None:
+        return COMMAND_NOT_FOUND
+    identity = (uid, gid) if os.geteuid() == 0 else None
+    return spawn(command, env=env, cwd=workspace, identity=identity, started=attach)
+
+
+def _ok(answer: Answer) -> Answer:
+    from broker.client.main import _ok as checked
+
+    return checked(answer)
+
+
+def _warn(message: str) -> None:
+    sys.stderr.write(f"broker: error: {message}\n")
+    sys.stderr.flush()

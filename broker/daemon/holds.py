@@ -1,0 +1,207 @@
+"""``broker exec`` through the daemon: a session whose life is one client connection.
+
+The client asks for an exec-bound session (``POST /v1/exec``) and then holds
+it (``POST /v1/sessions/{id}/hold`` on the same connection), running the
+sandbox itself. The daemon holds the session's lock meanwhile, as direct
+``exec`` does, so its own sweep leaves the session alone; it revokes the
+session when that connection ends (the launcher exited, crashed or was
+killed), when the session expires, or when the daemon stops: nothing outlives
+the launcher. With an allowlist the session's egress proxy runs here (the
+``inject: proxy`` secrets never leave the daemon) on a Unix socket the client
+binds into its sandbox; ending the session closes the proxy first, so it
+refuses at once, and then revokes at the providers.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import shutil
+import socket
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from broker.core.broker import Broker
+from broker.core.executing import ExecOptions, child_environment, network_mode
+from broker.core.issuing import issue
+from broker.core.manifest import Manifest
+from broker.core.proxied import session_interceptor
+from broker.core.revoking import RevokeReport, revoke_locked
+from broker.daemon.peer import Peer
+from broker.egress.bridge import proxy_hints
+from broker.egress.proxy import EgressProxy
+from broker.egress.records import log_denials
+from broker.egress.running import RunningProxy
+from broker.vocab.errors import BadInput
+from broker.vocab.holding import Lock
+
+if TYPE_CHECKING:
+    from broker.egress.inject import Interceptor
+
+WAKE = 0.5  # how often a hold looks at the session's expiry and the daemon's stop
+
+
+class Link:
+    """One client connection of the daemon: the exec sessions it holds, and whether its peer is gone."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.sessions: list[str] = []
+
+    def gone(self, timeout: float) -> bool:
+        """Whether the peer closed (or sent anything: a holder sends nothing after its hold), within ``timeout``."""
+        poller = select.poll()
+        poller.register(self.sock, select.POLLIN | select.POLLRDHUP | select.POLLHUP)
+        return bool(poller.poll(int(timeout * 1000)))
+
+
+@dataclass
+class Held:
+    session: str
+    task: str
+    lock: Lock
+    expires_at: datetime
+    proxy: RunningProxy | None = None
+    interceptor: Interceptor | None = None
+    directory: Path | None = None
+    report: RevokeReport | None = None
+    ended: threading.Event = field(default_factory=threading.Event)
+    mutex: threading.Lock = field(default_factory=threading.Lock)
+
+
+class Holds:
+    """The exec sessions this daemon holds, by session id."""
+
+    def __init__(self) -> None:
+        self._held: dict[str, Held] = {}
+        self._mutex = threading.Lock()
+
+    def get(self, session: str) -> Held | None:
+        with self._mutex:
+            return self._held.get(session)
+
+    def start(self, broker: Broker, peer: Peer, body: Any, link: Link) -> dict[str, Any]:
+        """Issue an exec-bound session held by ``link``; the answer names what the client's sandbox needs."""
+        manifest, options = _request(broker, body)
+        mode = network_mode(options, manifest)
+        if mode == "allowlist" and options.sandbox != "bwrap":
+            raise BadInput("--network allowlist needs --sandbox bwrap: only a network namespace can enforce it")
+        if manifest.proxied and mode != "allowlist":
+            raise BadInput("inject: proxy needs --network allowlist: only the session's proxy can put the secret in")
+        owner = _socket_owner(peer, manifest) if mode == "allowlist" else None
+        interceptor = session_interceptor(broker.config, manifest)
+        document = issue(broker, manifest, interceptor=interceptor)
+        record = broker.store.get_session(document["session"])
+        assert record is not None
+        held = Held(record.id, record.task, broker.session_lock(record.id), record.expires_at, interceptor=interceptor)
+        held.lock.acquire()  # held until the session ends: the daemon's sweep leaves it alone meanwhile
+        with self._mutex:
+            self._held[held.session] = held
+        link.sessions.append(held.session)  # from here on, the connection's end revokes the session
+        try:
+            broker.store.mark_exec_bound(held.session)
+            broker.checkpoint()
+            env = child_environment(document, manifest, options, body.get("parent_env") or {})
+            if owner is not None:
+                held.directory = Path(tempfile.mkdtemp(prefix="broker-egress-"))
+                if peer.uid != 0:  # the launcher binds the socket itself; a root launcher needs no way in
+                    os.chown(held.directory, *owner)
+                held.proxy = RunningProxy(EgressProxy(manifest.network, None, None, interceptor))
+                held.proxy.serve_unix(held.directory / "proxy.sock", *owner)
+                env.update(proxy_hints())
+        except BaseException:
+            self.end(broker, held, "exec failed to start")
+            raise
+        return {
+            "session": document,
+            "env": env,
+            "sandbox": {"uid": manifest.sandbox.uid, "gid": manifest.sandbox.gid},
+            "network": mode,
+            "egress_socket": str(held.proxy.socket_path) if held.proxy is not None else None,
+        }
+
+    def hold(self, broker: Broker, held: Held, link: Link, stopping: threading.Event) -> RevokeReport:
+        """Wait until the holder goes, the session is revoked or expires, or the daemon stops; then end it."""
+        reason = "exec ended"
+        while not held.ended.is_set():
+            if link.gone(WAKE):
+                break
+            if stopping.is_set():
+                reason = "daemon stopped"
+                break
+            if broker.clock() >= held.expires_at:
+                reason = "expired"
+                break
+        return self.end(broker, held, reason)
+
+    def end(self, broker: Broker, held: Held, reason: str) -> RevokeReport:
+        """Close the proxy (it refuses from now on), then revoke at the providers; once, whoever comes first."""
+        with held.mutex:
+            if held.report is not None:
+                return held.report
+            try:
+                if held.interceptor is not None:
+                    held.interceptor.revoke()
+                if held.proxy is not None:
+                    denials = held.proxy.denials()
+                    held.proxy.stop()
+                    requester = str(broker.requester)
+                    log_denials(broker.log, denials, session=held.session, task=held.task, requester=requester)
+                record = broker.store.get_session(held.session)
+                assert record is not None
+                held.report = revoke_locked(broker, record, reason=reason)
+                broker.checkpoint()
+            finally:
+                held.lock.release()
+                if held.directory is not None:
+                    shutil.rmtree(held.directory, ignore_errors=True)
+                with self._mutex:
+                    self._held.pop(held.session, None)
+                held.ended.set()
+            return held.report
+
+    def release(self, broker: Broker, link: Link) -> None:
+        """The connection closed: end every session it still holds."""
+        for session in link.sessions:
+            held = self.get(session)
+            if held is not None:
+                self.end(broker, held, "exec ended")
+
+
+def _request(broker: Broker, body: Any) -> tuple[Manifest, ExecOptions]:
+    import json
+
+    from broker.core.manifest import parse_manifest
+
+    if not isinstance(body, dict) or not isinstance(body.get("manifest"), dict):
+        raise BadInput("exec needs a JSON object with the manifest under 'manifest'")
+    manifest = parse_manifest(json.dumps(body["manifest"]).encode(), broker.config, as_json=True, what="manifest")
+    sandbox, network = body.get("sandbox", "bwrap"), body.get("network")
+    if sandbox not in ("bwrap", "none") or network not in (None, "none", "host", "allowlist"):
+        raise BadInput("exec: sandbox is bwrap or none, network none, host or allowlist")
+    workspace = body.get("workspace")
+    if workspace is not None and not isinstance(workspace, str):
+        raise BadInput("exec: workspace is a path")
+    parent_env = body.get("parent_env")
+    if parent_env is not None and not (
+        isinstance(parent_env, dict) and all(isinstance(v, str) for v in parent_env.values())
+    ):
+        raise BadInput("exec: parent_env maps names to strings")
+    return manifest, ExecOptions(command=(), sandbox=sandbox, network=network, workspace=_path(workspace))
+
+
+def _path(value: str | None) -> Path | None:
+    return Path(value) if value else None
+
+
+def _socket_owner(peer: Peer, manifest: Manifest) -> tuple[int, int]:
+    """Who connects to the proxy from inside the sandbox: the sandbox user when the client is root (setpriv),
+    else the client itself (a user namespace maps the sandbox user to it)."""
+    owner = (manifest.sandbox.uid, manifest.sandbox.gid) if peer.uid == 0 else (peer.uid, peer.gid)
+    if os.geteuid() != 0 and owner[0] != os.geteuid():
+        raise BadInput("exec --network allowlist through a daemon that is not root needs the daemon's own user")
+    return owner

@@ -1,0 +1,71 @@
+"""Running ``exec``'s command: found on its PATH, started as the sandbox user when asked, stop signals forwarded.
+
+A shell's statuses: 127 when the command is not there, 126 when it may not
+run, 128+N when a signal ended it. While it runs, SIGINT, SIGTERM and SIGHUP
+sent to the launcher go to the command instead, so its teardown runs after
+the command has ended.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import FrameType
+from typing import Any
+
+FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+COMMAND_NOT_FOUND = 127
+NOT_EXECUTABLE = 126
+
+
+def resolve(program: str, path: str) -> str | None:
+    if "/" in program:
+        return program if os.access(program, os.X_OK) else None
+    return shutil.which(program, path=path)
+
+
+def spawn(
+    argv: list[str],
+    *,
+    env: dict[str, str],
+    cwd: str | None,
+    identity: tuple[int, int] | None = None,
+    pass_fds: tuple[int, ...] = (),
+    started: Callable[[subprocess.Popen[bytes]], None] | None = None,
+) -> int:
+    """Run ``argv`` to its end (as ``identity`` = (uid, gid) with no other group, when given); its status.
+    ``started`` gets the child as soon as it runs (to stop it when its session ends under it)."""
+    drop: dict[str, Any] = {}
+    if identity is not None:
+        drop = {"user": identity[0], "group": identity[1], "extra_groups": []}
+    try:
+        child = subprocess.Popen(argv, env=env, cwd=cwd, close_fds=True, pass_fds=pass_fds, **drop)
+    except FileNotFoundError:
+        return COMMAND_NOT_FOUND
+    except PermissionError:
+        return NOT_EXECUTABLE
+    with forwarding(child):
+        if started is not None:
+            started(child)
+        status = child.wait()
+    return 128 - status if status < 0 else status
+
+
+@contextmanager
+def forwarding(child: subprocess.Popen[bytes]) -> Iterator[None]:
+    """While the command runs, the launcher's stop signals go to the command instead."""
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        if child.poll() is None:
+            child.send_signal(signum)
+
+    previous = {signum: signal.signal(signum, forward) for signum in FORWARDED_SIGNALS}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

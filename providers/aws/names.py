@@ -28,3 +28,11 @@ def generation_names(session_id: str, credential: str, generation: int) -> tuple
     if generation <= 0:
         return role_session_name(session_id, credential), session_id
     return role_session_name(session_id, f"{credential}@{generation}"), f"{session_id}@{generation}"
+
+
+def generation_of(session_id: str, source_identity: str) -> int | None:
+    """The generation ``source_identity`` names within ``session_id``; None when it names none."""
+    if source_identity == session_id:
+        return 0
+    number = source_identity.removeprefix(f"{session_id}@")
+    return int(number) if number != source_identity and number.isdigit() and number[0] != "0" else None

@@ -40,7 +40,7 @@ from providers.aws.deny import DenyEntry, entries_for
 from providers.aws.errors import AwsErrors
 from providers.aws.files import config_file, credentials_file
 from providers.aws.health import health_checks
-from providers.aws.names import generation_names
+from providers.aws.names import generation_names, generation_of
 from providers.aws.request import (
     AWS_MAX_TTL,
     AWS_MIN_TTL,
@@ -271,12 +271,9 @@ class AwsStsProvider(Provider[AwsStsRequest]):
         """
         role_arn, session_name = planned.get("role_arn", ""), planned.get("role_session_name", "")
         source_identity = planned.get("source_identity", session_id)
-        generation = source_identity.removeprefix(f"{session_id}@") if source_identity != session_id else "0"
-        if (
-            not ROLE_ARN.fullmatch(role_arn)
-            or not generation.isdigit()
-            or (session_name, source_identity) != generation_names(session_id, credential, int(generation))
-        ):
+        generation = generation_of(session_id, source_identity)
+        names = generation_names(session_id, credential, generation) if generation is not None else None
+        if not ROLE_ARN.fullmatch(role_arn) or names != (session_name, source_identity):
             return []
         role_name = role_arn.rsplit("/", 1)[-1]
         with AwsErrors(self, "GetRole", missing_ok=True) as errors:

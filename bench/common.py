@@ -26,9 +26,21 @@ BROKER = str(Path(PYTHON).parent / "broker")
 #: share a name with the standard library's (``concurrent`` did).
 FLOOR = str(ROOT / "bench" / "floor.py")
 SEED = ("-m", "bench.seed")
-FIGURES = ("cold", "issue", "revoke", "concurrent", "sweep", "memory", "audit", "egress", "dynamic", "daemon")
+FIGURES = (
+    "cold",
+    "issue",
+    "revoke",
+    "concurrent",
+    "sweep",
+    "memory",
+    "audit",
+    "egress",
+    "dynamic",
+    "daemon",
+    "latency",
+)
 #: egress, dynamic and daemon start what they need themselves (a proxy, OpenBao + PostgreSQL, OpenBao + a daemon).
-NEEDS_STACK = {"issue", "revoke", "concurrent", "sweep", "memory"}
+NEEDS_STACK = {"issue", "revoke", "concurrent", "sweep", "memory", "latency"}
 
 BROKER_ROLE = ROLE_NAME  # the stack task's role
 FLOOR_ROLE = "agent-floor"  # the floor writes its deny policy here, so the two never share a document
@@ -70,6 +82,8 @@ class Settings:
     dynamic_rtt: int
     daemon_runs: int
     daemon_cycles: int
+    latency_runs: int
+    latency_rtt: int
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Settings:
@@ -98,6 +112,8 @@ class Settings:
             dynamic_rtt=args.dynamic_rtt,
             daemon_runs=pick(args.daemon_runs, 15, 3),
             daemon_cycles=pick(args.daemon_cycles, 1000, 100),
+            latency_runs=pick(args.latency_runs, 9, 3),
+            latency_rtt=args.latency_rtt,
         )
 
 

@@ -322,6 +322,12 @@ class Provider(ABC, Generic[RequestT]):
         for module in self.sdk_modules:
             importlib.import_module(module)
 
+    def warm_up(self, minting: bool) -> None:
+        """Get ready for this process's next calls (``minting``: an issue's, else a revocation's): the SDK, the
+        clients, kept-alive connections (``providers.warm``). Sends nothing that mints or changes anything;
+        runs in a thread of its own while the broker does local work; may raise (the real call reports)."""
+        self.preload()
+
     def planned_reference(self, request: RequestT, context: MintContext) -> dict[str, str]:
         """What the reference will hold that is known before minting (stored with the ``minting`` state)."""
         return {}

@@ -26,6 +26,7 @@ from broker.core.states import (
     SessionState,
 )
 from broker.core.store import CredentialRecord, SessionRecord
+from broker.core.warming import warm_up
 from broker.host.sessiondir import remove_session_path
 from broker.vocab.errors import UnknownSession
 from broker.vocab.holding import holding
@@ -79,6 +80,7 @@ def revoke_task(broker: Broker, task: str) -> list[RevokeReport]:
 
 
 def _revoke(broker: Broker, session: SessionRecord, *, reason: str) -> RevokeReport:
+    warm_up(broker.config, {r.provider for r in broker.store.credentials(session.id)}, minting=False)
     with holding(broker.session_lock(session.id), f"session {session.id}"):
         current = broker.store.get_session(session.id)
         return revoke_locked(broker, current or session, reason=reason)

@@ -164,6 +164,10 @@ class GitHubAppProvider(Provider[GitHubRequest]):
             raise MintRejected(f"github {self.name}: GitHub returned a token but {problem}", minted)
         return minted
 
+    def warm_up(self, minting: bool) -> None:
+        self.preload()
+        self.api.warm_up(sign=minting)  # a revocation authenticates with the token itself
+
     def installation_id(self, owner: str, repo: str) -> str:
         """The App's installation on ``owner`` (cached per owner for this object's lifetime)."""
         key = owner.lower()

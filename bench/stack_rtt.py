@@ -35,6 +35,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from bench.aws_round_trips import BUYS as AWS_BUYS
 from bench.common import BROKER, FLOOR, PYTHON, WORK, Report, Row, Settings, median, must, run
 from bench.daemon import http, wait
 from bench.local import BrokerSetup, Stack, Urls, base_env, floor_params, stack_urls
@@ -51,11 +52,58 @@ def port(url: str) -> int:
     return found
 
 
+#: What each call the broker keeps buys (the floor makes its calls because a script would); AWS: bench.aws_round_trips.
+BUYS = {
+    "issue": {
+        "vault POST /v1/auth/token/create/<role>": "the token (orphan, exact policies, capped ttl and uses)",
+        "vault POST /v1/auth/token/lookup-accessor": "the token has no entity and no identity policies (else revoked)",
+        "github GET /repos/<owner>/<repo>/installation": "the installation id (cached in a warm daemon)",
+        "github POST /app/installations/<id>/access_tokens": "the token, narrowed to the repositories and permissions",
+        **{f"aws {call}": buys for call, buys in AWS_BUYS["issue"].items()},
+    },
+    "revoke": {
+        "vault POST /v1/auth/token/revoke-accessor": "the token is dead",
+        "github DELETE /installation/token": "the token is dead",
+        **{f"aws {call}": buys for call, buys in AWS_BUYS["revoke"].items()},
+    },
+}
+
+
+class Meter:
+    """Connections and requests at each provider's proxy (nothing without proxies)."""
+
+    def __init__(self, vault: SlowProxy | None = None, aws: LatencyProxy | None = None,
+                 github: SlowProxy | None = None) -> None:  # fmt: skip
+        self.vault, self.aws, self.github = vault, aws, github
+
+    def counts(self) -> dict[str, int]:
+        if self.vault is None or self.aws is None or self.github is None:
+            return {}
+        return {
+            "vault_connections": self.vault.connections,
+            "vault_requests": self.vault.requests,
+            "aws_connections": self.aws.connections,
+            "aws_requests": len(self.aws.actions),
+            "github_connections": self.github.connections,
+            "github_requests": self.github.requests,
+        }
+
+    def calls(self, before: dict[str, int]) -> list[str]:
+        """The calls since ``before`` (a ``counts()``), by provider, each provider's in order."""
+        if self.vault is None or self.aws is None or self.github is None:
+            return []
+        return (
+            [f"vault {line}" for line in self.vault.lines[before["vault_requests"] :]]
+            + [f"aws {action}" for action in self.aws.calls(before["aws_requests"])]
+            + [f"github {line}" for line in self.github.lines[before["github_requests"] :]]
+        )
+
+
 @contextlib.contextmanager
-def proxies(stack: Stack, rtt_ms: float) -> Iterator[tuple[Urls, Callable[[], dict[str, int]]]]:
-    """The providers' URLs (behind latency proxies when ``rtt_ms``) and a counter of connections and requests."""
+def proxies(stack: Stack, rtt_ms: float) -> Iterator[tuple[Urls, Meter]]:
+    """The providers' URLs (behind latency proxies when ``rtt_ms``) and their meter."""
     if not rtt_ms:
-        yield stack_urls(stack), dict
+        yield stack_urls(stack), Meter()
         return
     rtt = rtt_ms / 1000
     base = stack_urls(stack)
@@ -64,18 +112,7 @@ def proxies(stack: Stack, rtt_ms: float) -> Iterator[tuple[Urls, Callable[[], di
         latency_proxy(port(base.aws), rtt, HANDSHAKE_RTTS * rtt) as aws,
         slow_proxy(port(base.github), rtt, every_request=True, handshake=HANDSHAKE_RTTS * rtt) as github,
     ):
-
-        def counts(v: SlowProxy = vault, a: LatencyProxy = aws, g: SlowProxy = github) -> dict[str, int]:
-            return {
-                "vault_connections": v.connections,
-                "vault_requests": v.requests,
-                "aws_connections": a.connections,
-                "aws_requests": len(a.actions),
-                "github_connections": g.connections,
-                "github_requests": g.requests,
-            }
-
-        yield Urls(vault.addr, aws.addr, github.addr), counts
+        yield Urls(vault.addr, aws.addr, github.addr), Meter(vault, aws, github)
 
 
 def measure(stack: Stack, runs: int, rtt_ms: float, label: str) -> dict[str, Any]:
@@ -83,7 +120,8 @@ def measure(stack: Stack, runs: int, rtt_ms: float, label: str) -> dict[str, Any
     env = base_env()
     samples: dict[str, list[float]] = {f"{side}/{kind}": [] for side in SIDES for kind in ("issue", "revoke")}
     opened: dict[str, dict[str, int]] = {}
-    with proxies(stack, rtt_ms) as (urls, counts):
+    calls: dict[str, list[str]] = {}
+    with proxies(stack, rtt_ms) as (urls, meter):
         setup = BrokerSetup(f"latency-{label}", stack).create(urls=urls)
         sock = setup.dir / "broker.sock"
         daemon_config = setup.dir / "daemon.toml"
@@ -95,13 +133,14 @@ def measure(stack: Stack, runs: int, rtt_ms: float, label: str) -> dict[str, Any
         daemon = subprocess.Popen([BROKER, "--config", str(daemon_config), "serve"], env=env, stderr=subprocess.DEVNULL)
 
         def timed(side: str, kind: str, action: Callable[[], str], record: bool) -> str:
-            before = counts()
+            before = meter.counts()
             started = time.perf_counter()
             out = action()
             if record:
                 samples[f"{side}/{kind}"].append(time.perf_counter() - started)
-                after = counts()
+                after = meter.counts()
                 opened[f"{side}/{kind}"] = {k: after[k] - before[k] for k in after}
+                calls[f"{side}/{kind}"] = meter.calls(before)
             return out
 
         def broker(config: Path, *args: str) -> Callable[[], str]:
@@ -159,7 +198,7 @@ def measure(stack: Stack, runs: int, rtt_ms: float, label: str) -> dict[str, Any
             daemon.wait(60)
             shutil.rmtree(floor_dir, ignore_errors=True)
     medians = {name: round(median(values) * 1000, 1) for name, values in samples.items()}
-    return {"rtt_ms": rtt_ms, "runs": runs, "median_ms": medians, "opened": opened,
+    return {"rtt_ms": rtt_ms, "runs": runs, "median_ms": medians, "opened": opened, "calls": calls,
             "samples_ms": {k: [round(v * 1000, 1) for v in vs] for k, vs in samples.items()}}  # fmt: skip
 
 
@@ -185,10 +224,37 @@ def add_rows(found: dict[str, Any], label: str, report: Report) -> None:
             )  # fmt: skip
 
 
+def print_profile(found: dict[str, Any]) -> None:
+    """Each side's calls in its last run at latency, and what each call of the broker's buys."""
+    for kind in ("issue", "revoke"):
+        for side in ("floor", "direct CLI"):
+            conns = found["opened"].get(f"{side}/{kind}", {})
+            opened = ", ".join(f"{k.split('_')[0]} {v}" for k, v in conns.items() if k.endswith("connections"))
+            print(f"     {kind} {side}: new connections {opened}")
+            for call in found["calls"].get(f"{side}/{kind}", []):
+                buys = "" if side == "floor" else BUYS[kind].get(_generic(call), "")
+                print(f"       {call}" + (f"  -- buys: {buys}" if buys else ""))
+
+
+def _generic(call: str) -> str:
+    """A call's key in ``BUYS``: its path's names replaced by placeholders."""
+    parts = call.split()
+    if parts[0] == "vault" and "/token/create/" in parts[-1]:
+        return "vault POST /v1/auth/token/create/<role>"
+    if parts[0] == "github" and parts[-1].endswith("/installation") and parts[-1].startswith("/repos/"):
+        return "github GET /repos/<owner>/<repo>/installation"
+    if parts[0] == "github" and parts[-1].endswith("/access_tokens"):
+        return "github POST /app/installations/<id>/access_tokens"
+    return call
+
+
 def figure_latency(settings: Settings, report: Report, stack: Stack) -> None:
     for rtt in (0, settings.latency_rtt):
         label = f"rtt {rtt} ms" if rtt else "loopback"
-        add_rows(measure(stack, settings.latency_runs, rtt, label.replace(" ", "")), label, report)
+        found = measure(stack, settings.latency_runs, rtt, label.replace(" ", ""))
+        add_rows(found, label, report)
+        if rtt:
+            print_profile(found)
 
 
 def main() -> None:
@@ -205,6 +271,8 @@ def main() -> None:
             label = f"rtt {rtt} ms" if rtt else "loopback"
             found[label] = measure(stack, options.runs, rtt, label.replace(" ", ""))
             add_rows(found[label], label, Report())
+            if rtt:
+                print_profile(found[label])
     finally:
         stack.stop()
     print(json.dumps({k: {"median_ms": v["median_ms"], "opened": v["opened"]} for k, v in found.items()}, indent=1))

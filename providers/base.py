@@ -314,6 +314,8 @@ class Provider(ABC, Generic[RequestT]):
     #: Modules the provider imports on first use. The core imports them in its main thread before it
     #: starts minting or revoking threads: some SDKs (requests) break when first imported by two threads.
     sdk_modules: ClassVar[tuple[str, ...]] = ()
+    #: Warmed before the others (``broker.core.warming``): its calls are the longest chain of round trips.
+    warm_first: ClassVar[bool] = False
 
     def preload(self) -> None:
         """Import the provider's SDK now, in the calling thread."""

@@ -50,10 +50,14 @@ def current_requester() -> Requester:
 
 
 def preload_providers(broker: Broker, names: set[str]) -> None:
-    """Import the SDKs of these providers in this thread, before worker threads use them."""
+    """Import the SDKs of these providers in this thread, before worker threads use them (or wait for the
+    warm-up that imports them: ``broker.core.warming``)."""
+    from broker.core.warming import sdk_ready
+
     for name in sorted(names):
         provider = broker.config.providers.get(name)
         if provider is not None:
+            sdk_ready(provider)
             provider.preload()
 
 

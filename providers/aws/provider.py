@@ -12,11 +12,10 @@ as ``MintRejected`` so the core denies it like any other. (A
 same question again, on a connection of its own: it bought no guarantee.) The session
 name is known before AssumeRole and stored with the ``minting`` state, so a
 broker killed before the answer leaves ``sweep`` enough to deny the session. Revocation with ``revoke =
-"deny-policy"`` adds the session to the role's ``BrokerRevokedSessions``
-inline policy (layout in ``providers.aws.deny``, IAM writes in
-``providers.aws.revoke``); before any AssumeRole the core has the provider
-reserve room there (``providers.aws.budget``). botocore is imported on first
-use; manifest and grant parsing live in ``providers.aws.request``.
+"deny-policy"`` adds the session to the role's ``BrokerRevokedSessions`` inline policy (layout in
+``providers.aws.deny``, IAM writes in ``providers.aws.revoke``); before any AssumeRole the core has the
+provider reserve room there (``providers.aws.budget``). botocore is imported on first use; manifest and
+grant parsing live in ``providers.aws.request``.
 """
 
 from __future__ import annotations
@@ -74,6 +73,7 @@ REVOKE_MODES = ("deny-policy", "expire")
 class AwsStsProvider(Provider[AwsStsRequest]):
     type_name = "aws_sts"
     sdk_modules = ("botocore.session", "botocore.config", "botocore.exceptions", "filelock")
+    warm_first = True  # the reservation gates every mint; a revocation's reads precede its write
     min_ttl = AWS_MIN_TTL
     max_ttl = AWS_MAX_TTL
     #: Read-modify-write rounds of the deny policy before revocation gives up (stays pending).

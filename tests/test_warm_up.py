@@ -10,6 +10,8 @@ handshakes were paid off the critical path, never twice.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -20,8 +22,9 @@ from devstack.openbao import ROOT_TOKEN, OpenBao
 from providers.aws.overlap import together
 from providers.vault import VaultProvider
 from tests.fixtures.aws import AwsRole, make_aws_provider
-from tests.fixtures.crash import wait_for
-from tests.fixtures.github import MakeProvider
+from tests.fixtures.brokerenv import BrokerEnv
+from tests.fixtures.crash import add_github, github_tokens, wait_for
+from tests.fixtures.github import AppKeys, MakeProvider
 from tests.fixtures.latencyproxy import latency_proxy
 from tests.fixtures.slowproxy import slow_proxy
 
@@ -99,3 +102,23 @@ def test_a_warmed_vault_provider_calls_on_its_connection(openbao: OpenBao, tmp_p
             assert (proxy.requests, proxy.connections) == (1, 1)
         finally:
             provider.close()
+
+
+def test_a_cold_revoke_of_a_github_token_imports_no_jwt_and_revokes_it(
+    broker_env: BrokerEnv, github_emulator: GitHubAppEmulator, github_app_keys: AppKeys
+) -> None:
+    """The token revokes itself: a cold revoke loads no JWT library, and the token is dead afterwards."""
+    task = add_github(broker_env, github_emulator, github_app_keys)
+    issued = broker_env.run("issue", "--task", str(task), "--json")
+    assert issued.code == 0, issued.stderr
+    code = (
+        "import sys\n"
+        "from broker.cli.app import main\n"
+        f"code = main(['--config', {str(broker_env.config_path)!r}, 'revoke', '--session', sys.argv[1]])\n"
+        "print(code, 'jwt' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, issued.json()["session"]], capture_output=True, text=True, check=False
+    )
+    assert done.stdout.splitlines()[-1] == "0 False", done.stderr
+    assert set(github_tokens(github_emulator).values()) == {"revoked"}

@@ -97,7 +97,9 @@ def revoke_locked(broker: Broker, session: SessionRecord, *, reason: str) -> Rev
     records = [r for r in broker.store.credentials(session.id) if r.state != CredentialState.FAILED]
     unsettled = [r for r in records if r.state in UNSETTLED_CREDENTIAL_STATES]
     # One thread per credential: providers are revoked at once, not one after another.
-    preload_providers(broker, {r.provider for r in unsettled})
+    # A credential still minting may need the provider's whole SDK to be found (the App JWT, say).
+    finding = any(r.state == CredentialState.MINTING or not r.reference for r in unsettled)
+    preload_providers(broker, {r.provider for r in unsettled}, minting=finding)
     with ThreadPoolExecutor(max_workers=max(1, len(unsettled)), thread_name_prefix="revoke") as pool:
         futures = {
             r.name: pool.submit(revoke_credential, broker, session.id, session.task, r, now, reason=reason)

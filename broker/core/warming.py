@@ -62,7 +62,7 @@ def _warm(provider: Any, minting: bool, imported: threading.Event, after: Sequen
         for gate in after:
             gate.wait()
         try:
-            provider.preload()
+            provider.preload(minting)
         finally:
             imported.set()
         provider.warm_up(minting)

@@ -57,6 +57,7 @@ class GitHubAppProvider(Provider[GitHubRequest]):
     max_ttl = 3600  # GitHub's installation tokens live one hour
     fixed_lifetime = 3600  # and cannot be shortened: revoking is the only way to end one early
     sdk_modules = ("requests", "jwt", "cryptography.hazmat.primitives.serialization")
+    revoke_sdk_modules = ("requests",)  # a token revokes itself: no App JWT
 
     def __init__(
         self,
@@ -165,7 +166,7 @@ class GitHubAppProvider(Provider[GitHubRequest]):
         return minted
 
     def warm_up(self, minting: bool) -> None:
-        self.preload()
+        self.preload(minting)
         self.api.warm_up(sign=minting)  # a revocation authenticates with the token itself
 
     def installation_id(self, owner: str, repo: str) -> str:

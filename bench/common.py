@@ -38,9 +38,10 @@ FIGURES = (
     "dynamic",
     "daemon",
     "fleetlog",
+    "latency",
 )
 #: egress, dynamic and daemon start what they need themselves (a proxy, OpenBao + PostgreSQL, OpenBao + a daemon).
-NEEDS_STACK = {"issue", "revoke", "concurrent", "sweep", "memory"}
+NEEDS_STACK = {"issue", "revoke", "concurrent", "sweep", "memory", "latency"}
 
 BROKER_ROLE = ROLE_NAME  # the stack task's role
 FLOOR_ROLE = "agent-floor"  # the floor writes its deny policy here, so the two never share a document
@@ -83,6 +84,8 @@ class Settings:
     dynamic_rtt: int
     daemon_runs: int
     daemon_cycles: int
+    latency_runs: int
+    latency_rtt: int
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Settings:
@@ -112,6 +115,8 @@ class Settings:
             dynamic_rtt=args.dynamic_rtt,
             daemon_runs=pick(args.daemon_runs, 15, 3),
             daemon_cycles=pick(args.daemon_cycles, 1000, 100),
+            latency_runs=pick(args.latency_runs, 9, 3),
+            latency_rtt=args.latency_rtt,
         )
 
 

@@ -94,6 +94,20 @@ def base_env() -> dict[str, str]:
     }
 
 
+@dataclass(frozen=True)
+class Urls:
+    """Where the providers answer: the servers themselves, or latency proxies in front of them."""
+
+    vault: str
+    aws: str
+    github: str
+
+
+def stack_urls(stack: Stack) -> Urls:
+    assert stack.bao is not None
+    return Urls(stack.bao.addr, stack.aws_url, stack.github_url)
+
+
 @dataclass
 class BrokerSetup:
     """One broker installation under ``bench-results/work/<name>``: config, policy, task, secrets."""
@@ -113,7 +127,7 @@ class BrokerSetup:
     def task(self) -> Path:
         return self.dir / "task.yaml"
 
-    def create(self, task: str = STACK_TASK) -> BrokerSetup:
+    def create(self, task: str = STACK_TASK, urls: Urls | None = None) -> BrokerSetup:
         unmount_under(self.dir)
         shutil.rmtree(self.dir, ignore_errors=True)
         self.dir.mkdir(mode=0o700, parents=True)
@@ -124,7 +138,7 @@ class BrokerSetup:
             path = self.dir / name
             path.write_bytes(data)
             path.chmod(0o600)
-        assert self.stack.bao is not None
+        urls = urls or stack_urls(self.stack)
         settings = {
             "state_dir": str(self.dir / "state"),
             "runtime_dir": str(self.dir / "run"),
@@ -132,10 +146,10 @@ class BrokerSetup:
             "audit_key": str(self.dir / "audit.key"),
         }
         providers = provider_tables(
-            vault_addr=self.stack.bao.addr,
+            vault_addr=urls.vault,
             vault_token_file=self.dir / "vault-token",
-            aws_url=self.stack.aws_url,
-            github_url=self.stack.github_url,
+            aws_url=urls.aws,
+            github_url=urls.github,
             github_key_file=self.dir / "github-app.pem",
         )
         self.config.write_text(config_text(settings, providers))
@@ -176,35 +190,37 @@ def unmount_under(path: Path) -> None:
                 mounts.unmount(Path(point))
 
 
-def floor_params(stack: Stack, floor_dir: Path, setup: BrokerSetup) -> Path:
-    """The floor's inputs: the stack task's credentials as the broker would mint them."""
+def floor_params(
+    stack: Stack, floor_dir: Path, setup: BrokerSetup, urls: Urls | None = None, name: str = "floor-params.json"
+) -> Path:
+    """The floor's inputs: the stack task's credentials as the broker would mint them (at ``urls``)."""
+    urls = urls or stack_urls(stack)
     task = yaml.safe_load(STACK_TASK)
     by_type = {c["provider"]: c for c in task["credentials"]}
     github, aws, vault = by_type["github"], by_type["aws"], by_type["vault"]
-    assert stack.bao is not None
     params = {
         "task": task["task"],
         "uid": task["sandbox"]["uid"],
         "gid": task["sandbox"]["gid"],
         "mount_path": task["sandbox"]["mount_path"],
         "floor_dir": str(floor_dir),
-        "vault_addr": stack.bao.addr,
+        "vault_addr": urls.vault,
         "vault_token_file": str(setup.dir / "vault-token"),
         "vault_token_role": TOKEN_ROLE,
         "vault_policies": vault["policies"],
         "vault_ttl": parse_duration(vault["ttl"], "ttl"),
         "vault_num_uses": vault["num_uses"],
-        "aws_endpoint": stack.aws_url,
+        "aws_endpoint": urls.aws,
         "aws_region": REGION,
         "aws_role_arn": f"arn:aws:iam::{ACCOUNT}:role/{FLOOR_ROLE}",
         "aws_ttl": parse_duration(aws["ttl"], "ttl"),
         "aws_session_policy": aws["session_policy"],
-        "github_api": stack.github_url,
+        "github_api": urls.github,
         "github_app_id": str(APP_ID),
         "github_key_file": str(setup.dir / "github-app.pem"),
         "github_repositories": github["repositories"],
         "github_permissions": github["permissions"],
     }
-    path = WORK / "floor-params.json"
+    path = WORK / name
     path.write_text(json.dumps(params, indent=1))
     return path

@@ -16,6 +16,8 @@ median over repeated runs, both sides of a ratio interleaved in the same run:
   dynamic     what one of each Vault dynamic kind adds to ``issue``, on loopback and at 40 ms per request
   daemon      ``broker serve``: thin-client cold start, issue/revoke vs the floor, 32 concurrent cycles, RSS
   fleetlog    a 1,000,000-record fleet chain COPYed into PostgreSQL: ``audit export`` + ``audit verify`` of it
+  latency     the stack task through the daemon and the direct CLI vs the three-provider floor, on
+              loopback and with every provider behind a 40 ms RTT proxy (bench/stack_rtt.py)
 
 The last three start what they need themselves (bench/egress.py,
 bench/vault_dynamic.py, bench/daemon.py; each also runs alone with ``python -m``).
@@ -64,6 +66,7 @@ from bench.egress import figure_egress
 from bench.fleet_log import figure_fleet_log
 from bench.local import BrokerSetup, Stack, base_env, floor_params, unmount_under
 from bench.memory import figure_memory
+from bench.stack_rtt import figure_latency
 from bench.sweep import figure_sweep
 from bench.vault_dynamic import figure_dynamic
 
@@ -179,6 +182,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument(
         "--daemon-cycles", type=int, help="cycles before the daemon's second RSS reading (default 1000, quick 100)"
     )
+    parser.add_argument("--latency-runs", type=int, help="latency figure repetitions (default 9, quick 3)")
+    parser.add_argument("--latency-rtt", type=int, default=40, help="ms RTT of the latency figure's proxies")
     args = parser.parse_args(argv)
     selected = [name.strip() for name in args.only.split(",") if name.strip()] or list(FIGURES)
     unknown = [name for name in selected if name not in FIGURES]
@@ -278,6 +283,8 @@ def main(argv: Sequence[str]) -> int:
                 steps.append(("dynamic", lambda: figure_dynamic(settings, report)))
             if "daemon" in selected:
                 steps.append(("daemon", lambda: figure_daemon(settings, report)))
+            if "latency" in selected:
+                steps.append(("latency", lambda: figure_latency(settings, report, need(stack))))
             for name, step in steps:
                 background = cpu_busy()
                 report.background[name] = round(background, 2)

@@ -315,13 +315,24 @@ class Provider(ABC, Generic[RequestT]):
     #: Modules the provider imports on first use. The core imports them in its main thread before it
     #: starts minting or revoking threads: some SDKs (requests) break when first imported by two threads.
     sdk_modules: ClassVar[tuple[str, ...]] = ()
+    #: The part of them a revocation needs, when less (a cold revoke then imports no more).
+    revoke_sdk_modules: ClassVar[tuple[str, ...] | None] = None
+    #: Warmed before the others (``broker.core.warming``): its calls are the longest chain of round trips.
+    warm_first: ClassVar[bool] = False
 
-    def preload(self) -> None:
-        """Import the provider's SDK now, in the calling thread."""
+    def preload(self, minting: bool = True) -> None:
+        """Import the provider's SDK now, in the calling thread (for a revocation only what it needs)."""
         import importlib
 
-        for module in self.sdk_modules:
+        wanted = self.sdk_modules if minting or self.revoke_sdk_modules is None else self.revoke_sdk_modules
+        for module in wanted:
             importlib.import_module(module)
+
+    def warm_up(self, minting: bool) -> None:
+        """Get ready for this process's next calls (``minting``: an issue's, else a revocation's): the SDK, the
+        clients, kept-alive connections (``providers.warm``). Sends nothing that mints or changes anything;
+        runs in a thread of its own while the broker does local work; may raise (the real call reports)."""
+        self.preload(minting)
 
     def planned_reference(self, request: RequestT, context: MintContext) -> dict[str, str]:
         """What the reference will hold that is known before minting (stored with the ``minting`` state)."""

@@ -51,6 +51,7 @@ from providers.vault_request import (
     dynamic_config,
     parse_vault_request,
 )
+from providers.warm import with_connection
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -142,6 +143,12 @@ class VaultProvider(Provider[AnyVaultRequest]):
             if self._client is None:
                 self._client = self._login()
             return self._client
+
+    def warm_up(self, minting: bool) -> None:
+        """The client logged in, with a kept-alive connection to Vault (published once connected)."""
+        with self._lock:
+            if self._client is None:
+                self._client = with_connection(self._login(), self.addr)
 
     def _login(self) -> hvac.Client:
         import hvac

@@ -16,6 +16,7 @@ from typing import Annotated
 import typer
 
 from broker import __version__
+from broker.cli import coercion
 from broker.cli.audit import audit_app
 from broker.cli.audit_fleet import export as _export  # noqa: F401 - registers audit export
 from broker.cli.context import Options, print_error
@@ -25,6 +26,7 @@ from broker.cli.sessions import register as register_sessions
 from broker.host.process_hardening import MemoryLock, harden_process, lock_memory
 from broker.vocab.errors import REPORT_URL, BrokerError, Interrupted
 
+coercion.install()
 app = typer.Typer(
     name="broker",
     help="Scoped-credential broker: short-lived, narrow credentials for sandboxed agents.",

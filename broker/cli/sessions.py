@@ -33,13 +33,16 @@ def issue(
 
     Example: broker issue --task task.yaml --format docker --session-file /tmp/session
     """
-    from broker.cli.launch_formats import SessionFile, emit, render
-    from broker.cli.render import issue_text
-    from broker.core.issuing import issue as issue_session
     from broker.core.manifest import load_manifest
+    from broker.core.warming import warm_up
 
     config = load_config(ctx)
     manifest = load_manifest(task, config)
+    warm_up(config, {request.provider for request in manifest.credentials}, minting=True)  # handshakes meanwhile
+    from broker.cli.launch_formats import SessionFile, emit, render
+    from broker.cli.render import issue_text
+    from broker.core.issuing import issue as issue_session
+
     target = SessionFile.open(session_file) if session_file is not None else None  # before anything is minted
 
     def deliver(document: dict[str, Any]) -> None:

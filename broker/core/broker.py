@@ -49,12 +49,16 @@ def current_requester() -> Requester:
     return Requester(name=name, uid=uid)
 
 
-def preload_providers(broker: Broker, names: set[str]) -> None:
-    """Import the SDKs of these providers in this thread, before worker threads use them."""
+def preload_providers(broker: Broker, names: set[str], *, minting: bool = True) -> None:
+    """Import the SDKs of these providers in this thread, before worker threads use them (or wait for the
+    warm-up that imports them: ``broker.core.warming``)."""
+    from broker.core.warming import sdk_ready
+
     for name in sorted(names):
         provider = broker.config.providers.get(name)
         if provider is not None:
-            provider.preload()
+            sdk_ready(provider)
+            provider.preload(minting)
 
 
 def ensure_state_dir(config: Config) -> None:

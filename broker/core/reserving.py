@@ -19,6 +19,7 @@ from broker.core.broker import Broker
 from broker.core.credential.mint import mint_context
 from broker.core.manifest import Manifest
 from broker.core.policy import Decision
+from broker.core.warming import sdk_ready
 from broker.vocab.errors import PolicyDenied
 from providers.base import CredentialRequest, MintContext, RevokeTarget
 
@@ -35,6 +36,7 @@ def reserved(
     with contextlib.ExitStack() as stack:
         for name in sorted(wanted):
             provider = broker.config.providers[name]
+            sdk_ready(provider)  # a warm-up importing its SDK finishes first: no two threads import it at once
             try:
                 stack.enter_context(provider.reserve(wanted[name], functools.partial(_live, broker, name, now), now))
             except PolicyDenied as exc:

@@ -31,6 +31,7 @@ from broker.core.states import (
 )
 from broker.core.store import CredentialRecord, SessionRecord
 from broker.host.control import ask_to_revoke
+from broker.core.warming import warm_up
 from broker.host.sessiondir import remove_session_path
 from broker.vocab.errors import UnknownSession
 from broker.vocab.holding import holding
@@ -86,6 +87,7 @@ def revoke_task(broker: Broker, task: str, *, requester: str | None = None) -> l
 
 
 def _revoke(broker: Broker, session: SessionRecord, *, reason: str) -> RevokeReport:
+    warm_up(broker.config, {r.provider for r in broker.store.credentials(session.id)}, minting=False)
     lock = broker.session_lock(session.id)
     if session.exec_bound and session.state not in ENDED_SESSION_STATES:
         if try_lock(lock):
@@ -108,7 +110,9 @@ def revoke_locked(broker: Broker, session: SessionRecord, *, reason: str) -> Rev
     records = [r for r in broker.store.credentials(session.id) if r.state != CredentialState.FAILED]
     unsettled = [r for r in records if r.state in UNSETTLED_CREDENTIAL_STATES]
     # One thread per credential: providers are revoked at once, not one after another.
-    preload_providers(broker, {r.provider for r in unsettled})
+    # A credential still minting may need the provider's whole SDK to be found (the App JWT, say).
+    finding = any(r.state == CredentialState.MINTING or not r.reference for r in unsettled)
+    preload_providers(broker, {r.provider for r in unsettled}, minting=finding)
     with ThreadPoolExecutor(max_workers=max(1, len(unsettled)), thread_name_prefix="revoke") as pool:
         futures = {
             r.name: pool.submit(revoke_credential, broker, session.id, session.task, r, now, reason=reason)

@@ -9,7 +9,12 @@ from __future__ import annotations
 import hashlib
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from providers.warm import botocore_pool, open_connections
+
+if TYPE_CHECKING:
+    from providers.aws.provider import AwsStsProvider
 
 
 def client_config(timeout: float) -> Any:
@@ -30,3 +35,15 @@ def host_lock(lock_dir: Path, endpoint_url: str | None, role_name: str) -> Any:
 def aware(moment: datetime) -> datetime:
     """``moment`` as UTC when it carries no zone (the store's and the tests' clocks may be naive)."""
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def warm_clients(provider: AwsStsProvider, minting: bool) -> None:
+    """The IAM client with three connections (a reservation's or a revocation's three reads go at once) and,
+    when minting, the STS client with one; each published only once connected, so no call opens another."""
+    wanted = [("iam", 3)] if provider.revoke_mode == "deny-policy" else []
+    for service, count in wanted + ([("sts", 1)] if minting else []):
+        with provider._lock:
+            if service not in provider._clients:
+                client = provider._make_client(service)
+                open_connections(botocore_pool(client), count)
+                provider._clients[service] = client

@@ -12,11 +12,10 @@ as ``MintRejected`` so the core denies it like any other. (A
 same question again, on a connection of its own: it bought no guarantee.) The session
 name is known before AssumeRole and stored with the ``minting`` state, so a
 broker killed before the answer leaves ``sweep`` enough to deny the session. Revocation with ``revoke =
-"deny-policy"`` adds the session to the role's ``BrokerRevokedSessions``
-inline policy (layout in ``providers.aws.deny``, IAM writes in
-``providers.aws.revoke``); before any AssumeRole the core has the provider
-reserve room there (``providers.aws.budget``). botocore is imported on first
-use; manifest and grant parsing live in ``providers.aws.request``.
+"deny-policy"`` adds the session to the role's ``BrokerRevokedSessions`` inline policy (layout in
+``providers.aws.deny``, IAM writes in ``providers.aws.revoke``); before any AssumeRole the core has the
+provider reserve room there (``providers.aws.budget``). botocore is imported on first use; manifest and
+grant parsing live in ``providers.aws.request``.
 """
 
 from __future__ import annotations
@@ -35,7 +34,7 @@ from broker.vocab.fields import Fields
 from broker.vocab.secret import Secret
 from providers.aws import budget as aws_budget
 from providers.aws.clients import aware as _aware
-from providers.aws.clients import client_config, host_lock
+from providers.aws.clients import client_config, host_lock, warm_clients
 from providers.aws.deny import DenyEntry, entries_for
 from providers.aws.errors import AwsErrors
 from providers.aws.files import config_file, credentials_file
@@ -74,6 +73,7 @@ REVOKE_MODES = ("deny-policy", "expire")
 class AwsStsProvider(Provider[AwsStsRequest]):
     type_name = "aws_sts"
     sdk_modules = ("botocore.session", "botocore.config", "botocore.exceptions", "filelock")
+    warm_first = True  # the reservation gates every mint; a revocation's reads precede its write
     min_ttl = AWS_MIN_TTL
     max_ttl = AWS_MAX_TTL
     #: Read-modify-write rounds of the deny policy before revocation gives up (stays pending).
@@ -147,9 +147,8 @@ class AwsStsProvider(Provider[AwsStsRequest]):
             return self._clients[service]
 
     def _make_client(self, service: str) -> Any:
-        """A botocore client from the provider's one botocore session (a session per client cost 70-130 ms
-        and ~8 MiB); sessions are not thread-safe, hence the lock. Clients keep connections alive, so a
-        process pays the handshakes once per endpoint (and once per read sent alongside another)."""
+        """A botocore client from the provider's one botocore session (a session per client cost 70-130 ms and
+        ~8 MiB); sessions are not thread-safe, hence the lock. Clients keep connections alive (``warm_up``)."""
         config = client_config(self.timeout)
         with self._lock, AwsErrors(self, "client setup"):
             if self._session is None:
@@ -159,6 +158,9 @@ class AwsStsProvider(Provider[AwsStsRequest]):
             return self._session.create_client(
                 service, region_name=self.region, endpoint_url=self.endpoint_url, config=config
             )
+
+    def warm_up(self, minting: bool) -> None:
+        warm_clients(self, minting)  # providers.aws.clients
 
     def close(self) -> None:
         with self._lock:

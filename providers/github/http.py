@@ -25,6 +25,7 @@ from broker import __version__
 from broker.vocab.errors import ConfigError, ProviderError
 from broker.vocab.files import read_secret_file
 from broker.vocab.secret import Secret
+from providers.warm import open_connections, requests_pool
 
 if TYPE_CHECKING:
     import requests
@@ -150,18 +151,28 @@ class GitHubApi:
     def session(self) -> requests.Session:
         with self._lock:
             if self._session is None:
-                import requests
-
-                session = requests.Session()
-                session.headers.update(
-                    {
-                        "Accept": "application/vnd.github+json",
-                        "X-GitHub-Api-Version": API_VERSION,
-                        "User-Agent": USER_AGENT,
-                    }
-                )
-                self._session = session
+                self._session = self._new_session()
             return self._session
+
+    def _new_session(self) -> requests.Session:
+        import requests
+
+        session = requests.Session()
+        session.headers.update(
+            {"Accept": "application/vnd.github+json", "X-GitHub-Api-Version": API_VERSION, "User-Agent": USER_AGENT}
+        )
+        return session
+
+    def warm_up(self, sign: bool) -> None:
+        """The App JWT signed (when ``sign``), and the session with a kept-alive connection to the API (published
+        once connected)."""
+        if sign:
+            self.app_jwt()
+        with self._lock:
+            if self._session is None:
+                session = self._new_session()
+                open_connections(requests_pool(session, self.api_url), 1)
+                self._session = session
 
     def call(
         self, method: str, path: str, *, what: str, token: Secret | None = None, body: object = None

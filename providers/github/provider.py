@@ -57,6 +57,7 @@ class GitHubAppProvider(Provider[GitHubRequest]):
     max_ttl = 3600  # GitHub's installation tokens live one hour
     fixed_lifetime = 3600  # and cannot be shortened: revoking is the only way to end one early
     sdk_modules = ("requests", "jwt", "cryptography.hazmat.primitives.serialization")
+    revoke_sdk_modules = ("requests",)  # a token revokes itself: no App JWT
 
     def __init__(
         self,
@@ -163,6 +164,10 @@ class GitHubAppProvider(Provider[GitHubRequest]):
         if problem:  # the core revokes it (one path for every provider), never handed out
             raise MintRejected(f"github {self.name}: GitHub returned a token but {problem}", minted)
         return minted
+
+    def warm_up(self, minting: bool) -> None:
+        self.preload(minting)
+        self.api.warm_up(sign=minting)  # a revocation authenticates with the token itself
 
     def installation_id(self, owner: str, repo: str) -> str:
         """The App's installation on ``owner`` (cached per owner for this object's lifetime)."""

@@ -1,0 +1,70 @@
+"""Providers made ready in the background: a cold broker opens their connections while it does local work.
+
+``broker issue`` starts this as soon as it knows the manifest's providers,
+``revoke`` as soon as it knows the session's: each provider's SDK is imported
+and its ``warm_up`` (clients, kept-alive connections; nothing minted or
+changed) run in a thread of its own, so the TCP and TLS handshakes overlap
+with the broker's local work instead of preceding its first call. Providers
+marked ``warm_first`` (the longest chain of round trips) get the CPU first:
+the others start importing once their SDKs are in. ``sdk_ready`` lets the
+core's own preload wait for these imports rather than race them (some SDKs
+break when two threads import them first). Once per provider object: a
+long-lived broker's are warm already.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import weakref
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from broker.core.config import Config
+
+LOG = logging.getLogger("broker.warm")
+_IMPORTED: weakref.WeakKeyDictionary[Any, threading.Event] = weakref.WeakKeyDictionary()
+_GUARD = threading.Lock()
+
+
+def warm_up(config: Config, names: Iterable[str], *, minting: bool) -> None:
+    """Start warming each named provider of ``config`` (returns at once)."""
+    started: list[tuple[Any, threading.Event]] = []
+    with _GUARD:
+        for name in sorted(set(names)):
+            provider = config.providers.get(name)
+            if provider is not None and provider not in _IMPORTED:
+                _IMPORTED[provider] = threading.Event()
+                started.append((provider, _IMPORTED[provider]))
+    first = [imported for provider, imported in started if provider.warm_first]
+    for provider, imported in started:
+        after = () if provider.warm_first else first
+        thread = threading.Thread(
+            target=_warm, args=(provider, minting, imported, after), name=f"warm-{provider.name}", daemon=True
+        )
+        try:
+            thread.start()
+        except RuntimeError:  # no thread to be had: the calls do it themselves
+            imported.set()
+
+
+def sdk_ready(provider: Any) -> None:
+    """Return once a warm-up started for ``provider`` has imported its SDK (at once when none was)."""
+    with _GUARD:
+        imported = _IMPORTED.get(provider)
+    if imported is not None:
+        imported.wait()
+
+
+def _warm(provider: Any, minting: bool, imported: threading.Event, after: Sequence[threading.Event]) -> None:
+    try:
+        for gate in after:
+            gate.wait()
+        try:
+            provider.preload(minting)
+        finally:
+            imported.set()
+        provider.warm_up(minting)
+    except Exception as exc:  # the call that needs the provider reports it
+        LOG.debug("warm-up failed", extra={"broker_fields": {"provider": provider.name, "error": type(exc).__name__}})

@@ -30,8 +30,8 @@ from broker.core.states import (
     SessionState,
 )
 from broker.core.store import CredentialRecord, SessionRecord
-from broker.host.control import ask_to_revoke
 from broker.core.warming import warm_up
+from broker.host.control import ask_to_revoke
 from broker.host.sessiondir import remove_session_path
 from broker.vocab.errors import UnknownSession
 from broker.vocab.holding import holding

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -30,16 +29,14 @@ from broker.daemon.transport import Answer, Connection
 from broker.host.sandbox import (
     EGRESS_SOCKET,
     SANDBOX_PATH,
-    SETPRIV,
     SandboxSpec,
     bwrap_command,
-    bwrap_path,
+    check_sandbox_available,
     extra_binds,
 )
-from broker.host.spawning import COMMAND_NOT_FOUND, resolve, spawn
-from broker.vocab.errors import BadInput, BrokerError, UsageError
+from broker.host.spawning import COMMAND_NOT_FOUND, resolve, spawn, stop
+from broker.vocab.errors import BrokerError, UsageError
 
-GRACE = 5.0  # seconds between SIGTERM and SIGKILL for a command whose session ended under it
 PASSED_TO_DAEMON = ("PATH", "LANG", "TERM")  # what direct exec takes from its own environment
 
 
@@ -57,7 +54,7 @@ def run_exec(args: argparse.Namespace, socket: str, manifest: Any) -> int:
     command = list(args.command[1:] if args.command[:1] == ["--"] else args.command)
     if not command:
         raise UsageError("exec needs a command: broker exec --task FILE -- CMD ARGS...")
-    _check_sandbox(args)
+    check_sandbox_available(args.sandbox, args.network)  # before anything is minted, as direct exec does
     workspace = str(Path(args.workspace).resolve()) if args.workspace else None
     body = {
         "manifest": manifest,
@@ -77,18 +74,6 @@ def run_exec(args: argparse.Namespace, socket: str, manifest: Any) -> int:
     elif report.exit_code:
         _warn(f"session {session}: revocation incomplete; pending credentials stay for broker sweep")
     return status
-
-
-def _check_sandbox(args: argparse.Namespace) -> None:
-    """Refuse before anything is minted when the sandbox cannot be built here (as direct exec does)."""
-    if args.network == "allowlist" and args.sandbox != "bwrap":
-        raise BadInput("--network allowlist needs --sandbox bwrap: only a network namespace can enforce it")
-    if args.sandbox != "bwrap":
-        return
-    if bwrap_path() is None:
-        raise BadInput("bubblewrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)")
-    if os.geteuid() == 0 and not os.path.exists(SETPRIV):
-        raise BadInput(f"{SETPRIV} is missing (Debian/Ubuntu: apt-get install util-linux)")
 
 
 class _Holder:
@@ -113,7 +98,7 @@ class _Holder:
         with self._lock:
             self._ended = True
             child = None if self._finishing else self._child
-        _stop(child)
+        stop(child)
 
     def attach(self, child: subprocess.Popen[bytes]) -> None:
         """The command runs: stopped at once if its session has already ended."""
@@ -121,7 +106,7 @@ class _Holder:
             self._child = child
             ended = self._ended
         if ended:
-            _stop(child)
+            stop(child)
 
     def finish(self) -> Answer | None:
         """The command ended: let the daemon revoke and read its report (None when the daemon is gone)."""
@@ -130,17 +115,6 @@ class _Holder:
         self.connection.done_sending()
         self._thread.join()
         return self.answer
-
-
-def _stop(child: subprocess.Popen[bytes] | None) -> None:
-    """SIGTERM, and SIGKILL if the command is still there after ``GRACE``."""
-    if child is None or child.poll() is not None:
-        return
-    child.send_signal(signal.SIGTERM)
-    try:
-        child.wait(timeout=GRACE)
-    except subprocess.TimeoutExpired:
-        child.kill()
 
 
 def _run(

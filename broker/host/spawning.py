@@ -3,7 +3,8 @@
 A shell's statuses: 127 when the command is not there, 126 when it may not
 run, 128+N when a signal ended it. While it runs, SIGINT, SIGTERM and SIGHUP
 sent to the launcher go to the command instead, so its teardown runs after
-the command has ended.
+the command has ended. A command whose session ends under it is stopped the
+one way (``stop``): SIGTERM, then SIGKILL after a grace period.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 COMMAND_NOT_FOUND = 127
 NOT_EXECUTABLE = 126
+GRACE = 5.0  # seconds between SIGTERM and SIGKILL for a command whose session ended under it
 
 
 def resolve(program: str, path: str) -> str | None:
@@ -69,3 +71,14 @@ def forwarding(child: subprocess.Popen[bytes]) -> Iterator[None]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+def stop(child: subprocess.Popen[bytes] | None, grace: float = GRACE) -> None:
+    """SIGTERM, and SIGKILL if the command is still there after ``grace`` seconds; returns once it is stopped."""
+    if child is None or child.poll() is not None:
+        return
+    child.send_signal(signal.SIGTERM)
+    try:
+        child.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        child.kill()

@@ -26,15 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from broker.daemon.transport import Answer, Connection
-from broker.host.sandbox import (
-    EGRESS_SOCKET,
-    SANDBOX_PATH,
-    SandboxSpec,
-    bwrap_command,
-    check_sandbox_available,
-    extra_binds,
-)
-from broker.host.spawning import COMMAND_NOT_FOUND, resolve, spawn, stop
+from broker.host.sandbox import EGRESS_SOCKET, check_sandbox_available
+from broker.host.spawning import Launch, launch, stop
 from broker.vocab.errors import BrokerError, UsageError
 
 PASSED_TO_DAEMON = ("PATH", "LANG", "TERM")  # what direct exec takes from its own environment
@@ -124,34 +117,24 @@ def _run(
     workspace: str | None,
     attach: Callable[[subprocess.Popen[bytes]], None],
 ) -> int:
-    document, env = started["session"], dict(started["env"])
-    uid, gid = int(started["sandbox"]["uid"]), int(started["sandbox"]["gid"])
-    if args.sandbox == "bwrap":
-        from broker.egress.bridge import forwarder_argv
-        from broker.host.seccomp import program_fd
+    from broker.egress.bridge import forwarder_argv
 
-        if resolve(command[0], SANDBOX_PATH) is None:
-            return COMMAND_NOT_FOUND
-        spec = SandboxSpec(
-            uid=uid,
-            gid=gid,
-            secrets_dir=str(document["dir"]),
-            mount_path=str(document["mount_path"]),
-            workspace=workspace,
-            env=env,
-            network=args.network == "host",
-            read_only_binds=extra_binds(args.read_only),
-            egress_socket=started["egress_socket"],
-        )
-        if started["egress_socket"] is not None:
-            command = forwarder_argv(EGRESS_SOCKET, command)
-        with program_fd() as seccomp_fd:
-            argv = [*bwrap_command(spec, seccomp_fd=seccomp_fd), *command]
-            return spawn(argv, env={"PATH": SANDBOX_PATH}, cwd=None, pass_fds=(seccomp_fd,), started=attach)
-    if resolve(command[0], env["PATH"]) is None:
-        return COMMAND_NOT_FOUND
-    identity = (uid, gid) if os.geteuid() == 0 else None
-    return spawn(command, env=env, cwd=workspace, identity=identity, started=attach)
+    document = started["session"]
+    what = Launch(
+        command=tuple(command),
+        sandbox=args.sandbox,
+        uid=int(started["sandbox"]["uid"]),
+        gid=int(started["sandbox"]["gid"]),
+        secrets_dir=str(document["dir"]),
+        mount_path=str(document["mount_path"]),
+        env=dict(started["env"]),
+        workspace=workspace,
+        network=args.network,
+        read_only=tuple(args.read_only),
+        egress_socket=started["egress_socket"],
+        forwarder=tuple(forwarder_argv(EGRESS_SOCKET, [])),
+    )
+    return launch(what, started=attach)
 
 
 def _ok(answer: Answer) -> Answer:

@@ -38,18 +38,10 @@ from broker.egress.bridge import forwarder_argv, proxy_hints
 from broker.egress.records import log_denials
 from broker.egress.running import RunningProxy, running_proxy
 from broker.host.control import ControlSocket
-from broker.host.sandbox import (
-    EGRESS_SOCKET,
-    SANDBOX_PATH,
-    WORKSPACE,
-    SandboxSpec,
-    bwrap_command,
-    extra_binds,
-)
+from broker.host.sandbox import EGRESS_SOCKET, SANDBOX_PATH, WORKSPACE
 from broker.host.sandbox import check_sandbox_available as check_host_sandbox
-from broker.host.seccomp import program_fd
 from broker.host.signals import signals_blocked
-from broker.host.spawning import COMMAND_NOT_FOUND, resolve, spawn
+from broker.host.spawning import Launch, launch
 from broker.vocab.errors import BadInput
 
 PASSED_THROUGH = ("LANG", "TERM")
@@ -82,6 +74,11 @@ def check_sandbox_available(options: ExecOptions, manifest: Manifest | None = No
     check_host_sandbox(options.sandbox, options.network)
 
 
+def check_proxied(manifest: Manifest, mode: str) -> None:
+    if manifest.proxied and mode != "allowlist":
+        raise BadInput("inject: proxy needs --network allowlist: only the session's proxy can put the secret in")
+
+
 def child_environment(
     document: Mapping[str, Any], manifest: Manifest, options: ExecOptions, parent: Mapping[str, str]
 ) -> dict[str, str]:
@@ -108,8 +105,7 @@ def child_environment(
 def execute(broker: Broker, manifest: Manifest, options: ExecOptions) -> ExecResult:
     """Issue, run the command, revoke; returns the command's exit status as a shell reports it."""
     check_sandbox_available(options, manifest)
-    if manifest.proxied and network_mode(options, manifest) != "allowlist":
-        raise BadInput("inject: proxy needs --network allowlist: only the session's proxy can put the secret in")
+    check_proxied(manifest, network_mode(options, manifest))
     interceptor = session_interceptor(broker.config, manifest)
     document = issue(broker, manifest, interceptor=interceptor)
     session_id = document["session"]
@@ -153,29 +149,18 @@ def _run(
     env = child_environment(document, manifest, options, os.environ)
     if proxy is not None:
         env.update(proxy_hints())
-    workspace = str(options.workspace.resolve()) if options.workspace else None
-    command = list(options.command)
-    if options.sandbox == "bwrap":
-        if resolve(command[0], SANDBOX_PATH) is None:
-            return COMMAND_NOT_FOUND
-        spec = SandboxSpec(
-            uid=manifest.sandbox.uid,
-            gid=manifest.sandbox.gid,
-            secrets_dir=str(document["dir"]),
-            mount_path=str(document["mount_path"]),
-            workspace=workspace,
-            env=env,
-            network=options.network == "host",
-            read_only_binds=extra_binds(options.read_only),
-            egress_socket=str(proxy.socket_path) if proxy is not None else None,
-        )
-        if proxy is not None:
-            command = forwarder_argv(EGRESS_SOCKET, command)
-        with program_fd() as seccomp_fd:
-            argv = [*bwrap_command(spec, seccomp_fd=seccomp_fd), *command]
-            env = {"PATH": SANDBOX_PATH}
-            return spawn(argv, env=env, cwd=None, pass_fds=(seccomp_fd,), started=halt.attach_child)
-    if resolve(command[0], env["PATH"]) is None:
-        return COMMAND_NOT_FOUND
-    identity = (manifest.sandbox.uid, manifest.sandbox.gid) if os.geteuid() == 0 else None  # never root on the host
-    return spawn(command, env=env, cwd=workspace, identity=identity, started=halt.attach_child)
+    what = Launch(
+        command=options.command,
+        sandbox=options.sandbox,
+        uid=manifest.sandbox.uid,
+        gid=manifest.sandbox.gid,
+        secrets_dir=str(document["dir"]),
+        mount_path=str(document["mount_path"]),
+        env=env,
+        workspace=str(options.workspace.resolve()) if options.workspace else None,
+        network=options.network,
+        read_only=options.read_only,
+        egress_socket=str(proxy.socket_path) if proxy is not None else None,
+        forwarder=tuple(forwarder_argv(EGRESS_SOCKET, [])),
+    )
+    return launch(what, started=halt.attach_child)

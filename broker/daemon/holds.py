@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from broker.core.broker import Broker
-from broker.core.executing import ExecOptions, child_environment, network_mode
+from broker.core.executing import ExecOptions, check_proxied, child_environment, network_mode
 from broker.core.halting import Halt
 from broker.core.issuing import issue
 from broker.core.manifest import Manifest
@@ -43,6 +43,7 @@ from broker.egress.proxy import EgressProxy
 from broker.egress.records import log_denials
 from broker.egress.running import RunningProxy
 from broker.host.control import ControlSocket
+from broker.host.sandbox import check_network_enforceable
 from broker.vocab.errors import BadInput
 from broker.vocab.holding import Lock
 
@@ -97,10 +98,8 @@ class Holds:
         """Issue an exec-bound session held by ``link``; the answer names what the client's sandbox needs."""
         manifest, options = _request(broker, body)
         mode = network_mode(options, manifest)
-        if mode == "allowlist" and options.sandbox != "bwrap":
-            raise BadInput("--network allowlist needs --sandbox bwrap: only a network namespace can enforce it")
-        if manifest.proxied and mode != "allowlist":
-            raise BadInput("inject: proxy needs --network allowlist: only the session's proxy can put the secret in")
+        check_network_enforceable(options.sandbox, mode)  # the client builds the sandbox: it checks the rest
+        check_proxied(manifest, mode)
         owner = _socket_owner(peer, manifest) if mode == "allowlist" else None
         interceptor = session_interceptor(broker.config, manifest)
         document = issue(broker, manifest, interceptor=interceptor)

@@ -62,10 +62,15 @@ def bwrap_path() -> str | None:
     return shutil.which("bwrap")
 
 
-def check_sandbox_available(sandbox: str, network: str | None) -> None:
-    """Refuse before minting anything when the sandbox cannot be built here (direct ``exec`` and its client alike)."""
+def check_network_enforceable(sandbox: str, network: str | None) -> None:
+    """An allow-list only a network namespace can enforce: refused without bubblewrap."""
     if network == "allowlist" and sandbox != "bwrap":
         raise BadInput("--network allowlist needs --sandbox bwrap: only a network namespace can enforce it")
+
+
+def check_sandbox_available(sandbox: str, network: str | None) -> None:
+    """Refuse before minting anything when the sandbox cannot be built here (direct ``exec`` and its client alike)."""
+    check_network_enforceable(sandbox, network)
     if sandbox != "bwrap":
         return
     if bwrap_path() is None:

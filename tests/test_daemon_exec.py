@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -146,9 +147,15 @@ def _through_proxy(path: Path, port: int, target: str) -> str:
         return type(exc).__name__
 
 
-def test_revoking_during_exec_makes_the_proxy_refuse_at_once_and_stops_the_command(
-    daemon: Daemon, openbao: OpenBao, upstream: Upstream, monkeypatch: pytest.MonkeyPatch
+def _revoked_during_exec(
+    daemon: Daemon,
+    openbao: OpenBao,
+    upstream: Upstream,
+    monkeypatch: pytest.MonkeyPatch,
+    revoke: Callable[[str], tuple[int, str]],
 ) -> None:
+    """Revoke (``revoke(session)``: its exit code and stderr) while the command runs: the proxy refuses, the
+    command is stopped, the credential is revoked once, for the reason ``revoke``."""
     private = daemon.shared / "tmp"  # the daemon's temporary directory: where it puts the proxy's socket
     private.mkdir(mode=0o755)
     monkeypatch.setenv("TMPDIR", str(private))
@@ -163,8 +170,8 @@ def test_revoking_during_exec_makes_the_proxy_refuse_at_once_and_stops_the_comma
         [proxy] = private.glob("broker-egress-*/proxy.sock")
         assert _through_proxy(proxy, upstream.port, "/before").startswith("HTTP/1.1 200")
         [session] = _states(daemon)
-        revoked = daemon.client("revoke", "--session", session)
-        assert revoked.code == 0, revoked.stderr
+        code, errors = revoke(session)
+        assert code == 0, errors
         assert _through_proxy(proxy, upstream.port, "/after") in ("FileNotFoundError", "ConnectionRefusedError")
         assert _states(daemon)[session] == "revoked"
         _, stderr = client.communicate(timeout=WAIT)
@@ -176,6 +183,37 @@ def test_revoking_during_exec_makes_the_proxy_refuse_at_once_and_stops_the_comma
     assert not any(openbao.accessor_exists(accessor) for accessor in _accessors(daemon))
     assert [r["reason"] for r in daemon.env.log_records() if r["event"] == "credential.revoked"] == ["revoke"]
     assert daemon.env.run("audit", "verify").code == 0
+
+
+def test_revoking_during_exec_makes_the_proxy_refuse_at_once_and_stops_the_command(
+    daemon: Daemon, openbao: OpenBao, upstream: Upstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def through_the_daemon(session: str) -> tuple[int, str]:
+        revoked = daemon.client("revoke", "--session", session)
+        return revoked.code, revoked.stderr
+
+    _revoked_during_exec(daemon, openbao, upstream, monkeypatch, through_the_daemon)
+
+
+def test_a_direct_revoke_on_the_daemons_host_asks_the_daemon_and_stops_the_command(
+    daemon: Daemon, openbao: OpenBao, upstream: Upstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    direct = daemon.env.root / "direct.toml"  # the daemon's own config, minus its socket: direct mode, as root
+    text = daemon.env.config_path.read_text()
+    direct.write_text("\n".join(line for line in text.splitlines() if not line.startswith("socket = ")) + "\n")
+
+    def direct_mode(session: str) -> tuple[int, str]:
+        revoked = subprocess.run(
+            [sys.executable, "-m", "broker", "--config", str(direct), "revoke", "--session", session],
+            capture_output=True,
+            text=True,
+            env={"PATH": os.environ["PATH"], "HOME": "/"},
+            timeout=WAIT,  # before the daemon listened for it: "locked by another broker process" after 60 s
+            check=False,
+        )
+        return revoked.returncode, revoked.stderr
+
+    _revoked_during_exec(daemon, openbao, upstream, monkeypatch, direct_mode)
 
 
 def test_exec_through_the_daemon_keeps_the_direct_exit_codes(daemon: Daemon, upstream: Upstream) -> None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -27,19 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from broker.daemon.transport import Answer, Connection
-from broker.host.sandbox import (
-    EGRESS_SOCKET,
-    SANDBOX_PATH,
-    SETPRIV,
-    SandboxSpec,
-    bwrap_command,
-    bwrap_path,
-    extra_binds,
-)
-from broker.host.spawning import COMMAND_NOT_FOUND, resolve, spawn
-from broker.vocab.errors import BadInput, BrokerError, UsageError
+from broker.host.sandbox import EGRESS_SOCKET, check_sandbox_available
+from broker.host.spawning import Launch, launch, stop
+from broker.vocab.errors import BrokerError, UsageError
 
-GRACE = 5.0  # seconds between SIGTERM and SIGKILL for a command whose session ended under it
 PASSED_TO_DAEMON = ("PATH", "LANG", "TERM")  # what direct exec takes from its own environment
 
 
@@ -57,7 +47,7 @@ def run_exec(args: argparse.Namespace, socket: str, manifest: Any) -> int:
     command = list(args.command[1:] if args.command[:1] == ["--"] else args.command)
     if not command:
         raise UsageError("exec needs a command: broker exec --task FILE -- CMD ARGS...")
-    _check_sandbox(args)
+    check_sandbox_available(args.sandbox, args.network)  # before anything is minted, as direct exec does
     workspace = str(Path(args.workspace).resolve()) if args.workspace else None
     body = {
         "manifest": manifest,
@@ -77,18 +67,6 @@ def run_exec(args: argparse.Namespace, socket: str, manifest: Any) -> int:
     elif report.exit_code:
         _warn(f"session {session}: revocation incomplete; pending credentials stay for broker sweep")
     return status
-
-
-def _check_sandbox(args: argparse.Namespace) -> None:
-    """Refuse before anything is minted when the sandbox cannot be built here (as direct exec does)."""
-    if args.network == "allowlist" and args.sandbox != "bwrap":
-        raise BadInput("--network allowlist needs --sandbox bwrap: only a network namespace can enforce it")
-    if args.sandbox != "bwrap":
-        return
-    if bwrap_path() is None:
-        raise BadInput("bubblewrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)")
-    if os.geteuid() == 0 and not os.path.exists(SETPRIV):
-        raise BadInput(f"{SETPRIV} is missing (Debian/Ubuntu: apt-get install util-linux)")
 
 
 class _Holder:
@@ -113,7 +91,7 @@ class _Holder:
         with self._lock:
             self._ended = True
             child = None if self._finishing else self._child
-        _stop(child)
+        stop(child)
 
     def attach(self, child: subprocess.Popen[bytes]) -> None:
         """The command runs: stopped at once if its session has already ended."""
@@ -121,7 +99,7 @@ class _Holder:
             self._child = child
             ended = self._ended
         if ended:
-            _stop(child)
+            stop(child)
 
     def finish(self) -> Answer | None:
         """The command ended: let the daemon revoke and read its report (None when the daemon is gone)."""
@@ -132,17 +110,6 @@ class _Holder:
         return self.answer
 
 
-def _stop(child: subprocess.Popen[bytes] | None) -> None:
-    """SIGTERM, and SIGKILL if the command is still there after ``GRACE``."""
-    if child is None or child.poll() is not None:
-        return
-    child.send_signal(signal.SIGTERM)
-    try:
-        child.wait(timeout=GRACE)
-    except subprocess.TimeoutExpired:
-        child.kill()
-
-
 def _run(
     started: dict[str, Any],
     command: list[str],
@@ -150,34 +117,24 @@ def _run(
     workspace: str | None,
     attach: Callable[[subprocess.Popen[bytes]], None],
 ) -> int:
-    document, env = started["session"], dict(started["env"])
-    uid, gid = int(started["sandbox"]["uid"]), int(started["sandbox"]["gid"])
-    if args.sandbox == "bwrap":
-        from broker.egress.bridge import forwarder_argv
-        from broker.host.seccomp import program_fd
+    from broker.egress.bridge import forwarder_argv
 
-        if resolve(command[0], SANDBOX_PATH) is None:
-            return COMMAND_NOT_FOUND
-        spec = SandboxSpec(
-            uid=uid,
-            gid=gid,
-            secrets_dir=str(document["dir"]),
-            mount_path=str(document["mount_path"]),
-            workspace=workspace,
-            env=env,
-            network=args.network == "host",
-            read_only_binds=extra_binds(args.read_only),
-            egress_socket=started["egress_socket"],
-        )
-        if started["egress_socket"] is not None:
-            command = forwarder_argv(EGRESS_SOCKET, command)
-        with program_fd() as seccomp_fd:
-            argv = [*bwrap_command(spec, seccomp_fd=seccomp_fd), *command]
-            return spawn(argv, env={"PATH": SANDBOX_PATH}, cwd=None, pass_fds=(seccomp_fd,), started=attach)
-    if resolve(command[0], env["PATH"]) is None:
-        return COMMAND_NOT_FOUND
-    identity = (uid, gid) if os.geteuid() == 0 else None
-    return spawn(command, env=env, cwd=workspace, identity=identity, started=attach)
+    document = started["session"]
+    what = Launch(
+        command=tuple(command),
+        sandbox=args.sandbox,
+        uid=int(started["sandbox"]["uid"]),
+        gid=int(started["sandbox"]["gid"]),
+        secrets_dir=str(document["dir"]),
+        mount_path=str(document["mount_path"]),
+        env=dict(started["env"]),
+        workspace=workspace,
+        network=args.network,
+        read_only=tuple(args.read_only),
+        egress_socket=started["egress_socket"],
+        forwarder=tuple(forwarder_argv(EGRESS_SOCKET, [])),
+    )
+    return launch(what, started=attach)
 
 
 def _ok(answer: Answer) -> Answer:

@@ -23,14 +23,9 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
-import signal
-import subprocess
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from broker.core.broker import Broker
@@ -43,23 +38,13 @@ from broker.egress.bridge import forwarder_argv, proxy_hints
 from broker.egress.records import log_denials
 from broker.egress.running import RunningProxy, running_proxy
 from broker.host.control import ControlSocket
-from broker.host.sandbox import (
-    EGRESS_SOCKET,
-    SANDBOX_PATH,
-    SETPRIV,
-    WORKSPACE,
-    SandboxSpec,
-    bwrap_command,
-    bwrap_path,
-    extra_binds,
-)
-from broker.host.seccomp import program_fd
+from broker.host.sandbox import EGRESS_SOCKET, SANDBOX_PATH, WORKSPACE
+from broker.host.sandbox import check_sandbox_available as check_host_sandbox
 from broker.host.signals import signals_blocked
+from broker.host.spawning import Launch, launch
 from broker.vocab.errors import BadInput
 
 PASSED_THROUGH = ("LANG", "TERM")
-FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-COMMAND_NOT_FOUND = 127
 
 
 @dataclass(frozen=True)
@@ -86,14 +71,12 @@ def network_mode(options: ExecOptions, manifest: Manifest) -> str:
 
 def check_sandbox_available(options: ExecOptions, manifest: Manifest | None = None) -> None:
     """Refuse before minting anything when the sandbox cannot be built here."""
-    if options.network == "allowlist" and options.sandbox != "bwrap":
-        raise BadInput("--network allowlist needs --sandbox bwrap: only a network namespace can enforce it")
-    if options.sandbox != "bwrap":
-        return
-    if bwrap_path() is None:
-        raise BadInput("bubblewrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)")
-    if os.geteuid() == 0 and not os.path.exists(SETPRIV):
-        raise BadInput(f"{SETPRIV} is missing (Debian/Ubuntu: apt-get install util-linux)")
+    check_host_sandbox(options.sandbox, options.network)
+
+
+def check_proxied(manifest: Manifest, mode: str) -> None:
+    if manifest.proxied and mode != "allowlist":
+        raise BadInput("inject: proxy needs --network allowlist: only the session's proxy can put the secret in")
 
 
 def child_environment(
@@ -122,8 +105,7 @@ def child_environment(
 def execute(broker: Broker, manifest: Manifest, options: ExecOptions) -> ExecResult:
     """Issue, run the command, revoke; returns the command's exit status as a shell reports it."""
     check_sandbox_available(options, manifest)
-    if manifest.proxied and network_mode(options, manifest) != "allowlist":
-        raise BadInput("inject: proxy needs --network allowlist: only the session's proxy can put the secret in")
+    check_proxied(manifest, network_mode(options, manifest))
     interceptor = session_interceptor(broker.config, manifest)
     document = issue(broker, manifest, interceptor=interceptor)
     session_id = document["session"]
@@ -167,75 +149,18 @@ def _run(
     env = child_environment(document, manifest, options, os.environ)
     if proxy is not None:
         env.update(proxy_hints())
-    workspace = str(options.workspace.resolve()) if options.workspace else None
-    command = list(options.command)
-    if options.sandbox == "bwrap":
-        if _resolve(command[0], SANDBOX_PATH) is None:
-            return COMMAND_NOT_FOUND
-        spec = SandboxSpec(
-            uid=manifest.sandbox.uid,
-            gid=manifest.sandbox.gid,
-            secrets_dir=str(document["dir"]),
-            mount_path=str(document["mount_path"]),
-            workspace=workspace,
-            env=env,
-            network=options.network == "host",
-            read_only_binds=extra_binds(options.read_only),
-            egress_socket=str(proxy.socket_path) if proxy is not None else None,
-        )
-        if proxy is not None:
-            command = forwarder_argv(EGRESS_SOCKET, command)
-        with program_fd() as seccomp_fd:
-            argv = [*bwrap_command(spec, seccomp_fd=seccomp_fd), *command]
-            env = {"PATH": SANDBOX_PATH}
-            return _spawn(argv, env=env, cwd=None, manifest=manifest, drop=False, halt=halt, pass_fds=(seccomp_fd,))
-    if _resolve(command[0], env["PATH"]) is None:
-        return COMMAND_NOT_FOUND
-    return _spawn(command, env=env, cwd=workspace, manifest=manifest, drop=os.geteuid() == 0, halt=halt)
-
-
-def _resolve(program: str, path: str) -> str | None:
-    if "/" in program:
-        return program if os.access(program, os.X_OK) else None
-    return shutil.which(program, path=path)
-
-
-def _spawn(
-    argv: list[str],
-    *,
-    env: dict[str, str],
-    cwd: str | None,
-    manifest: Manifest,
-    drop: bool,
-    halt: Halt,
-    pass_fds: tuple[int, ...] = (),
-) -> int:
-    identity: dict[str, Any] = {}
-    if drop:  # the host command never runs as root
-        identity = {"user": manifest.sandbox.uid, "group": manifest.sandbox.gid, "extra_groups": []}
-    try:
-        child = subprocess.Popen(argv, env=env, cwd=cwd, close_fds=True, pass_fds=pass_fds, **identity)
-    except FileNotFoundError:
-        return COMMAND_NOT_FOUND
-    except PermissionError:
-        return 126
-    with _forwarding(child):
-        halt.attach_child(child)
-        status = child.wait()
-    return 128 - status if status < 0 else status
-
-
-@contextmanager
-def _forwarding(child: subprocess.Popen[bytes]) -> Iterator[None]:
-    """While the command runs, the broker's stop signals go to the command instead."""
-
-    def forward(signum: int, frame: FrameType | None) -> None:
-        if child.poll() is None:
-            child.send_signal(signum)
-
-    previous = {signum: signal.signal(signum, forward) for signum in FORWARDED_SIGNALS}
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+    what = Launch(
+        command=options.command,
+        sandbox=options.sandbox,
+        uid=manifest.sandbox.uid,
+        gid=manifest.sandbox.gid,
+        secrets_dir=str(document["dir"]),
+        mount_path=str(document["mount_path"]),
+        env=env,
+        workspace=str(options.workspace.resolve()) if options.workspace else None,
+        network=options.network,
+        read_only=options.read_only,
+        egress_socket=str(proxy.socket_path) if proxy is not None else None,
+        forwarder=tuple(forwarder_argv(EGRESS_SOCKET, [])),
+    )
+    return launch(what, started=halt.attach_child)

@@ -12,16 +12,15 @@ ends by itself: there is one revocation path.
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import threading
 from typing import TYPE_CHECKING
 
+from broker.host.spawning import GRACE, stop
+
 if TYPE_CHECKING:
     from broker.egress.inject import Interceptor
     from broker.egress.running import RunningProxy
-
-GRACE = 5.0
 
 
 class Halt:
@@ -70,11 +69,4 @@ class Halt:
             child = self._child
         if child is None or child.poll() is not None:
             return
-        child.send_signal(signal.SIGTERM)
-        threading.Thread(target=self._kill_after_grace, args=(child,), name="exec-halt", daemon=True).start()
-
-    def _kill_after_grace(self, child: subprocess.Popen[bytes]) -> None:
-        try:
-            child.wait(timeout=self.grace)
-        except subprocess.TimeoutExpired:
-            child.kill()
+        threading.Thread(target=stop, args=(child, self.grace), name="exec-halt", daemon=True).start()

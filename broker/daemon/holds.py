@@ -9,7 +9,12 @@ killed), when the session expires, or when the daemon stops: nothing outlives
 the launcher. With an allowlist the session's egress proxy runs here (the
 ``inject: proxy`` secrets never leave the daemon) on a Unix socket the client
 binds into its sandbox; ending the session closes the proxy first, so it
-refuses at once, and then revokes at the providers.
+refuses at once, and then revokes at the providers. Each held session
+listens on the same control socket as a direct ``exec``
+(``broker.host.control``), so a direct-mode ``broker revoke`` on this host
+asks the daemon instead of waiting on the lock: the proxy refuses at once
+(``broker.core.halting``), and the hold ends the session, which answers the
+client, which stops the command.
 """
 
 from __future__ import annotations
@@ -26,7 +31,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from broker.core.broker import Broker
-from broker.core.executing import ExecOptions, child_environment, network_mode
+from broker.core.executing import ExecOptions, check_proxied, child_environment, network_mode
+from broker.core.halting import Halt
 from broker.core.issuing import issue
 from broker.core.manifest import Manifest
 from broker.core.proxied import session_interceptor
@@ -36,6 +42,8 @@ from broker.egress.bridge import proxy_hints
 from broker.egress.proxy import EgressProxy
 from broker.egress.records import log_denials
 from broker.egress.running import RunningProxy
+from broker.host.control import ControlSocket
+from broker.host.sandbox import check_network_enforceable
 from broker.vocab.errors import BadInput
 from broker.vocab.holding import Lock
 
@@ -69,6 +77,8 @@ class Held:
     interceptor: Interceptor | None = None
     directory: Path | None = None
     report: RevokeReport | None = None
+    halt: Halt = field(default_factory=Halt)  # an outside revoke through the control socket
+    control: ControlSocket | None = None
     ended: threading.Event = field(default_factory=threading.Event)
     mutex: threading.Lock = field(default_factory=threading.Lock)
 
@@ -88,10 +98,8 @@ class Holds:
         """Issue an exec-bound session held by ``link``; the answer names what the client's sandbox needs."""
         manifest, options = _request(broker, body)
         mode = network_mode(options, manifest)
-        if mode == "allowlist" and options.sandbox != "bwrap":
-            raise BadInput("--network allowlist needs --sandbox bwrap: only a network namespace can enforce it")
-        if manifest.proxied and mode != "allowlist":
-            raise BadInput("inject: proxy needs --network allowlist: only the session's proxy can put the secret in")
+        check_network_enforceable(options.sandbox, mode)  # the client builds the sandbox: it checks the rest
+        check_proxied(manifest, mode)
         owner = _socket_owner(peer, manifest) if mode == "allowlist" else None
         interceptor = session_interceptor(broker.config, manifest)
         document = issue(broker, manifest, interceptor=interceptor)
@@ -103,6 +111,7 @@ class Holds:
             self._held[held.session] = held
         link.sessions.append(held.session)  # from here on, the connection's end revokes the session
         try:
+            held.control = ControlSocket(broker.config.state_dir, held.session, held.halt)
             broker.store.mark_exec_bound(held.session)
             broker.checkpoint()
             env = child_environment(document, manifest, options, body.get("parent_env") or {})
@@ -113,6 +122,7 @@ class Holds:
                 held.proxy = RunningProxy(EgressProxy(manifest.network, None, None, interceptor))
                 held.proxy.serve_unix(held.directory / "proxy.sock", *owner)
                 env.update(proxy_hints())
+            held.halt.attach_proxy(held.proxy, interceptor)
         except BaseException:
             self.end(broker, held, "exec failed to start")
             raise
@@ -128,7 +138,7 @@ class Holds:
         """Wait until the holder goes, the session is revoked or expires, or the daemon stops; then end it."""
         reason = "exec ended"
         while not held.ended.is_set():
-            if link.gone(WAKE):
+            if link.gone(WAKE) or held.halt.requested:
                 break
             if stopping.is_set():
                 reason = "daemon stopped"
@@ -143,7 +153,11 @@ class Holds:
         with held.mutex:
             if held.report is not None:
                 return held.report
+            if held.halt.requested:
+                reason = "revoke"  # asked through the control socket, as a direct exec is
             try:
+                if held.control is not None:
+                    held.control.close()  # never from its own thread: a revoke there only halts
                 if held.interceptor is not None:
                     held.interceptor.revoke()
                 if held.proxy is not None:

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import pwd
 import socket
-import struct
 from dataclasses import dataclass
 
 from broker.core.policy import Requester
-
-_UCRED = struct.Struct("3i")  # pid, uid, gid
+from broker.host.peercred import peer_credentials
 
 
 @dataclass(frozen=True)
@@ -27,6 +25,5 @@ class Peer:
 
 
 def peer_of(connection: socket.socket) -> Peer:
-    raw = connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
-    pid, uid, gid = _UCRED.unpack(raw)
-    return Peer(pid=pid, uid=uid, gid=gid)
+    found = peer_credentials(connection)
+    return Peer(pid=found.pid, uid=found.uid, gid=found.gid)

@@ -17,16 +17,15 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-import struct
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from broker.host.peercred import peer_credentials
 from broker.vocab.session_ids import check_session_id
 
 REQUEST, STOPPED, REFUSED = b"revoke\n", b"stopped\n", b"refused\n"
 ANSWER_TIMEOUT = 30.0
-_UCRED = struct.Struct("3i")  # pid, uid, gid
 
 
 def control_dir(state_dir: Path) -> Path:
@@ -51,8 +50,7 @@ def _reachable(directory: Path, name: str) -> Iterator[str]:
 
 
 def peer_uid(connection: socket.socket) -> int:
-    _, uid, _ = _UCRED.unpack(connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size))
-    return int(uid)
+    return peer_credentials(connection).uid
 
 
 def may_control(uid: int) -> bool:

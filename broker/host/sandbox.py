@@ -31,6 +31,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
+from broker.vocab.errors import BadInput
+
 WORKSPACE = "/workspace"
 SETPRIV = "/usr/bin/setpriv"
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -58,6 +60,23 @@ def default_identity() -> str:
 
 def bwrap_path() -> str | None:
     return shutil.which("bwrap")
+
+
+def check_network_enforceable(sandbox: str, network: str | None) -> None:
+    """An allow-list only a network namespace can enforce: refused without bubblewrap."""
+    if network == "allowlist" and sandbox != "bwrap":
+        raise BadInput("--network allowlist needs --sandbox bwrap: only a network namespace can enforce it")
+
+
+def check_sandbox_available(sandbox: str, network: str | None) -> None:
+    """Refuse before minting anything when the sandbox cannot be built here (direct ``exec`` and its client alike)."""
+    check_network_enforceable(sandbox, network)
+    if sandbox != "bwrap":
+        return
+    if bwrap_path() is None:
+        raise BadInput("bubblewrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)")
+    if os.geteuid() == 0 and not os.path.exists(SETPRIV):
+        raise BadInput(f"{SETPRIV} is missing (Debian/Ubuntu: apt-get install util-linux)")
 
 
 def _parents(dest: str) -> list[str]:

@@ -68,32 +68,25 @@ class RunningProxy:
 
         return self._call(read())
 
+    async def _cut(self, *, refusing: bool) -> None:
+        """Close the listening sockets and cancel every connection (run on the proxy's loop)."""
+        if refusing:
+            self.proxy.refusing = True
+        for server in self._servers:
+            server.close()
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
     def refuse(self) -> None:
         """From now on nothing gets through: the sockets stop accepting and every open connection is cut."""
-
-        async def cut() -> None:
-            self.proxy.refusing = True
-            for server in self._servers:
-                server.close()
-            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-
         with contextlib.suppress(Exception):
-            self._call(cut())
+            self._call(self._cut(refusing=True))
 
     def stop(self) -> None:
-        async def shutdown() -> None:
-            for server in self._servers:
-                server.close()
-            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-
         with contextlib.suppress(Exception):
-            self._call(shutdown())
+            self._call(self._cut(refusing=False))
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)
         if not self._loop.is_running():

@@ -22,7 +22,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from broker.core.postgres_locks import AdvisoryLock, AdvisoryLocks, PostgresFleetState, first_line
-from broker.core.postgres_schema import current_version, migrate
+from broker.core.postgres_schema import SCHEMA_VERSION, current_version, migrate
 from broker.core.store import (
     CREDENTIAL_STATES,
     SESSION_STATES,
@@ -62,20 +62,33 @@ class PostgresSessionStore(SessionStore):
         self._connection: Any = None
         self._locks = AdvisoryLocks(self.where)
         with self._lock:
-            self._call(lambda conn: migrate(conn, self.where))
+            self._call(self._up_to_date)
+
+    def _up_to_date(self, connection: Any) -> None:
+        """Migrate only a database behind this broker: the common case costs one read, not a locked transaction."""
+        import psycopg
+
+        try:
+            version = current_version(connection)
+        except psycopg.errors.UndefinedTable:  # a new database
+            version = 0
+        if version != SCHEMA_VERSION:
+            migrate(connection, self.where)  # or refuses a newer one
 
     # -- connection ----------------------------------------------------------------------
 
     def _connect(self) -> Any:
         import psycopg
+        from psycopg.conninfo import conninfo_to_dict
 
         options: dict[str, Any] = {"connect_timeout": CONNECT_TIMEOUT, "autocommit": True}
         options["application_name"] = f"broker@{self.host}"[:63]
         if self._passfile is not None:
             options["passfile"] = str(self._passfile)
         try:
+            given = conninfo_to_dict(self.url).get("options") or ""
+            options["options"] = f"{given} -c TimeZone=UTC".strip()  # in the startup packet: no extra round trip
             connection = psycopg.connect(self.url, **options)
-            connection.execute("SET TIME ZONE 'UTC'")
         except psycopg.Error as exc:
             raise StoreError(f"session store {self.where}: cannot connect: {first_line(exc)}") from None
         return connection

@@ -26,9 +26,21 @@ BROKER = str(Path(PYTHON).parent / "broker")
 #: share a name with the standard library's (``concurrent`` did).
 FLOOR = str(ROOT / "bench" / "floor.py")
 SEED = ("-m", "bench.seed")
-FIGURES = ("cold", "issue", "revoke", "concurrent", "sweep", "memory", "audit", "egress", "dynamic", "daemon")
+FIGURES = (
+    "cold",
+    "issue",
+    "revoke",
+    "concurrent",
+    "sweep",
+    "memory",
+    "audit",
+    "egress",
+    "dynamic",
+    "daemon",
+    "fleet",
+)
 #: egress, dynamic and daemon start what they need themselves (a proxy, OpenBao + PostgreSQL, OpenBao + a daemon).
-NEEDS_STACK = {"issue", "revoke", "concurrent", "sweep", "memory"}
+NEEDS_STACK = {"issue", "revoke", "concurrent", "sweep", "memory", "fleet"}  # fleet adds a PostgreSQL of its own
 
 BROKER_ROLE = ROLE_NAME  # the stack task's role
 FLOOR_ROLE = "agent-floor"  # the floor writes its deny policy here, so the two never share a document
@@ -70,6 +82,7 @@ class Settings:
     dynamic_rtt: int
     daemon_runs: int
     daemon_cycles: int
+    fleet_reps: int
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Settings:
@@ -98,6 +111,7 @@ class Settings:
             dynamic_rtt=args.dynamic_rtt,
             daemon_runs=pick(args.daemon_runs, 15, 3),
             daemon_cycles=pick(args.daemon_cycles, 1000, 100),
+            fleet_reps=pick(args.fleet_reps, 21, 5),
         )
 
 

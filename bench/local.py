@@ -113,7 +113,8 @@ class BrokerSetup:
     def task(self) -> Path:
         return self.dir / "task.yaml"
 
-    def create(self, task: str = STACK_TASK) -> BrokerSetup:
+    def create(self, task: str = STACK_TASK, extra: dict[str, str] | None = None) -> BrokerSetup:
+        """Write the installation; ``extra`` adds top-level settings (a fleet's ``store`` and ``host``)."""
         unmount_under(self.dir)
         shutil.rmtree(self.dir, ignore_errors=True)
         self.dir.mkdir(mode=0o700, parents=True)
@@ -130,6 +131,7 @@ class BrokerSetup:
             "runtime_dir": str(self.dir / "run"),
             "policy_dir": str(self.dir / "policies"),
             "audit_key": str(self.dir / "audit.key"),
+            **(extra or {}),
         }
         providers = provider_tables(
             vault_addr=self.stack.bao.addr,

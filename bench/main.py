@@ -14,8 +14,10 @@ median over repeated runs, both sides of a ratio interleaved in the same run:
   egress      the egress proxy: added latency over 1,000 requests, 64 CONNECT tunnels x 10 MiB, its RSS
   dynamic     what one of each Vault dynamic kind adds to ``issue``, on loopback and at 40 ms per request
   daemon      ``broker serve``: thin-client cold start, issue/revoke vs the floor, 32 concurrent cycles, RSS
+  fleet       3 hosts on one PostgreSQL store x N concurrent cycles; the store's cost per issue/revoke vs SQLite
 
-The last three start what they need themselves (bench/egress.py,
+The fleet figure starts a PostgreSQL of its own beside the stack (bench/fleet.py); the last three
+start what they need themselves (bench/egress.py,
 bench/vault_dynamic.py, bench/daemon.py; each also runs alone with ``python -m``).
 
 Prints a table and writes ``bench-results/bench-<git short sha>.json`` and
@@ -59,6 +61,7 @@ from bench.concurrency import figure_concurrent
 from bench.cycles import figure_cycles
 from bench.daemon import figure_daemon
 from bench.egress import figure_egress
+from bench.fleet import figure_fleet
 from bench.local import BrokerSetup, Stack, base_env, floor_params, unmount_under
 from bench.memory import figure_memory
 from bench.sweep import figure_sweep
@@ -175,6 +178,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument(
         "--daemon-cycles", type=int, help="cycles before the daemon's second RSS reading (default 1000, quick 100)"
     )
+    parser.add_argument("--fleet-reps", type=int, help="alternating SQLite/PostgreSQL cycles (default 21, quick 5)")
     args = parser.parse_args(argv)
     selected = [name.strip() for name in args.only.split(",") if name.strip()] or list(FIGURES)
     unknown = [name for name in selected if name not in FIGURES]
@@ -272,6 +276,8 @@ def main(argv: Sequence[str]) -> int:
                 steps.append(("dynamic", lambda: figure_dynamic(settings, report)))
             if "daemon" in selected:
                 steps.append(("daemon", lambda: figure_daemon(settings, report)))
+            if "fleet" in selected:
+                steps.append(("fleet", lambda: figure_fleet(settings, report, need(stack))))
             for name, step in steps:
                 background = cpu_busy()
                 report.background[name] = round(background, 2)

@@ -153,3 +153,25 @@ def stop_postgres(server: Postgres) -> None:
             stop_server(server, "immediate")
     finally:
         shutil.rmtree(server.data_dir.parent, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class FleetDb:
+    """A database for a fleet's store: its URL (no password) and the pgpass file that holds the password."""
+
+    url: str
+    passfile: Path
+    name: str
+
+
+def create_fleet_db(server: Postgres, folder: Path) -> FleetDb:
+    """A fresh database on ``server``; its password goes to ``folder/pgpass`` (mode 0600), never into the URL."""
+    import psycopg
+
+    name = "fleet_" + secrets.token_hex(6)
+    with psycopg.connect(server.dsn(), autocommit=True, connect_timeout=10) as connection:
+        connection.execute(f"CREATE DATABASE {name}".encode())  # hex digits: nothing to quote
+    passfile = folder / "pgpass"
+    passfile.write_text(f"{server.host}:{server.port}:{name}:{SUPERUSER}:{server.password}\n")
+    passfile.chmod(0o600)
+    return FleetDb(f"postgresql://{SUPERUSER}@{server.host}:{server.port}/{name}", passfile, name)

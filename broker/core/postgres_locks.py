@@ -31,8 +31,9 @@ from broker.vocab.errors import StoreError
 from broker.vocab.holding import holding
 from providers.base import DenyRecord, FleetState
 
-#: How long a provider waits for another host's hold on a role lock before giving up.
-ROLE_LOCK_TIMEOUT = 120.0
+#: How long a provider waits for other hosts' holds on a role lock before giving up. An AWS role's budget lock is
+#: held for a whole issue, so a fleet's issues on one role queue behind each other; nothing is minted while waiting.
+ROLE_LOCK_TIMEOUT = 300.0
 
 
 def lock_key(name: str) -> int:

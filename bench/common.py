@@ -39,9 +39,18 @@ FIGURES = (
     "daemon",
     "fleetlog",
     "latency",
+    "fleet",
 )
 #: egress, dynamic and daemon start what they need themselves (a proxy, OpenBao + PostgreSQL, OpenBao + a daemon).
-NEEDS_STACK = {"issue", "revoke", "concurrent", "sweep", "memory", "latency"}
+NEEDS_STACK = {
+    "issue",
+    "revoke",
+    "concurrent",
+    "sweep",
+    "memory",
+    "latency",
+    "fleet",
+}  # fleet adds a PostgreSQL of its own
 
 BROKER_ROLE = ROLE_NAME  # the stack task's role
 FLOOR_ROLE = "agent-floor"  # the floor writes its deny policy here, so the two never share a document
@@ -86,6 +95,7 @@ class Settings:
     daemon_cycles: int
     latency_runs: int
     latency_rtt: int
+    fleet_reps: int
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Settings:
@@ -117,6 +127,7 @@ class Settings:
             daemon_cycles=pick(args.daemon_cycles, 1000, 100),
             latency_runs=pick(args.latency_runs, 9, 3),
             latency_rtt=args.latency_rtt,
+            fleet_reps=pick(args.fleet_reps, 21, 5),
         )
 
 

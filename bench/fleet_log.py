@@ -121,8 +121,7 @@ def _load(directory: Path, url: str, passfile: Path) -> float:
 
 
 def figure_fleet_log(settings: Settings, report: Report) -> None:
-    from tests.fixtures.fleet import create_fleet_db
-    from tests.fixtures.postgres import server_bin_dir, start_postgres, stop_postgres
+    from devstack.postgres import create_fleet_db, server_bin_dir, start_postgres, stop_postgres
 
     if server_bin_dir() is None:
         raise RuntimeError("no PostgreSQL server binaries (initdb, pg_ctl) and no pgserver wheel")

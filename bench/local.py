@@ -127,7 +127,10 @@ class BrokerSetup:
     def task(self) -> Path:
         return self.dir / "task.yaml"
 
-    def create(self, task: str = STACK_TASK, urls: Urls | None = None) -> BrokerSetup:
+    def create(
+        self, task: str = STACK_TASK, urls: Urls | None = None, extra: dict[str, str] | None = None
+    ) -> BrokerSetup:
+        """Write the installation; ``urls`` points it at proxies, ``extra`` adds top-level settings (a fleet's)."""
         unmount_under(self.dir)
         shutil.rmtree(self.dir, ignore_errors=True)
         self.dir.mkdir(mode=0o700, parents=True)
@@ -144,6 +147,7 @@ class BrokerSetup:
             "runtime_dir": str(self.dir / "run"),
             "policy_dir": str(self.dir / "policies"),
             "audit_key": str(self.dir / "audit.key"),
+            **(extra or {}),
         }
         providers = provider_tables(
             vault_addr=urls.vault,

@@ -18,8 +18,10 @@ median over repeated runs, both sides of a ratio interleaved in the same run:
   fleetlog    a 1,000,000-record fleet chain COPYed into PostgreSQL: ``audit export`` + ``audit verify`` of it
   latency     the stack task through the daemon and the direct CLI vs the three-provider floor, on
               loopback and with every provider behind a 40 ms RTT proxy (bench/stack_rtt.py)
+  fleet       3 hosts on one PostgreSQL store x N concurrent cycles; the store's cost per issue/revoke vs SQLite
 
-The last three start what they need themselves (bench/egress.py,
+The fleet figure starts a PostgreSQL of its own beside the stack (bench/fleet.py); the last three
+start what they need themselves (bench/egress.py,
 bench/vault_dynamic.py, bench/daemon.py; each also runs alone with ``python -m``).
 
 Prints a table and writes ``bench-results/bench-<git short sha>.json`` and
@@ -63,6 +65,7 @@ from bench.concurrency import figure_concurrent
 from bench.cycles import figure_cycles
 from bench.daemon import figure_daemon
 from bench.egress import figure_egress
+from bench.fleet import figure_fleet
 from bench.fleet_log import figure_fleet_log
 from bench.local import BrokerSetup, Stack, base_env, floor_params, unmount_under
 from bench.memory import figure_memory
@@ -184,6 +187,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     )
     parser.add_argument("--latency-runs", type=int, help="latency figure repetitions (default 9, quick 3)")
     parser.add_argument("--latency-rtt", type=int, default=40, help="ms RTT of the latency figure's proxies")
+    parser.add_argument("--fleet-reps", type=int, help="alternating SQLite/PostgreSQL cycles (default 21, quick 5)")
     args = parser.parse_args(argv)
     selected = [name.strip() for name in args.only.split(",") if name.strip()] or list(FIGURES)
     unknown = [name for name in selected if name not in FIGURES]
@@ -285,6 +289,8 @@ def main(argv: Sequence[str]) -> int:
                 steps.append(("daemon", lambda: figure_daemon(settings, report)))
             if "latency" in selected:
                 steps.append(("latency", lambda: figure_latency(settings, report, need(stack))))
+            if "fleet" in selected:
+                steps.append(("fleet", lambda: figure_fleet(settings, report, need(stack))))
             for name, step in steps:
                 background = cpu_busy()
                 report.background[name] = round(background, 2)

@@ -25,6 +25,8 @@ from broker.core.config import load_config
 from broker.core.issuing import issue
 from broker.core.manifest import load_manifest
 from broker.core.revoking import revoke_session
+from broker.core.sweeping import sweep
+from broker.vocab.errors import StoreError
 from providers.aws.deny import POLICY_NAME, SOURCE_IDENTITY, DenyList
 from providers.aws.provider import AwsStsProvider
 from tests.fixtures.aws import REGION, AwsRole, iam_client
@@ -131,3 +133,40 @@ def _records(db: FleetDb) -> list[dict[str, Any]]:
 
     with psycopg.connect(db.url, passfile=str(db.passfile), connect_timeout=10) as conn:
         return [json.loads(row[0]) for row in conn.execute("SELECT record FROM issuance_log ORDER BY seq")]
+
+
+def test_a_role_lock_lost_during_the_policy_write_fails_the_revoke_and_sweep_rewrites_the_policy(
+    tmp_path: Path, aws_role: AwsRole, fleet_db: FleetDb, postgres: Postgres
+) -> None:
+    """The server ends the broker's store connection (holding the role's lock) while it writes the deny policy:
+    another host may have written meanwhile, so the revoke must not report success; sweep writes it again."""
+    with aws_fleet(tmp_path, aws_role, fleet_db) as brokers:
+        broker = brokers[0]
+        session = issue_in(broker)
+        cut: list[bool] = []
+
+        def end_connection(**_: Any) -> None:
+            if not cut:
+                cut.append(end_advisory_lock_holders(postgres, fleet_db))
+
+        provider = broker.config.providers["aws"]
+        assert isinstance(provider, AwsStsProvider)
+        provider.client("iam").meta.events.register("before-call.iam.PutRolePolicy", end_connection)
+        with pytest.raises(StoreError, match="lost"):
+            revoke_session(broker, session)
+        provider.client("iam").meta.events.unregister("before-call.iam.PutRolePolicy", end_connection)
+        assert cut == [True]
+        assert broker.store.get_session(session).state == "revoking"  # type: ignore[union-attr]
+        report = sweep(brokers[1])
+        assert report.recovered == [session] and report.complete
+    assert stored_deny(aws_role).values(SOURCE_IDENTITY) == [session]
+
+
+def end_advisory_lock_holders(postgres: Postgres, db: FleetDb) -> bool:
+    """Terminate the backend(s) holding advisory locks in ``db`` (the server ending a broker's connection)."""
+    rows = postgres.query(
+        "SELECT pg_terminate_backend(l.pid) FROM pg_locks l JOIN pg_database d ON d.oid = l.database"
+        " WHERE l.locktype = 'advisory' AND l.granted AND d.datname = %s GROUP BY l.pid",
+        db.name,
+    )
+    return bool(rows) and all(row[0] for row in rows)

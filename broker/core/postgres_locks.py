@@ -1,12 +1,20 @@
-"""Locks every broker sharing a PostgreSQL store honours: advisory locks on one connection per process.
+"""Locks every broker sharing a PostgreSQL store honours: advisory locks on the store's one connection.
 
 A session's lock (held by the ``issue`` or ``exec`` working on it) and a
 provider's per-role lock must be seen by brokers on other hosts, and must
 go away when their holder dies, so ``sweep`` on another host can tell a
 crashed broker's session from a running one: a session-level advisory lock
-does both (the server drops it with the connection). One connection per
-process holds them all; a lock this process already holds counts as taken
-for its other threads too, as a second file lock on one path would.
+does both (the server drops it with the connection). A lock this process
+already holds counts as taken for its other threads too, as a second file
+lock on one path would.
+
+The locks live on the same connection as every statement the store runs,
+so the server ending that connection (a restart, an idle timeout, a
+terminated backend) cannot go unnoticed: psycopg never reconnects on its
+own, the holder's next step fails, and a connection lost while locks were
+held leaves them *lost*. Another broker may hold them by then, so until
+every lost lock has been released by the code that took it, each step of
+this process fails with a ``StoreError`` instead of running unguarded.
 """
 
 from __future__ import annotations
@@ -17,14 +25,15 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from broker.vocab.errors import StoreError
 from broker.vocab.holding import holding
 from providers.base import DenyRecord, FleetState
 
-#: How long a provider waits for another host's hold on a role lock before giving up.
-ROLE_LOCK_TIMEOUT = 120.0
+#: How long a provider waits for other hosts' holds on a role lock before giving up. An AWS role's budget lock is
+#: held for a whole issue, so a fleet's issues on one role queue behind each other; nothing is minted while waiting.
+ROLE_LOCK_TIMEOUT = 300.0
 
 
 def lock_key(name: str) -> int:
@@ -32,66 +41,71 @@ def lock_key(name: str) -> int:
     return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
 
 
+class LockTable(Protocol):
+    def try_take(self, key: int) -> bool: ...
+
+    def give_back(self, key: int) -> bool: ...
+
+
 class AdvisoryLocks:
-    """This process's advisory locks, on a connection of their own (never inside a store transaction)."""
+    """Which advisory locks this process holds on the store's connection, and which it lost with one.
 
-    def __init__(self, connect: Callable[[], Any], where: str) -> None:
-        self._connect = connect
+    The store calls these with its connection lock held; ``take``/``drop``
+    run their statement through the store (``call``), so a failure is the
+    store's ``StoreError`` and a lost connection reaches ``connection_lost``.
+    """
+
+    def __init__(self, where: str) -> None:
         self._where = where
-        self._connection: Any = None
-        self._guard = threading.Lock()
         self._held: set[int] = set()
+        self._lost: set[int] = set()
 
-    def try_take(self, key: int) -> bool:
-        import psycopg
+    def check(self) -> None:
+        """Refuse any step while a lock lost with its connection is still thought held by its taker."""
+        if self._lost:
+            raise StoreError(
+                f"session store {self._where}: the connection holding this broker's locks was lost (database"
+                " restarted or connection ended); another broker may hold them now, so this one stops: run broker sweep"
+            )
 
-        with self._guard:
-            if key in self._held:
-                return False
-            try:
-                if self._connection is None or self._connection.closed:
-                    self._held.clear()  # a lost connection lost its locks with it
-                    self._connection = self._connect()
-                row = self._connection.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
-            except psycopg.Error as exc:
-                self._drop()
-                raise StoreError(f"session store {self._where}: cannot take a lock: {first_line(exc)}") from None
-            if row and row[0]:
-                self._held.add(key)
-                return True
-            return False
-
-    def give_back(self, key: int) -> None:
-        import psycopg
-
-        with self._guard:
-            if key not in self._held:
-                return
-            self._held.discard(key)
-            try:
-                self._connection.execute("SELECT pg_advisory_unlock(%s)", (key,))
-            except psycopg.Error:
-                self._drop()  # the server released every lock of the lost connection
-
-    def _drop(self) -> None:
+    def connection_lost(self) -> None:
+        self._lost |= self._held
         self._held.clear()
-        if self._connection is not None:
-            with contextlib.suppress(Exception):
-                self._connection.close()
-        self._connection = None
 
-    def close(self) -> None:
-        with self._guard:
-            self._drop()
+    def take(self, key: int, call: Callable[[Callable[[Any], Any]], Any]) -> bool:
+        self.check()
+        if key in self._held:
+            return False
+        row = call(lambda conn: conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone())
+        if row and row[0]:
+            self._held.add(key)
+            return True
+        return False
+
+    def drop(self, key: int, call: Callable[[Callable[[Any], Any]], Any]) -> bool:
+        """Release ``key``; whether it was still held to the end (False: lost with the connection)."""
+        if key in self._lost:
+            self._lost.discard(key)  # the server let go of it with the connection
+            return False
+        if key not in self._held:
+            return True
+        try:
+            call(lambda conn: conn.execute("SELECT pg_advisory_unlock(%s)", (key,)))
+        except StoreError:
+            self._lost.discard(key)  # the connection went with it: so did the lock
+            return False
+        self._held.discard(key)
+        return True
 
 
 class AdvisoryLock:
     """One named lock with the ``acquire(timeout=)``/``release()`` of a file lock; re-entrant per object."""
 
-    def __init__(self, locks: AdvisoryLocks, name: str) -> None:
+    def __init__(self, locks: LockTable, name: str) -> None:
         self._locks = locks
         self._key = lock_key(name)
         self._count = 0
+        self.kept = True  # False once a release found the lock lost with its connection
 
     @property
     def is_locked(self) -> bool:
@@ -116,13 +130,13 @@ class AdvisoryLock:
             return
         self._count -= 1
         if self._count == 0:
-            self._locks.give_back(self._key)
+            self.kept = self._locks.give_back(self._key)
 
 
 class PostgresFleetState(FleetState):
     """The providers' shared locks and deny records, in the store's database."""
 
-    def __init__(self, locks: AdvisoryLocks, run: Callable[[str, tuple[Any, ...]], list[Any]]) -> None:
+    def __init__(self, locks: LockTable, run: Callable[[str, tuple[Any, ...]], list[Any]]) -> None:
         self._locks = locks
         self._run = run
         self._mine = threading.local()  # names this thread holds: taking one again nests
@@ -133,12 +147,17 @@ class PostgresFleetState(FleetState):
         if name in held:
             yield
             return
-        with holding(AdvisoryLock(self._locks, "provider:" + name), what, timeout=ROLE_LOCK_TIMEOUT):
+        lock = AdvisoryLock(self._locks, "provider:" + name)
+        with holding(lock, what, timeout=ROLE_LOCK_TIMEOUT):
             held.add(name)
             try:
                 yield
             finally:
                 held.discard(name)
+        if not lock.kept:  # what was written under it may have raced another host's write: redo it under a lock
+            raise StoreError(
+                f"{what}: the lock was lost with the store's connection during the write; run broker sweep"
+            )
 
     def add_deny_records(self, scope: str, records: Sequence[DenyRecord]) -> None:
         for record in records:

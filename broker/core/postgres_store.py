@@ -5,8 +5,10 @@ one transaction per step. Sessions carry the host that holds their
 directory; the log head, checked prefixes and witness state are kept per
 host, since each host signs its own log. The schema is versioned
 (``broker.core.postgres_schema``); the locks brokers share are advisory locks
-(``broker.core.postgres_locks``). A lost connection is a ``StoreError`` (one
-line, exit 2) and the next step connects again.
+(``broker.core.postgres_locks``), taken on the one connection the store's
+statements use. A lost connection is a ``StoreError`` (one line, exit 2) and
+the next step connects again, unless locks were held on it: then every step
+fails until they are released (``AdvisoryLocks.check``).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from urllib.parse import urlsplit
 from broker.audit.keys import AuditKeys
 from broker.audit.pglog import PostgresIssuanceLog
 from broker.core.postgres_locks import AdvisoryLock, AdvisoryLocks, PostgresFleetState, first_line
-from broker.core.postgres_schema import current_version, migrate
+from broker.core.postgres_schema import SCHEMA_VERSION, current_version, migrate
 from broker.core.store import (
     CREDENTIAL_STATES,
     SESSION_STATES,
@@ -60,22 +62,35 @@ class PostgresSessionStore(SessionStore):
         self._passfile = passfile
         self._lock = threading.Lock()
         self._connection: Any = None
-        self._locks = AdvisoryLocks(self._connect, self.where)
+        self._locks = AdvisoryLocks(self.where)
         with self._lock:
-            self._call(lambda conn: migrate(conn, self.where))
+            self._call(self._up_to_date)
+
+    def _up_to_date(self, connection: Any) -> None:
+        """Migrate only a database behind this broker: the common case costs one read, not a locked transaction."""
+        import psycopg
+
+        try:
+            version = current_version(connection)
+        except psycopg.errors.UndefinedTable:  # a new database
+            version = 0
+        if version != SCHEMA_VERSION:
+            migrate(connection, self.where)  # or refuses a newer one
 
     # -- connection ----------------------------------------------------------------------
 
     def _connect(self) -> Any:
         import psycopg
+        from psycopg.conninfo import conninfo_to_dict
 
         options: dict[str, Any] = {"connect_timeout": CONNECT_TIMEOUT, "autocommit": True}
         options["application_name"] = f"broker@{self.host}"[:63]
         if self._passfile is not None:
             options["passfile"] = str(self._passfile)
         try:
+            given = conninfo_to_dict(self.url).get("options") or ""
+            options["options"] = f"{given} -c TimeZone=UTC".strip()  # in the startup packet: no extra round trip
             connection = psycopg.connect(self.url, **options)
-            connection.execute("SET TIME ZONE 'UTC'")
         except psycopg.Error as exc:
             raise StoreError(f"session store {self.where}: cannot connect: {first_line(exc)}") from None
         return connection
@@ -84,7 +99,11 @@ class PostgresSessionStore(SessionStore):
         """Run ``step(connection)`` (the caller holds ``self._lock``); a database error is a StoreError."""
         import psycopg
 
+        self._locks.check()
         if self._connection is None or self._connection.closed:
+            if self._connection is not None:
+                self._reset()  # closed under us: whatever locks it held are gone
+                self._locks.check()
             self._connection = self._connect()
         try:
             return step(self._connection)
@@ -94,10 +113,19 @@ class PostgresSessionStore(SessionStore):
             raise StoreError(f"session store {self.where}: {first_line(exc)}") from None
 
     def _reset(self) -> None:
+        self._locks.connection_lost()
         try:
             self._connection.close()
         finally:
             self._connection = None
+
+    def try_take(self, key: int) -> bool:
+        with self._lock:
+            return self._locks.take(key, self._call)
+
+    def give_back(self, key: int) -> bool:
+        with self._lock:
+            return self._locks.drop(key, self._call)
 
     def _tx(self, *statements: tuple[str, tuple[Any, ...]]) -> None:
         def run(conn: Any) -> None:
@@ -119,7 +147,7 @@ class PostgresSessionStore(SessionStore):
     # -- the fleet -----------------------------------------------------------------------
 
     def shared_lock(self, name: str) -> Lock:
-        return AdvisoryLock(self._locks, name)
+        return AdvisoryLock(self, name)
 
     def issuance_log(self, keys: AuditKeys) -> PostgresIssuanceLog:
         return PostgresIssuanceLog(self.run_step, keys, self.host)
@@ -130,7 +158,7 @@ class PostgresSessionStore(SessionStore):
             return self._call(step)
 
     def fleet_state(self) -> PostgresFleetState:
-        return PostgresFleetState(self._locks, self._run)
+        return PostgresFleetState(self, self._run)
 
     def schema_version(self) -> int:
         with self._lock:
@@ -311,7 +339,6 @@ class PostgresSessionStore(SessionStore):
         return {"last_success_at": rows[0][0], "last_error": rows[0][1]}
 
     def close(self) -> None:
-        self._locks.close()
         with self._lock:
             if self._connection is not None:
                 self._reset()

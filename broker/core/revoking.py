@@ -33,7 +33,7 @@ from broker.core.store import CredentialRecord, SessionRecord
 from broker.core.warming import warm_up
 from broker.host.control import ask_to_revoke
 from broker.host.sessiondir import remove_session_path
-from broker.vocab.errors import UnknownSession
+from broker.vocab.errors import StoreError, UnknownSession
 from broker.vocab.holding import holding
 
 LOG = logging.getLogger("broker.revoke")
@@ -142,9 +142,12 @@ def revoke_locked(broker: Broker, session: SessionRecord, *, reason: str) -> Rev
 
 def _outcome(future: Future[CredentialState], session_id: str, record: CredentialRecord) -> CredentialState:
     """One credential's outcome; a failure nobody foresaw leaves it pending (stored state unchanged, sweep retries)
-    instead of costing the other credentials their report."""
+    instead of costing the other credentials their report. A store that went away fails the command with its own
+    error: nothing could be recorded as pending, and the session stays ``revoking`` for ``sweep``."""
     try:
         return future.result()
+    except StoreError:
+        raise
     except Exception as exc:
         LOG.warning(
             "revocation failed unexpectedly; left pending for sweep",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import subprocess
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -26,6 +27,9 @@ from broker.vocab.errors import PolicyDenied
 from providers.aws.deny import POLICY_NAME, ROLE_INLINE_BUDGET, SOURCE_IDENTITY, DenyList, entries_for, policy_size
 from tests.fixtures.aws import ACCOUNT, REGION, ROLE_ARN, AwsRole, iam_client
 from tests.fixtures.brokerenv import BrokerEnv, make_env
+from tests.fixtures.gate import gate
+from tests.fixtures.openbao import ROOT_TOKEN, OpenBao
+from tests.fixtures.tls import backend_port
 
 pytestmark = pytest.mark.server
 
@@ -235,3 +239,52 @@ def test_renewing_an_aws_credential_does_not_deny_its_successor(aws_env: BrokerE
     values = {entry.value for entry in DenyList.parse(stored_deny(aws_role)).entries}
     assert new["source_identity"] in values
     assert aws_env.run("audit", "verify").code == 0
+
+
+def test_an_issue_held_up_by_another_provider_does_not_hold_the_role_for_the_next(
+    aws_env: BrokerEnv, aws_role: AwsRole, openbao: OpenBao
+) -> None:
+    """The role's reservation ends once this issue's AWS credentials are recorded, not when the whole issue
+    does: issue A, its AWS session minted and its Vault token held up at the provider, must not keep issue B
+    on the same role waiting (before, B queued behind A's whole issue, its log records and its delivery)."""
+    env = aws_env
+    with gate(backend_port(openbao.addr), hold=b"/v1/auth/token/create") as held:
+        env.add_provider(
+            "vault",
+            {
+                "type": "vault",
+                "addr": held.addr,
+                "token_file": str(env.write_secret("vault-token", ROOT_TOKEN)),
+                "token_role": "broker-session",
+                "timeout": 120,  # A waits at the gate for as long as the test holds it
+            },
+        )
+        env.write_policy(POLICY + '      - {provider: vault, policies: ["ci-*"], max_uses: 100}\n')
+        vault = "  - {name: kv, provider: vault, policies: [ci-read], ttl: 10m, num_uses: 5}\n"
+        both = env.write_task(TASK + vault, "both.yaml")
+        outcome: dict[str, Any] = {}
+
+        def issue_both() -> None:
+            with opened(env) as broker:
+                outcome["a"] = issue(broker, load_manifest(str(both), broker.config))["session"]
+
+        first = threading.Thread(target=issue_both)
+        first.start()
+        try:
+            assert held.arrived.wait(60), "issue A never reached its Vault mint"
+            # B is another process, as another launcher's broker is: the role's host lock stands between them.
+            try:
+                second = env.run_process("issue", "--task", str(env.root / "task.yaml"), "--json", timeout=50)
+            except subprocess.TimeoutExpired:
+                pytest.fail("issue B waited on the role while issue A was held up at Vault")
+            assert second.code == 0, second.stderr
+            assert "a" not in outcome  # A is still held: B did not wait for it
+        finally:
+            held.released.set()
+            first.join(120)
+    assert "a" in outcome
+    b = second.json()["session"]
+    issued = [r["session"] for r in env.log_records() if r["event"] == "session.issued"]
+    assert sorted(issued) == sorted([outcome["a"], b])
+    assert env.run("revoke", "--task", "fix-build-123").code == 0
+    assert DenyList.parse(stored_deny(aws_role)).values(SOURCE_IDENTITY) == sorted([outcome["a"], b])

@@ -33,7 +33,7 @@ from broker.core.credential.revoke import revoke_credential
 from broker.core.manifest import Manifest
 from broker.core.policy import Decision, decide
 from broker.core.proxied import ca_files, ca_hints, hold_in_proxy, require_proxy
-from broker.core.reserving import reserved
+from broker.core.reserving import Reservation, reserved
 from broker.core.states import SETTLED_CREDENTIAL_STATES, CredentialState, SessionState
 from broker.core.store import SessionRecord
 from broker.core.withholding import cause_text
@@ -103,12 +103,14 @@ def issue(
     expires_at = now + timedelta(seconds=decision.session_ttl)
     session_id = new_session_id()
     directory = SessionDirectory(runtime, session_id, manifest.sandbox.uid, manifest.sandbox.gid)
-    with reserved(broker, manifest, decision, session_id, expires_at, now):  # until the store knows the credentials
+    with reserved(broker, manifest, decision, session_id, expires_at, now) as reservation:
         lock = broker.session_lock(session_id)
         lock.acquire()  # held until the session is complete or rolled back: sweep leaves it alone
         try:
             _record_session(broker, manifest, session_id, now, expires_at, directory)
-            return _issue_locked(broker, manifest, decision, session_id, expires_at, directory, deliver, interceptor)
+            return _issue_locked(
+                broker, manifest, decision, session_id, expires_at, directory, deliver, interceptor, reservation
+            )
         finally:
             lock.release()
 
@@ -150,6 +152,7 @@ def _issue_locked(
     directory: SessionDirectory,
     deliver: Deliver | None,
     interceptor: Interceptor | None = None,
+    reservation: Reservation | None = None,
 ) -> dict[str, Any]:
     preload_providers(broker, {request.provider for request in manifest.credentials})
     pool = ThreadPoolExecutor(max_workers=len(manifest.credentials), thread_name_prefix="mint")
@@ -161,6 +164,10 @@ def _issue_locked(
             )
             for request in manifest.credentials
         ]
+        if reservation is not None:  # once the store has what the reserving providers minted, the room is known
+            held = zip(manifest.credentials, futures, strict=True)
+            wait([future for request, future in held if request.provider in reservation.providers])
+            reservation.release()
         wait(futures, return_when=FIRST_EXCEPTION)
         results = [future.result() for future in futures]  # the first failure raises here
         minted = [(request, credential) for request, credential, _ in results]

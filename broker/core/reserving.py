@@ -5,7 +5,10 @@ minted: AWS deny-policy revocations share the role's 10,240 inline-policy
 characters, so an issue that would not fit is denied now (exit 3, a
 ``session.denied`` record), before anything exists at a provider. Each
 provider decides (``Provider.reserve``) from the live credentials the store
-knows; ``issue`` keeps the reservation until it has recorded the new ones.
+knows; ``issue`` keeps the reservation until the store has the credentials
+of the providers that reserved (``Reservation.release``), and no longer: the
+rest of the issue (other providers, files, log records, delivering the
+document) must not keep every other issue on the same role waiting.
 """
 
 from __future__ import annotations
@@ -24,21 +27,36 @@ from broker.vocab.errors import PolicyDenied
 from providers.base import CredentialRequest, MintContext, RevokeTarget
 
 
+class Reservation:
+    """The providers holding room for this issue; ``release`` ends every hold (once, from the issuing thread)."""
+
+    def __init__(self, stack: contextlib.ExitStack, providers: frozenset[str]) -> None:
+        self._stack = stack
+        self.providers = providers
+
+    def release(self) -> None:
+        self._stack.close()
+
+
 @contextlib.contextmanager
 def reserved(
     broker: Broker, manifest: Manifest, decision: Decision, session_id: str, expires_at: datetime, now: datetime
-) -> Iterator[None]:
+) -> Iterator[Reservation]:
     """Every provider's room for this session's revocations; PolicyDenied (logged) when one has none."""
     wanted: dict[str, list[tuple[CredentialRequest, MintContext]]] = {}
     for request in manifest.credentials:
         context = mint_context(broker, manifest, decision, request, session_id, expires_at)
         wanted.setdefault(request.provider, []).append((request, context))
+    holding: set[str] = set()
     with contextlib.ExitStack() as stack:
         for name in sorted(wanted):
             provider = broker.config.providers[name]
             sdk_ready(provider)  # a warm-up importing its SDK finishes first: no two threads import it at once
             try:
-                stack.enter_context(provider.reserve(wanted[name], functools.partial(_live, broker, name, now), now))
+                hold = provider.reserve(wanted[name], functools.partial(_live, broker, name, now), now)
+                if not isinstance(hold, contextlib.nullcontext):  # the base class's "no room needed"
+                    holding.add(name)
+                stack.enter_context(hold)
             except PolicyDenied as exc:
                 broker.log.append(
                     "session.denied",
@@ -49,7 +67,7 @@ def reserved(
                     reasons=list(exc.reasons or (exc.message,)),
                 )
                 raise
-        yield
+        yield Reservation(stack, frozenset(holding))
 
 
 def _live(broker: Broker, provider: str, now: datetime) -> list[RevokeTarget]:

@@ -133,6 +133,17 @@ class Masker:
         rest, self._carry = self._carry, b""
         return rest
 
+    @property
+    def active(self) -> bool:
+        """Whether there is a secret to mask (then a compressed body, which cannot be checked, is refused)."""
+        return bool(self._pairs)
+
+    def whole(self, value: bytes) -> bytes:
+        """``value`` (a header value or reason, never in pieces) with each secret replaced by its placeholder."""
+        for secret, placeholder in self._pairs:
+            value = value.replace(secret, placeholder)
+        return value
+
 
 def _swapped(name: bytes, value: bytes, injections: Sequence[Injection]) -> bytes:
     if name == b"x-vault-token":

@@ -297,10 +297,14 @@ class EgressProxy:
             if isinstance(event, h11.InformationalResponse):
                 continue
             if isinstance(event, h11.Response):
-                headers = [(k, v) for k, v in event.headers if k not in HOP_BY_HOP]
+                mask = masker.whole if masker is not None else bytes
+                if masker is not None and masker.active and _compressed(event.headers):
+                    raise Refused(502, "the upstream sent a compressed answer, which cannot be checked for the secret")
+                headers = [(k, mask(v)) for k, v in event.headers if k not in HOP_BY_HOP]
                 headers.append((b"connection", b"close"))
+                reason = mask(event.reason)
                 writer.write(
-                    conn.send(h11.Response(status_code=event.status_code, headers=headers, reason=event.reason)) or b""
+                    conn.send(h11.Response(status_code=event.status_code, headers=headers, reason=reason)) or b""
                 )
             elif isinstance(event, h11.Data):
                 data = masker.feed(event.data) if masker is not None else event.data
@@ -316,6 +320,10 @@ class EgressProxy:
                 return
             else:
                 raise Refused(502, "the upstream closed the connection before answering")
+
+
+def _compressed(headers: Sequence[tuple[bytes, bytes]]) -> bool:
+    return any(k == b"content-encoding" and v.strip().lower() not in (b"", b"identity") for k, v in headers)
 
 
 async def _next_event(

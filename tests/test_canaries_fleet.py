@@ -97,7 +97,7 @@ def test_a_canary_database_password_is_never_shown_by_fleet_errors(
     else:
         env.settings["store"] = f"postgresql://{SUPERUSER}:{password}@{postgres.host}:{postgres.port}/{db.name}"
         env.write_config()
-        store = env.settings["store"]
+        store = str(env.settings["store"])
     results: list[Result] = []
     for flags in FLAG_SETS:
         results += [

@@ -9,8 +9,10 @@ The upstream is a real local server behind a TLS front; DNS is a fixed table.
 
 from __future__ import annotations
 
+import base64
 import gzip
 import logging
+import re
 import secrets
 import ssl
 import threading
@@ -89,24 +91,30 @@ def echo_proxy(tmp_path: Path) -> Iterator[tuple[str, Secret, Secret, int, Path]
         server.server_close()
 
 
-@pytest.mark.parametrize("path", ["/", "/401"])
+def _basic(user: str, password: str) -> str:
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
+@pytest.mark.parametrize(("path", "scheme"), [("/", "bearer"), ("/401", "bearer"), ("/", "basic"), ("/401", "basic")])
 def test_a_credential_host_echoing_the_token_gets_it_masked_in_headers_and_body(
-    echo_proxy: tuple[str, Secret, Secret, int, Path], caplog: pytest.LogCaptureFixture, path: str
+    echo_proxy: tuple[str, Secret, Secret, int, Path], caplog: pytest.LogCaptureFixture, path: str, scheme: str
 ) -> None:
     proxy, token, placeholder, port, bundle = echo_proxy
     caplog.set_level(logging.DEBUG)
+    sent = f"Bearer {placeholder.reveal()}" if scheme == "bearer" else _basic("x-access-token", placeholder.reveal())
     answer = requests.get(
         f"https://{ECHO}:{port}{path}",
-        headers={"Authorization": f"Bearer {placeholder.reveal()}"},
+        headers={"Authorization": sent},
         proxies={"https": proxy},
         verify=str(bundle),
         timeout=20,
     )
     assert answer.status_code == (401 if path == "/401" else 200)
-    assert answer.json()["you sent"] == f"Bearer {placeholder.reveal()}"  # the echo came back, masked
-    assert answer.headers["X-Echo"] == f"Bearer {placeholder.reveal()}"
+    assert answer.json()["you sent"] == sent  # the echo came back, masked
+    assert answer.headers["X-Echo"] == sent
     seen = "\n".join([answer.text, answer.reason, *(f"{k}: {v}" for k, v in answer.headers.items()), caplog.text])
-    assert token.reveal() not in seen
+    decoded = [base64.b64decode(word + "==", validate=False) for word in re.findall(r"[A-Za-z0-9+/]{20,}={0,2}", seen)]
+    assert token.reveal() not in seen and all(token.reveal_bytes() not in d for d in decoded)
 
 
 def test_a_compressed_answer_from_a_credential_host_is_refused_as_it_cannot_be_masked(

@@ -233,7 +233,8 @@ class EgressProxy:
                 raise Refused(400, "a request inside the tunnel names a path")
             # No compression: the answer's body is checked for the secret (``Masker``).
             kept = [(k, v) for k, v in request.headers if k not in HOP_BY_HOP and k != b"accept-encoding"]
-            headers = [*interceptor.swap(host, port, kept), (b"connection", b"close")]
+            swapped = interceptor.swap(host, port, kept)
+            headers = [*swapped, (b"connection", b"close")]
             upstream_reader, upstream_writer = await self._open(host, port, interceptor.upstream_context(host, port))
             await self._exchange(
                 conn,
@@ -244,7 +245,7 @@ class EgressProxy:
                 writer,
                 upstream_reader,
                 upstream_writer,
-                interceptor.masker(host, port),
+                interceptor.masker(host, port, kept, swapped),
             )
         except Refused as refused:
             _answer(conn, writer, refused.status, refused.reason)

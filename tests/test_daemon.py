@@ -96,10 +96,10 @@ class Daemon:
     def socket(self) -> Path:
         return self.shared / "broker.sock"
 
-    def start(self) -> Daemon:
+    def start(self, *flags: str) -> Daemon:
         log = open(self.env.root / "daemon.log", "ab")  # noqa: SIM115 - the daemon's stderr, closed with it
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "broker", "--config", str(self.env.config_path), "serve"],
+            [sys.executable, "-m", "broker", *flags, "--config", str(self.env.config_path), "serve"],
             stdout=subprocess.DEVNULL,
             stderr=log,
         )

@@ -92,15 +92,18 @@ class Interceptor:
             context = self._upstream[ca_file] = ssl.create_default_context(cafile=cafile)
         return context
 
-    def masker(self, host: str, port: int) -> Masker:
-        """What turns the secrets of ``host``:``port`` back into their placeholders in an answer's body."""
-        return Masker(
-            [
-                (i.secret.reveal_bytes(), i.placeholder.reveal_bytes())
-                for i in self._injections
-                if (host, port) in i.hosts and i.secret.reveal_bytes()
-            ]
-        )
+    def masker(self, host: str, port: int, sent: Sequence[Header] = (), swapped: Sequence[Header] = ()) -> Masker:
+        """What turns the secrets of ``host``:``port`` back into their placeholders in an answer, and each
+        credential ``swap`` changed (``sent`` became ``swapped``: a Basic pair is base64) back into what was sent."""
+        pairs = [
+            (i.secret.reveal_bytes(), i.placeholder.reveal_bytes())
+            for i in self._injections
+            if (host, port) in i.hosts and i.secret.reveal_bytes()
+        ]
+        for (_, before), (_, after) in zip(sent, swapped, strict=True):
+            if before != after:
+                pairs.append((after.partition(b" ")[2].strip() or after, before.partition(b" ")[2].strip() or before))
+        return Masker(pairs)
 
     def swap(self, host: str, port: int, headers: Sequence[Header]) -> list[Header]:
         """``headers`` with each placeholder of a credential of ``host``:``port`` replaced by its secret."""
@@ -132,6 +135,17 @@ class Masker:
     def flush(self) -> bytes:
         rest, self._carry = self._carry, b""
         return rest
+
+    @property
+    def active(self) -> bool:
+        """Whether there is a secret to mask (then a compressed body, which cannot be checked, is refused)."""
+        return bool(self._pairs)
+
+    def whole(self, value: bytes) -> bytes:
+        """``value`` (a header value or reason, never in pieces) with each secret replaced by its placeholder."""
+        for secret, placeholder in self._pairs:
+            value = value.replace(secret, placeholder)
+        return value
 
 
 def _swapped(name: bytes, value: bytes, injections: Sequence[Injection]) -> bytes:

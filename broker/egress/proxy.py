@@ -233,7 +233,8 @@ class EgressProxy:
                 raise Refused(400, "a request inside the tunnel names a path")
             # No compression: the answer's body is checked for the secret (``Masker``).
             kept = [(k, v) for k, v in request.headers if k not in HOP_BY_HOP and k != b"accept-encoding"]
-            headers = [*interceptor.swap(host, port, kept), (b"connection", b"close")]
+            swapped = interceptor.swap(host, port, kept)
+            headers = [*swapped, (b"connection", b"close")]
             upstream_reader, upstream_writer = await self._open(host, port, interceptor.upstream_context(host, port))
             await self._exchange(
                 conn,
@@ -244,7 +245,7 @@ class EgressProxy:
                 writer,
                 upstream_reader,
                 upstream_writer,
-                interceptor.masker(host, port),
+                interceptor.masker(host, port, kept, swapped),
             )
         except Refused as refused:
             _answer(conn, writer, refused.status, refused.reason)
@@ -297,10 +298,14 @@ class EgressProxy:
             if isinstance(event, h11.InformationalResponse):
                 continue
             if isinstance(event, h11.Response):
-                headers = [(k, v) for k, v in event.headers if k not in HOP_BY_HOP]
+                mask = masker.whole if masker is not None else bytes
+                if masker is not None and masker.active and _compressed(event.headers):
+                    raise Refused(502, "the upstream sent a compressed answer, which cannot be checked for the secret")
+                headers = [(k, mask(v)) for k, v in event.headers if k not in HOP_BY_HOP]
                 headers.append((b"connection", b"close"))
+                reason = mask(event.reason)
                 writer.write(
-                    conn.send(h11.Response(status_code=event.status_code, headers=headers, reason=event.reason)) or b""
+                    conn.send(h11.Response(status_code=event.status_code, headers=headers, reason=reason)) or b""
                 )
             elif isinstance(event, h11.Data):
                 data = masker.feed(event.data) if masker is not None else event.data
@@ -316,6 +321,10 @@ class EgressProxy:
                 return
             else:
                 raise Refused(502, "the upstream closed the connection before answering")
+
+
+def _compressed(headers: Sequence[tuple[bytes, bytes]]) -> bool:
+    return any(k == b"content-encoding" and v.strip().lower() not in (b"", b"identity") for k, v in headers)
 
 
 async def _next_event(

@@ -238,11 +238,24 @@ def test_doctor_reports_an_unreachable_store_in_one_line(vault_env: BrokerEnv, f
     assert "Traceback" not in result.stderr and result.stderr.count("\n") == 1
 
 
-def test_a_password_in_the_store_url_is_refused(vault_env: BrokerEnv) -> None:
-    vault_env.settings["store"] = "postgresql://postgres:hunter2@127.0.0.1/broker"
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://postgres:hunter2@127.0.0.1/broker",
+        "postgresql://postgres@127.0.0.1/broker?password=hunter2",
+        "postgresql://postgres@127.0.0.1/broker?sslmode=disable&PassWord=hunter2",
+    ],
+)
+def test_a_password_in_the_store_url_is_refused(vault_env: BrokerEnv, url: str) -> None:
+    """In the user part or as a query parameter (libpq takes both): refused in the config and in --store."""
+    vault_env.settings["store"] = url
     vault_env.write_config()
     result = vault_env.run("status")
     assert result.code == 2 and "store_passfile" in result.stderr and "hunter2" not in result.stderr
+    del vault_env.settings["store"]
+    vault_env.write_config()
+    audited = vault_env.run("audit", "verify", "--store", url)
+    assert audited.code == 2 and "no password in the URL" in audited.stderr and "hunter2" not in audited.stderr
 
 
 def test_migrations_are_recorded_once_and_a_newer_schema_is_refused(

@@ -15,8 +15,8 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
+from broker.core.store_url import SHAPE, store_url_problem
 from broker.core.strictdata import elided
 from broker.egress.destinations import Destination, DestinationError, parse_destination
 from broker.vocab.errors import ConfigError
@@ -132,11 +132,11 @@ def _store(fields: Fields, base: Path) -> StoreConfig | None:
         if passfile is not None:
             raise ConfigError('store_passfile: only with store = "postgresql://..."')
         return None
-    parsed = urlsplit(url)
-    if parsed.scheme not in ("postgresql", "postgres") or not parsed.hostname or not parsed.path.strip("/"):
-        raise ConfigError("store: expected postgresql://USER@HOST[:PORT]/DATABASE")
-    if parsed.password is not None:
-        raise ConfigError("store: no password in the URL; put it in a pgpass file named by store_passfile")
+    problem = store_url_problem(url)
+    if problem == SHAPE:
+        raise ConfigError(f"store: {problem}")
+    if problem:
+        raise ConfigError(f"store: {problem}; put it in a pgpass file named by store_passfile")
     return StoreConfig(url, resolve_path(base, passfile) if passfile else None)
 
 

@@ -13,20 +13,20 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from broker.audit.pglog import TableSource
 from broker.core.postgres_locks import first_line
 from broker.core.postgres_store import CONNECT_TIMEOUT, shown_url
+from broker.core.store_url import SHAPE, store_url_problem
 from broker.vocab.errors import BadInput, StoreError
 
 
 def check_store_url(url: str, option: str = "--store") -> None:
-    parts = urlsplit(url)
-    if parts.scheme not in ("postgresql", "postgres") or not parts.hostname or not parts.path.strip("/"):
-        raise BadInput(f"{option}: expected postgresql://USER@HOST[:PORT]/DATABASE")
-    if parts.password is not None:
-        raise BadInput(f"{option}: no password in the URL; put it in a pgpass file (PGPASSFILE or ~/.pgpass)")
+    problem = store_url_problem(url)
+    if problem == SHAPE:
+        raise BadInput(f"{option}: {problem}")
+    if problem:
+        raise BadInput(f"{option}: {problem}; put it in a pgpass file (PGPASSFILE or ~/.pgpass)")
 
 
 @contextlib.contextmanager

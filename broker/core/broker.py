@@ -21,7 +21,7 @@ from broker.audit.keys import AuditKeys, load_or_create_keys
 from broker.audit.log import AppendLog, IssuanceLog
 from broker.core.config import Config
 from broker.core.locks import lock_dir, session_lock
-from broker.core.policy import Policy, Requester, load_policy
+from broker.core.requester import Requester
 from broker.core.store import SessionStore, open_config_store
 from broker.host.keepsafe import KeepSafe
 from broker.host.sessiondir import RuntimeDir, prepare_runtime_dir
@@ -31,6 +31,7 @@ from broker.vocab.session_ids import check_session_id
 from broker.vocab.time import utcnow
 
 if TYPE_CHECKING:
+    from broker.core.policy import Policy
     from broker.core.witness import FlushResult
 
 SESSION_ALPHABET = string.ascii_lowercase + string.digits
@@ -109,6 +110,8 @@ class Broker:
 
     @cached_property
     def policy(self) -> Policy:
+        from broker.core.policy import load_policy  # not for revoke, sweep or status: no YAML to load
+
         return load_policy(self.config.policy_dir, self.config)
 
     @cached_property

@@ -72,8 +72,6 @@ def revoke(
 
     Example: broker revoke --session s-4k2j9x7q3m1p
     """
-    from broker.cli.render import revoke_incomplete, revoke_lines
-    from broker.core.revoking import revoke_session, revoke_task
     from broker.vocab.errors import UsageError
     from broker.vocab.session_ids import check_session_id
 
@@ -82,6 +80,13 @@ def revoke(
     if session is not None:
         check_session_id(session)
     config = load_config(ctx)
+    if session is not None:
+        from broker.core.warming import warm_session
+
+        warm_session(config, session)  # the handshakes overlap the core's imports below
+    from broker.cli.render import revoke_incomplete, revoke_lines
+    from broker.core.revoking import revoke_session, revoke_task
+
     with open_broker(config) as broker:
         if session is not None:
             reports = [revoke_session(broker, session)]

@@ -21,16 +21,17 @@ from broker.audit.keys import AuditKeys, load_or_create_keys
 from broker.audit.log import AppendLog, IssuanceLog
 from broker.core.config import Config
 from broker.core.locks import lock_dir, session_lock
-from broker.core.policy import Policy, Requester, load_policy
+from broker.core.requester import Requester
+from broker.core.state_dir import ensure_state_dir
 from broker.core.store import SessionStore, open_config_store
 from broker.host.keepsafe import KeepSafe
 from broker.host.sessiondir import RuntimeDir, prepare_runtime_dir
-from broker.vocab.errors import StoreError
 from broker.vocab.holding import Lock
 from broker.vocab.session_ids import check_session_id
 from broker.vocab.time import utcnow
 
 if TYPE_CHECKING:
+    from broker.core.policy import Policy
     from broker.core.witness import FlushResult
 
 SESSION_ALPHABET = string.ascii_lowercase + string.digits
@@ -59,20 +60,6 @@ def preload_providers(broker: Broker, names: set[str], *, minting: bool = True) 
         if provider is not None:
             sdk_ready(provider)
             provider.preload(minting)
-
-
-def ensure_state_dir(config: Config) -> None:
-    try:
-        os.makedirs(config.state_dir, mode=0o700, exist_ok=True)
-    except OSError as exc:
-        raise StoreError(f"state_dir {config.state_dir}: {exc.strerror}") from None
-    if not os.access(config.state_dir, os.W_OK | os.X_OK):
-        raise StoreError(f"state_dir {config.state_dir} is not writable by this user")
-    info = os.stat(config.state_dir)  # a symlink to another disk is fine; its target must be the broker's
-    if info.st_uid != os.geteuid() or info.st_mode & 0o022:
-        raise StoreError(
-            f"state_dir {config.state_dir} must be owned by the broker's user and not writable by group or others"
-        )
 
 
 @dataclass
@@ -109,6 +96,8 @@ class Broker:
 
     @cached_property
     def policy(self) -> Policy:
+        from broker.core.policy import load_policy  # not for revoke, sweep or status: no YAML to load
+
         return load_policy(self.config.policy_dir, self.config)
 
     @cached_property

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from broker.core.store_url import SHAPE, store_url_problem
-from broker.core.strictdata import elided
 from broker.egress.destinations import Destination, DestinationError, parse_destination
 from broker.vocab.errors import ConfigError
 from broker.vocab.fields import Fields, shown
@@ -205,6 +204,8 @@ def _toml_problem(message: str) -> str:
     where = _TOML_WHERE.fullmatch(" ".join(message.split()))
     if where is None:
         return ": malformed"
+    from broker.core.strictdata import elided  # only for a broken config: YAML stays unloaded otherwise
+
     line = f" at line {where.group(2)}" if where.group(2) else " at the end"
     return f"{line}: {elided(where.group(1))}"
 

@@ -10,20 +10,20 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 
 from broker.core.config import PROXY_TYPES, Config
+from broker.core.manifest_file import MAX_MANIFEST_BYTES as MAX_MANIFEST_BYTES
+from broker.core.manifest_file import read_manifest_bytes as read_manifest_bytes
 from broker.core.strictdata import parse_document
 from broker.egress.destinations import Destination, allowed
 from broker.egress.policy import read_network_section
 from broker.vocab.errors import ManifestError
 from broker.vocab.fields import Fields, shown
-from broker.vocab.files import read_regular_file, shown_path
+from broker.vocab.files import shown_path
 from providers.base import CredentialRequest
 
-MAX_MANIFEST_BYTES = 64 * 1024
 TASK_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
 CREDENTIAL_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
 MOUNT_PATH = re.compile(r"(/[A-Za-z0-9_][A-Za-z0-9._-]{0,63}){1,8}")
@@ -99,19 +99,6 @@ class Manifest:
     # The document as given (non-secret), kept so `renew` can decide again and re-mint; not part of equality.
     source: str = field(default="", compare=False, repr=False)
     source_is_json: bool = field(default=False, compare=False, repr=False)
-
-
-def read_manifest_bytes(source: str) -> tuple[bytes, bool]:
-    """The manifest's bytes (``-`` reads stdin) and whether to parse it as JSON.
-
-    A file must be a regular file (a symbolic link to one is followed: its
-    content is never echoed); a FIFO, a device or a directory is refused
-    without reading it.
-    """
-    if source == "-":
-        return sys.stdin.buffer.read(MAX_MANIFEST_BYTES + 1), False
-    data, _ = read_regular_file(source, what="task file", max_bytes=MAX_MANIFEST_BYTES, error=ManifestError)
-    return data, Path(source).suffix.lower() == ".json"
 
 
 def load_manifest(source: str, config: Config) -> Manifest:

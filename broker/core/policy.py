@@ -15,6 +15,7 @@ from typing import Any
 
 from broker.core.config import Config
 from broker.core.manifest import Manifest
+from broker.core.requester import Requester as Requester  # its home; imported from here too
 from broker.core.strictdata import parse_document
 from broker.egress.destinations import Destination
 from broker.egress.policy import NO_NETWORK, NetworkDecision, decide_network, read_destinations
@@ -45,22 +46,6 @@ class IdSet:
     @property
     def empty(self) -> bool:
         return not self.ranges
-
-
-@dataclass(frozen=True)
-class Requester:
-    """The caller of the broker: OS user name and uid."""
-
-    name: str
-    uid: int
-
-    def __str__(self) -> str:
-        return self.name or f"uid:{self.uid}"
-
-    def matches(self, pattern: str) -> bool:
-        if pattern.startswith("uid:"):
-            return pattern == f"uid:{self.uid}"
-        return any_match((pattern,), self.name)
 
 
 @dataclass(frozen=True)

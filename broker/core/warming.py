@@ -1,7 +1,8 @@
 """Providers made ready in the background: a cold broker opens their connections while it does local work.
 
 ``broker issue`` starts this as soon as it knows the manifest's providers,
-``revoke`` as soon as it knows the session's: each provider's SDK is imported
+``revoke`` as soon as it knows the session's (``warm_session``: a look into
+the store before the core is even imported): each provider's SDK is imported
 and its ``warm_up`` (clients, kept-alive connections; nothing minted or
 changed) run in a thread of its own, so the TCP and TLS handshakes overlap
 with the broker's local work instead of preceding its first call. Providers
@@ -47,6 +48,27 @@ def warm_up(config: Config, names: Iterable[str], *, minting: bool) -> None:
             thread.start()
         except RuntimeError:  # no thread to be had: the calls do it themselves
             imported.set()
+
+
+def warm_session(config: Config, session_id: str) -> None:
+    """Start warming the providers of a stored session (for ``revoke``), or nothing when there is no store yet.
+
+    Only a peek: the command opens the store again for its work, and ``warm_up`` runs once per provider.
+    """
+    from broker.core.state_dir import ensure_state_dir
+    from broker.core.store import has_store, open_config_store
+
+    if config.store is not None:  # a shared store is opened once, by the command
+        return
+    ensure_state_dir(config)  # the checks Broker.open makes, before anything in the directory is read
+    if not has_store(config):
+        return
+    store = open_config_store(config)
+    try:
+        names = {record.provider for record in store.credentials(session_id)}
+    finally:
+        store.close()
+    warm_up(config, names, minting=False)
 
 
 def sdk_ready(provider: Any) -> None:

@@ -6,7 +6,7 @@ import pwd
 import socket
 from dataclasses import dataclass
 
-from broker.core.policy import Requester
+from broker.core.requester import Requester
 from broker.host.peercred import peer_credentials
 
 

@@ -239,15 +239,16 @@ def add_rows(found: dict[str, Any], report: Report) -> None:
         thin = ms[f"{kind}, thin client"] / floor
         report.add(
             Row(
-                "daemon", f"daemon: `broker {kind}` through the daemon (thin client) / floor", round(thin, 2), "x",
-                "<= 0.3x", thin <= 0.3, f"({ms[f'{kind}, thin client']:.0f} vs {floor:.0f} ms)", found,
+                # The 0.3x goal is against the three-provider floor: the latency figure (bench/stack_rtt.py).
+                "daemon", f"daemon: `broker {kind}` via the thin client / Vault-only floor", round(thin, 2), "x",
+                "", None, f"({ms[f'{kind}, thin client']:.0f} vs {floor:.0f} ms)", found,
             )
         )  # fmt: skip
         for way in ("daemon answer", "direct CLI"):
             ratio = ms[f"{kind}, {way}"] / floor
             report.add(
                 Row(
-                    "daemon", f"daemon: {kind}, {way} / floor", round(ratio, 2), "x", "", None,
+                    "daemon", f"daemon: {kind}, {way} / Vault-only floor", round(ratio, 2), "x", "", None,
                     f"({ms[f'{kind}, {way}']:.1f} vs {floor:.0f} ms)", found,
                 )
             )  # fmt: skip

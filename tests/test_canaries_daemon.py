@@ -23,7 +23,7 @@ import pytest
 
 from tests.fixtures.brokerenv import Result
 from tests.fixtures.openbao import VAULT_TASK, OpenBao
-from tests.fixtures.sandbox import sandbox_unavailable
+from tests.fixtures.sandbox import sandbox_unavailable, vault_egress_policy
 from tests.fixtures.tls import TLSFront, backend_port, make_test_ca
 from tests.test_canaries import VAULT_TOKEN_SHAPE, files_under
 from tests.test_daemon import WAIT, Daemon, _wait_for, daemon
@@ -34,18 +34,6 @@ pytestmark = [
     pytest.mark.skipif(bool(sandbox_unavailable()), reason=str(sandbox_unavailable())),
 ]
 
-POLICY = """
-rules:
-  - id: agents
-    tasks: ["fix-*"]
-    sandbox_uids: [1000]
-    sandbox_gids: [1000]
-    network: ["127.0.0.1:{port}"]
-    grants:
-      - provider: vault
-        policies: ["ci-*"]
-        max_uses: 100
-"""
 
 CI_READ = 'path "secret/data/ci/*" { capabilities = ["read"] }'  # as devstack/openbao.py writes it
 # Certificates (public, and long enough to fill the pipe) are left out of the dump.
@@ -68,7 +56,7 @@ def proxied_daemon(daemon: Daemon, openbao: OpenBao, tmp_path: Path) -> Iterator
     provider = daemon.env.providers["vault"]
     provider |= {"proxy_hosts": [f"127.0.0.1:{front.port}"], "upstream_ca_file": str(test_ca.cert_file)}
     daemon.env.write_config()
-    daemon.env.write_policy(POLICY.format(port=front.port))
+    daemon.env.write_policy(vault_egress_policy(front.port))
     try:
         yield daemon, front.port
     finally:

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.openbao import VAULT_TASK, OpenBao
-from tests.fixtures.sandbox import sandbox_unavailable
+from tests.fixtures.sandbox import sandbox_unavailable, vault_egress_policy
 from tests.test_daemon import WAIT, Daemon, _wait_for, daemon
 from tests.test_egress_proxy import Sink, Upstream, sink, upstream
 
@@ -29,18 +29,6 @@ pytestmark = [
     pytest.mark.skipif(bool(sandbox_unavailable()), reason=str(sandbox_unavailable())),
 ]
 
-POLICY = """
-rules:
-  - id: agents
-    tasks: ["fix-*"]
-    sandbox_uids: [1000]
-    sandbox_gids: [1000]
-    network: ["127.0.0.1:{port}"]
-    grants:
-      - provider: vault
-        policies: ["ci-*"]
-        max_uses: 100
-"""
 
 INSIDE = r"""
 test -r /run/secrets/kv/token && echo "token-readable"
@@ -53,7 +41,7 @@ exit 3
 
 
 def _start(daemon: Daemon, upstream: Upstream) -> Path:
-    daemon.env.write_policy(POLICY.format(port=upstream.port))
+    daemon.env.write_policy(vault_egress_policy(upstream.port))
     daemon.start()
     text = VAULT_TASK.replace("credentials:", f'network:\n  allow: ["127.0.0.1:{upstream.port}"]\ncredentials:')
     return daemon.task(text)

@@ -14,7 +14,7 @@ import pytest
 
 from tests.fixtures.brokerenv import BrokerEnv
 from tests.fixtures.openbao import VAULT_TASK, OpenBao
-from tests.fixtures.sandbox import python_runtime, sandbox_unavailable
+from tests.fixtures.sandbox import python_runtime, sandbox_unavailable, vault_egress_policy
 from tests.test_egress_proxy import Sink, Upstream, sink, upstream
 
 __all__ = ["sink", "upstream"]  # fixtures
@@ -23,18 +23,6 @@ pytestmark = [
     pytest.mark.skipif(bool(sandbox_unavailable()), reason=str(sandbox_unavailable())),
 ]
 
-POLICY = """
-rules:
-  - id: agents
-    tasks: ["fix-*"]
-    sandbox_uids: [1000]
-    sandbox_gids: [1000]
-    network: ["127.0.0.1:{port}"]
-    grants:
-      - provider: vault
-        policies: ["ci-*"]
-        max_uses: 100
-"""
 
 INSIDE = r"""
 echo "proxy=$https_proxy"
@@ -49,7 +37,7 @@ exit 3
 
 @pytest.fixture
 def egress_env(vault_env: BrokerEnv, upstream: Upstream) -> Iterator[BrokerEnv]:
-    vault_env.write_policy(POLICY.format(port=upstream.port))
+    vault_env.write_policy(vault_egress_policy(upstream.port))
     yield vault_env
 
 

@@ -16,7 +16,7 @@ import requests
 
 from tests.fixtures.brokerenv import BrokerEnv, make_env
 from tests.fixtures.openbao import ROOT_TOKEN, VAULT_TASK, OpenBao
-from tests.fixtures.sandbox import sandbox_unavailable
+from tests.fixtures.sandbox import sandbox_unavailable, vault_egress_policy
 from tests.fixtures.tls import TLSFront, backend_port, make_test_ca
 
 pytestmark = [
@@ -24,18 +24,6 @@ pytestmark = [
     pytest.mark.skipif(bool(sandbox_unavailable()), reason=str(sandbox_unavailable())),
 ]
 
-POLICY = """
-rules:
-  - id: agents
-    tasks: ["fix-*"]
-    sandbox_uids: [1000]
-    sandbox_gids: [1000]
-    network: ["127.0.0.1:{port}"]
-    grants:
-      - provider: vault
-        policies: ["ci-*"]
-        max_uses: 100
-"""
 
 # curl ignores NO_PROXY here only because the test's upstream is 127.0.0.1, which the hints exempt.
 INSIDE = r"""
@@ -71,7 +59,7 @@ def proxied(tmp_path: Path, openbao: OpenBao) -> Iterator[Proxied]:
             "upstream_ca_file": str(test_ca.cert_file),
         },
     )
-    env.write_policy(POLICY.format(port=front.port))
+    env.write_policy(vault_egress_policy(front.port))
     try:
         yield Proxied(env, front.port)
     finally:

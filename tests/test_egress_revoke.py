@@ -31,21 +31,8 @@ from broker.host.sandbox import EGRESS_SOCKET
 from tests.fixtures.brokerenv import BrokerEnv, make_env
 from tests.fixtures.gate import Gate, gate
 from tests.fixtures.openbao import ROOT_TOKEN, VAULT_TASK, OpenBao
-from tests.fixtures.sandbox import sandbox_unavailable
+from tests.fixtures.sandbox import sandbox_unavailable, vault_egress_policy
 from tests.fixtures.tls import TLSFront, backend_port, make_test_ca
-
-POLICY = """
-rules:
-  - id: agents
-    tasks: ["fix-*"]
-    sandbox_uids: [1000]
-    sandbox_gids: [1000]
-    network: ["127.0.0.1:{port}"]
-    grants:
-      - provider: vault
-        policies: ["ci-*"]
-        max_uses: 1000
-"""
 
 # Reads the secret again and again through the proxy, one answer's status a line, until it is stopped.
 INSIDE = r"""
@@ -122,7 +109,7 @@ def test_an_outside_revoke_makes_the_proxy_refuse_before_the_provider_revokes(tm
                 "upstream_ca_file": str(test_ca.cert_file),
             },
         )
-        env.write_policy(POLICY.format(port=front.port))
+        env.write_policy(vault_egress_policy(front.port, max_uses=1000))
         task = env.write_task(
             VAULT_TASK.replace("credentials:", f'network:\n  allow: ["127.0.0.1:{front.port}"]\ncredentials:')
             .replace("    policies: [ci-read]", "    policies: [ci-read]\n    inject: proxy")

@@ -119,3 +119,35 @@ def test_active_and_lookup_refuse_a_broken_chain_unless_told_not_to_check(log_en
         assert refused.code == 6, (command, refused.stdout, refused.stderr)
         assert refused.stderr.startswith(f"broker: error: seq {index + 1}: edited: ")
         assert log_env.run(*command, "--no-verify", stdin=token).code == 0
+
+
+def test_a_public_key_file_that_is_a_fifo_fails_in_one_line_instead_of_hanging(
+    log_env: BrokerEnv, tmp_path: Path
+) -> None:
+    """The auditor's key file is read with the one bounded reader: a FIFO there (nobody writing) is refused."""
+    import os
+    import subprocess
+
+    fifo = tmp_path / "broker.pub"
+    os.mkfifo(fifo)
+    try:
+        result = log_env.run_process("audit", "verify", "--log", str(log_env.log_path), "--public-key", str(fifo))
+    except subprocess.TimeoutExpired:
+        pytest.fail("audit verify hung reading a FIFO named as the public key file")
+    assert result.code == 2 and result.stderr.startswith("broker: error: public key file")
+    assert "Traceback" not in result.stderr
+
+
+def test_a_leaked_secret_file_that_is_a_fifo_fails_in_one_line_instead_of_hanging(
+    log_env: BrokerEnv, tmp_path: Path
+) -> None:
+    import os
+    import subprocess
+
+    fifo = tmp_path / "leaked.txt"
+    os.mkfifo(fifo)
+    try:
+        result = log_env.run_process("audit", "lookup", "--secret-file", str(fifo))
+    except subprocess.TimeoutExpired:
+        pytest.fail("audit lookup hung reading a FIFO named as the leaked secret file")
+    assert result.code == 2 and "is not a regular file" in result.stderr and "Traceback" not in result.stderr

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from broker.audit.keys import FingerprintKeys
 from broker.audit.log import open_for_reading
 from broker.vocab.errors import BadInput, ConfigError
+from broker.vocab.files import FileTooLarge, NotRegularFile, read_bounded
 from broker.vocab.secret import Secret
 from broker.vocab.time import parse_iso
 
@@ -90,11 +91,14 @@ def list_records(source: Path | LogSource, record_filter: RecordFilter) -> Itera
 def read_leaked_secret(source: Path | None, stdin: bytes | None) -> list[Secret]:
     """The candidate secrets in a leaked file (as is, and without surrounding whitespace)."""
     if source is not None:
-        if source.is_dir():
-            raise BadInput(f"secret file {source} is a directory")
-        try:
-            with open(source, "rb") as handle:
-                data = handle.read(MAX_LEAKED_SECRET_BYTES + 1)
+        try:  # the one bounded reader: a directory or FIFO is refused, never waited on
+            data, _ = read_bounded(source, MAX_LEAKED_SECRET_BYTES)
+        except FileTooLarge:
+            raise BadInput("the secret is larger than 64 KiB; give the token alone") from None
+        except NotRegularFile as exc:
+            raise BadInput(
+                f"secret file {source} is {'a directory' if exc.is_directory else 'not a regular file'}"
+            ) from None
         except OSError as exc:
             raise BadInput(f"secret file {source}: {exc.strerror}") from None
     else:

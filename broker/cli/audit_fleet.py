@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from broker.core.config import Config
 
 CHUNK_BYTES = 1 << 20
+MAX_KEY_FILE = 1 << 20  # a fleet's key lines: far below this
 
 
 def pinned_keys(config: Config | None, public_key: Path | None) -> tuple[dict[str, Ed25519PublicKey], dict[str, str]]:
@@ -39,8 +40,11 @@ def pinned_keys(config: Config | None, public_key: Path | None) -> tuple[dict[st
     from broker.audit.verify import parse_pinned_keys
 
     if public_key is not None:
-        try:
-            return parse_pinned_keys(public_key.read_text(encoding="utf-8"))
+        from broker.vocab.files import read_bounded
+
+        try:  # the one bounded reader: a FIFO or a huge file named here fails instead of hanging
+            raw, _ = read_bounded(public_key, MAX_KEY_FILE)
+            return parse_pinned_keys(raw.decode("utf-8"))
         except (OSError, UnicodeDecodeError) as exc:
             raise BadInput(f"public key file {public_key}: {getattr(exc, 'strerror', None) or 'unreadable'}") from None
     from broker.audit.keys import load_signing_keys

@@ -75,8 +75,8 @@ def install() -> None:
         from typer._coercion import RuntimeParam
     except ImportError:  # an older typer: click's own types, no pydantic
         return
-    if parameter is None or getattr(parameter, "_broker_plain", False):
-        return
+    if parameter is None or not hasattr(parameter, "get_runtime_param") or getattr(parameter, "_broker_plain", False):
+        return  # a typer laid out otherwise keeps its own coercion
 
     class PlainRuntimeParam(RuntimeParam):
         def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:

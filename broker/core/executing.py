@@ -16,7 +16,8 @@ With ``--network allowlist`` (the default when the manifest has a
 ``network`` section) the sandbox gets its own network namespace whose only
 way out is the session's egress proxy (``broker.egress``), bridged in on
 ``127.0.0.1:PORT``; the refused destinations are logged as ``egress.denied``
-when the command ends.
+when the command ends, and the refused requests to credential hosts as
+``egress.refused`` (``broker.egress.records``).
 """
 
 from __future__ import annotations

@@ -4,7 +4,9 @@ The session's CA is made in memory for the proxy hosts of the session's
 proxied credentials; its certificate (``ca.pem``) and a bundle of the
 system CAs plus it (``ca-bundle.pem``) go into the session directory, and
 the hints point every common client at the bundle. A Vault credential's
-``VAULT_ADDR`` hint becomes its proxy host over https.
+``VAULT_ADDR`` hint becomes its proxy host over https, and its proxy hosts are
+marked as Vault's: the proxy strips response wrapping from requests to them
+and refuses an answer holding a wrapping token (``broker.egress.guards``).
 """
 
 from __future__ import annotations
@@ -68,7 +70,11 @@ def hold_in_proxy(
         files[name] = content
     interceptor.add(
         Injection(
-            frozenset((h.host, h.port) for h in target.hosts), placeholder, credential.secret, target.upstream_ca_file
+            frozenset((h.host, h.port) for h in target.hosts),
+            placeholder,
+            credential.secret,
+            target.upstream_ca_file,
+            vault=config.providers[request.provider].type_name == "vault",  # its answers are checked for wrapping
         )
     )
     env = dict(credential.env)

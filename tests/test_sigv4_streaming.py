@@ -1,66 +1,26 @@
 """aws-chunked uploads through the SigV4 verifier: every chunk signature checked in the placeholder's chain and
 written again in the real one, the trailers checked, nothing of a bad chunk released, memory bounded.
 
-The chunk signatures of the requests made here come from a signer written in this file from AWS's formula (it
-is checked against AWS's published example first), not from the code under test; botocore signs the heads.
+The chunk signatures of the requests made here come from tests/fixtures/sigv4_chunks.py, written from AWS's
+formula (checked against AWS's published example first), not from the code under test; botocore signs the heads.
 """
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import hmac
 import os
 import tracemalloc
-import zlib
 from pathlib import Path
 
 import pytest
-from botocore.auth import SigV4Auth
-from botocore.awsrequest import AWSRequest
-from botocore.credentials import Credentials
 
-from broker.egress.sigv4 import AwsKeys, Head, Reason, Refusal, RequestRefused, SpoolLimits, Verifier
+from broker.egress.sigv4 import AwsKeys, Reason, Refusal, RequestRefused, SpoolLimits, Verifier
 from tests.fixtures.sigv4 import Captured, forward, header, make_keys
+from tests.fixtures.sigv4_chunks import chunk_signature, crc32, signed_upload, signing_key, trailer_signature
 
 PLACEHOLDER = make_keys()
 REAL = make_keys()
 EMPTY = hashlib.sha256(b"").hexdigest()
-SCOPE_TAIL = "us-east-1/s3/aws4_request"
-
-
-def signing_key(keys: AwsKeys, date: str) -> bytes:
-    key = ("AWS4" + keys.secret_access_key.reveal()).encode()
-    for part in (date, "us-east-1", "s3", "aws4_request"):
-        key = hmac.new(key, part.encode(), hashlib.sha256).digest()
-    return key
-
-
-def chunk_signature(key: bytes, stamp: str, previous: str, data: bytes) -> str:
-    text = "\n".join(
-        [
-            "AWS4-HMAC-SHA256-PAYLOAD",
-            stamp,
-            f"{stamp[:8]}/{SCOPE_TAIL}",
-            previous,
-            EMPTY,
-            hashlib.sha256(data).hexdigest(),
-        ]
-    )
-    return hmac.new(key, text.encode(), hashlib.sha256).hexdigest()
-
-
-def trailer_signature(key: bytes, stamp: str, previous: str, lines: str) -> str:
-    text = "\n".join(
-        [
-            "AWS4-HMAC-SHA256-TRAILER",
-            stamp,
-            f"{stamp[:8]}/{SCOPE_TAIL}",
-            previous,
-            hashlib.sha256(lines.encode()).hexdigest(),
-        ]
-    )
-    return hmac.new(key, text.encode(), hashlib.sha256).hexdigest()
 
 
 def test_the_signer_of_these_tests_gives_aws_published_chunk_signatures() -> None:
@@ -73,66 +33,13 @@ def test_the_signer_of_these_tests_gives_aws_published_chunk_signatures() -> Non
     assert first == "ad80c730a21e5b8d04586a2213dd63b9a0e99e0e2307b0ade35a65485a288648"
 
 
-def crc32(data: bytes) -> str:
-    return base64.b64encode(zlib.crc32(data).to_bytes(4, "big")).decode()
-
-
-def signed_upload(
-    data: bytes,
-    size: int = 65536,
-    *,
-    keys: AwsKeys = PLACEHOLDER,
-    trailer: bool = False,
-    checksum: str | None = None,
-    decoded: int | None = None,
-) -> Captured:
-    """A PUT whose head botocore signs and whose chunks (and trailer) carry signatures from the chain above."""
-    pieces = [data[i : i + size] for i in range(0, len(data), size)] + [b""]
-    headers = {
-        "Content-Encoding": "aws-chunked",
-        "X-Amz-Content-SHA256": "STREAMING-AWS4-HMAC-SHA256-PAYLOAD" + ("-TRAILER" if trailer else ""),
-        "X-Amz-Decoded-Content-Length": str(len(data) if decoded is None else decoded),
-    }
-    if trailer:
-        headers["X-Amz-Trailer"] = "x-amz-checksum-crc32"
-        headers["Transfer-Encoding"] = "chunked"  # not signed (botocore's blacklist), no Content-Length
-    else:
-        headers["Content-Length"] = str(sum(len(b"%x" % len(p)) + 17 + 64 + 2 + len(p) + 2 for p in pieces))
-    request = AWSRequest("PUT", "https://s3.us-east-1.amazonaws.com/bucket/streamed", headers=headers)
-    token = keys.session_token.reveal() if keys.session_token is not None else None
-    SigV4Auth(Credentials(keys.access_key_id, keys.secret_access_key.reveal(), token), "s3", "us-east-1").add_auth(
-        request
-    )
-    head = Head(
-        b"PUT",
-        b"/bucket/streamed",
-        (
-            (b"host", b"s3.us-east-1.amazonaws.com"),
-            *((k.encode(), str(v).encode()) for k, v in request.headers.items()),
-        ),
-    )
-    authorization = (header(head, b"authorization") or b"").decode()
-    previous, stamp = authorization.rpartition("Signature=")[2], request.context["timestamp"]
-    key = signing_key(keys, stamp[:8])
-    body = bytearray()
-    for piece in pieces:
-        previous = chunk_signature(key, stamp, previous, piece)
-        body += b"%x;chunk-signature=%s\r\n%s" % (len(piece), previous.encode(), piece)
-        body += b"\r\n" if piece or not trailer else b""
-    if trailer:
-        line = f"x-amz-checksum-crc32:{checksum or crc32(data)}"
-        signature = trailer_signature(key, stamp, previous, line + "\n")
-        body += f"{line}\r\nx-amz-trailer-signature:{signature}\r\n\r\n".encode()
-    return Captured(head, bytes(body))
-
-
 DATA = os.urandom(200_000)
 
 
 @pytest.mark.parametrize("trailer", [False, True])
 @pytest.mark.parametrize("piece", [1000, 65536, 300_000])
 def test_a_signed_streaming_upload_comes_out_chained_under_the_real_key(trailer: bool, piece: int) -> None:
-    upload = signed_upload(DATA, trailer=trailer)
+    upload = signed_upload(DATA, keys=PLACEHOLDER, trailer=trailer)
     head, body = forward(Verifier(PLACEHOLDER, REAL), upload, piece)
     assert len(body) == len(upload.body) and body != upload.body
     assert body.replace(b"\r\n", b"").count(DATA[:1000]) == 1
@@ -164,7 +71,7 @@ def released_before_refusal(upload: Captured, piece: int = 10_000, **options: ob
 
 
 def test_a_changed_byte_in_a_chunk_stops_the_upload_at_that_chunk() -> None:
-    upload = signed_upload(DATA)
+    upload = signed_upload(DATA, keys=PLACEHOLDER)
     body = bytearray(upload.body)
     body[70_000] ^= 1  # in the second chunk
     refusal, released = released_before_refusal(Captured(upload.head, bytes(body)))
@@ -173,7 +80,7 @@ def test_a_changed_byte_in_a_chunk_stops_the_upload_at_that_chunk() -> None:
 
 
 def test_chunks_out_of_order_or_signed_with_another_key_are_refused() -> None:
-    upload = signed_upload(DATA)
+    upload = signed_upload(DATA, keys=PLACEHOLDER)
     first, second = upload.body[: 65536 + 88], upload.body[65536 + 88 : 2 * (65536 + 88)]
     swapped = second + first + upload.body[2 * (65536 + 88) :]
     assert released_before_refusal(Captured(upload.head, swapped))[0].reason is Reason.CHUNK
@@ -186,7 +93,7 @@ def test_chunks_out_of_order_or_signed_with_another_key_are_refused() -> None:
 
 
 def test_a_truncated_or_overlong_or_misframed_body_is_refused() -> None:
-    upload = signed_upload(DATA)
+    upload = signed_upload(DATA, keys=PLACEHOLDER)
     refusal, released = released_before_refusal(Captured(upload.head, upload.body[:-90]))
     assert refusal.reason is Reason.CHUNK and not released.endswith(b"\r\n\r\n")
     assert released_before_refusal(Captured(upload.head, upload.body + b"x"))[0].reason is Reason.CHUNK
@@ -195,24 +102,24 @@ def test_a_truncated_or_overlong_or_misframed_body_is_refused() -> None:
 
 
 def test_a_decoded_length_other_than_the_body_is_refused_before_the_last_chunk() -> None:
-    upload = signed_upload(DATA, decoded=len(DATA) + 1)
+    upload = signed_upload(DATA, keys=PLACEHOLDER, decoded=len(DATA) + 1)
     refusal, released = released_before_refusal(upload)
     assert refusal.reason is Reason.CHUNK and b"\r\n0;chunk-signature=" not in released
 
 
 def test_a_trailer_with_a_wrong_signature_or_checksum_is_refused_and_held_back() -> None:
-    upload = signed_upload(DATA, trailer=True)
+    upload = signed_upload(DATA, keys=PLACEHOLDER, trailer=True)
     head, _, tail = upload.body.rpartition(b"x-amz-trailer-signature:")
     forged = head + b"x-amz-trailer-signature:" + (b"0" * 64) + tail[64:]
     refusal, released = released_before_refusal(Captured(upload.head, forged))
     assert refusal.reason is Reason.CHUNK and b"x-amz-checksum-crc32" not in released
-    wrong = signed_upload(DATA, trailer=True, checksum=crc32(b"other"))  # signed, but not the body's
+    wrong = signed_upload(DATA, keys=PLACEHOLDER, trailer=True, checksum=crc32(b"other"))  # signed, but not the body's
     refusal, released = released_before_refusal(wrong)
     assert refusal.reason is Reason.CHECKSUM and b"\r\n0;chunk-signature=" not in released
 
 
 def test_a_chunk_larger_than_the_memory_bound_is_spooled_to_a_file_with_no_name(tmp_path: Path) -> None:
-    upload = signed_upload(DATA, size=150_000)
+    upload = signed_upload(DATA, keys=PLACEHOLDER, size=150_000)
     passage = Verifier(PLACEHOLDER, REAL, spool_dir=tmp_path, spool=SpoolLimits(memory=32 * 1024)).begin(upload.head)
     assert not isinstance(passage, Refusal)
     out = bytearray()
@@ -233,7 +140,7 @@ def test_a_chunk_larger_than_the_memory_bound_is_spooled_to_a_file_with_no_name(
 @pytest.mark.parametrize("trailer", [False, True])
 def test_a_large_streaming_upload_is_never_held_whole_in_memory(trailer: bool) -> None:
     data = os.urandom(24 * 1024 * 1024)
-    upload = signed_upload(data, trailer=trailer)
+    upload = signed_upload(data, keys=PLACEHOLDER, trailer=trailer)
     passage = Verifier(PLACEHOLDER, REAL).begin(upload.head)
     assert not isinstance(passage, Refusal)
     digest = hashlib.sha256()

@@ -24,7 +24,6 @@ from botocore.awsrequest import AWSRequest
 from botocore.compat import HTTPHeaders
 
 from broker.egress.sigv4.values import ALGORITHM, AwsKeys, Scope
-from broker.vocab.secret import Secret
 
 #: Services whose canonical URI is the path as sent (no double encoding, no dot-segment normalisation).
 S3_SERVICES = frozenset({"s3", "s3-object-lambda", "s3-outposts"})
@@ -72,15 +71,15 @@ class _Exact:
 
     def __init__(self, keys: _Keys, signing: SigningInput) -> None:
         super().__init__(keys, signing.scope.service, signing.scope.region)  # type: ignore[call-arg]
-        self._signed = frozenset(signing.signed_headers)
+        signed = frozenset(signing.signed_headers)
+        self._selected = HTTPHeaders()
+        for name, value in signing.headers:
+            if name.lower() in signed:
+                self._selected[name.lower()] = value
         self._payload = signing.payload
 
     def headers_to_sign(self, request: Any) -> Any:
-        selected = HTTPHeaders()
-        for name, value in request.headers.items():
-            if name.lower() in self._signed:
-                selected[name.lower()] = value
-        return selected
+        return self._selected
 
     def payload(self, request: Any) -> str:
         return self._payload
@@ -97,17 +96,11 @@ class _ExactS3(_Exact, S3SigV4Auth):  # type: ignore[misc]
 def _signer(signing: SigningInput, keys: AwsKeys) -> tuple[Any, Any]:
     kind = _ExactS3 if signing.scope.service in S3_SERVICES else _ExactV4
     auth = kind(_Keys(keys), signing)
+    # The request carries no headers of its own: the signer reads the signed ones from headers_to_sign and the
+    # payload line from payload() (botocore would take an X-Amz-Content-SHA256 header first: the same value).
     request = AWSRequest(method=signing.method, url="https://host.invalid" + signing.path, params=list(signing.query))
-    for name, value in signing.headers:
-        request.headers[name] = value
     request.context["timestamp"] = signing.timestamp
     return auth, request
-
-
-def canonical_request(signing: SigningInput) -> str:
-    """The canonical request botocore builds for ``signing`` (no key involved)."""
-    auth, request = _signer(signing, AwsKeys("", Secret("")))
-    return str(auth.canonical_request(request))
 
 
 def sign(signing: SigningInput, keys: AwsKeys) -> str:

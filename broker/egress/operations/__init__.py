@@ -19,6 +19,7 @@ the self-contained heart of it, standard library and graphql-core only:
 
 from __future__ import annotations
 
+from broker.egress.operations.checker import OperationsChecker
 from broker.egress.operations.decision import Answer, BodyCheck, Decision, Kind
 from broker.egress.operations.model import NO_OPERATIONS, Operations
 from broker.egress.operations.narrowing import narrow
@@ -31,6 +32,7 @@ __all__ = [
     "Decision",
     "Kind",
     "Operations",
+    "OperationsChecker",
     "check_network",
     "narrow",
     "read_operations",

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from broker.egress.operations.refs import RefError, check_ref_name, parse_ref_glob
+from broker.egress.operations.refs import RefError, _check_segments, check_ref_name, parse_ref_glob
 from broker.egress.operations.routes import RouteError, parse_path_glob, parse_route, request_paths
 from broker.egress.operations.segments import SegmentGlob
 
@@ -249,3 +249,21 @@ def test_push_glob_containment_agrees_with_brute_force() -> None:
     matched = {text: frozenset(v for v in values if glob.matches(v)) for text, glob in globs.items()}
     for one, other in itertools.product(texts, repeat=2):
         assert globs[one].within(globs[other]) is (matched[one] <= matched[other]), (one, other)
+
+
+def test_the_one_expression_for_ref_names_agrees_with_the_rules_one_by_one() -> None:
+    pieces = ("a", ".", "/", "lock", "@", "{", " ", "~", "\\", "\x01", "-", "é")
+    for n in range(1, 5):
+        for combination in itertools.product(pieces, repeat=n):
+            name = "refs/heads/" + "".join(combination)
+            try:
+                _check_segments(name, glob=False)
+                expected = True
+            except RefError:
+                expected = False
+            try:
+                check_ref_name(name)
+                fast = True
+            except RefError:
+                fast = False
+            assert fast is expected, repr(name)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import enum
 import json
+import re
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -22,6 +23,7 @@ DOCUMENTATION_URL = (
     "https://github.com/scoped-credential-broker/broker/blob/main/docs/SPEC.md#operations-not-just-hosts"
 )
 MAX_REASON = 300
+_UNPRINTABLE = re.compile(r"[^ -~]")
 
 
 class Kind(enum.Enum):
@@ -81,7 +83,7 @@ class BodyCheck(Protocol):
 
 def clipped(text: str, limit: int = MAX_REASON) -> str:
     """One line of printable ASCII at most ``limit`` long: request text goes into reasons, answers and records."""
-    cleaned = "".join(c if " " <= c <= "~" else "?" for c in " ".join(text.split()))
+    cleaned = _UNPRINTABLE.sub("?", " ".join(text[: 4 * limit].split()))
     return cleaned if len(cleaned) <= limit else cleaned[: limit - 3] + "..."
 
 

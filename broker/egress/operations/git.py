@@ -113,7 +113,7 @@ def decide_push(section: GitOperations, rule: str, push: PushRequest) -> Decisio
     outside = [c.ref for c in push.commands if not any(glob.matches(c.ref) for glob in section.push)]
     deleting = [c.ref for c in push.commands if c.deletes and not section.delete and c.ref not in outside]
     if not outside and not deleting:
-        return allowed(rule, Kind.GIT, f"a push of {', '.join(refs)}")
+        return allowed(rule, Kind.GIT, f"a push of {', '.join(refs)}")  # clipped to the first few
     problems = [f"{ref} is outside push" for ref in outside] + [f"deleting {ref} is not allowed" for ref in deleting]
     reason = "push refused as a whole: " + "; ".join(problems)
     failures = {}

@@ -20,10 +20,12 @@ request's variables (or their defaults) filled in, give an ``event`` of
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import lru_cache
 
 from graphql import GraphQLError
 from graphql.language import (
     BooleanValueNode,
+    DocumentNode,
     EnumValueNode,
     FieldNode,
     FloatValueNode,
@@ -47,6 +49,7 @@ from broker.egress.operations.model import APPROVE
 
 MAX_DOCUMENT = 256 * 1024
 MAX_TOKENS = 50_000
+MAX_CACHED = 16 * 1024
 REVIEW_MUTATIONS = frozenset({"addPullRequestReview", "submitPullRequestReview"})
 META_FIELDS = frozenset({"__typename"})
 
@@ -80,7 +83,7 @@ def _check_request(request: object, mutations: frozenset[str], approve: bool) ->
     if len(query) > MAX_DOCUMENT:
         raise GraphqlRefused(f"a GraphQL document longer than {MAX_DOCUMENT} characters")
     try:
-        document = parse(query, no_location=True, max_tokens=MAX_TOKENS)
+        document = _parsed(query) if len(query) <= MAX_CACHED else _parse(query)
     except GraphQLError as exc:
         raise GraphqlRefused(f"not a GraphQL document ({clipped(exc.message, 120)})") from None
     except RecursionError:
@@ -103,6 +106,15 @@ def _check_request(request: object, mutations: frozenset[str], approve: bool) ->
             raise GraphqlRefused("GraphQL subscriptions are refused")
         if operation.operation is OperationType.MUTATION:
             _check_mutation(operation, fragments, variables, mutations, approve)
+
+
+def _parse(query: str) -> DocumentNode:
+    return parse(query, no_location=True, max_tokens=MAX_TOKENS)
+
+
+#: Clients send the same few documents again and again (with other variables): the parsed ones are kept,
+#: up to 256 of at most 16 KiB each. The document depends on the text alone; the checks run on every request.
+_parsed = lru_cache(maxsize=256)(_parse)
 
 
 def _check_mutation(

@@ -37,38 +37,42 @@ class PacketReader:
 
     def __init__(self) -> None:
         self._buffer = bytearray()
+        self._at = 0  # where the next packet starts in the buffer
         self.consumed = 0
 
     def push(self, data: bytes) -> None:
+        if self._at:
+            del self._buffer[: self._at]
+            self._at = 0
         self._buffer += data
 
     @property
     def pending(self) -> int:
         """Bytes received but not yet returned as packets."""
-        return len(self._buffer)
+        return len(self._buffer) - self._at
 
     def next(self) -> bytes | Flush | None:
         """The next packet's payload, ``FLUSH``, or ``None`` when its bytes have not all arrived yet."""
-        if len(self._buffer) < 4:
+        at, buffer = self._at, self._buffer
+        if len(buffer) - at < 4:
             return None
-        head = bytes(self._buffer[:4])
+        head = bytes(buffer[at : at + 4])
         if not _LENGTH.fullmatch(head):
             raise PacketError("a pkt-line length that is not four hex digits")
         length = int(head, 16)
         if length == 0:
-            del self._buffer[:4]
+            self._at += 4
             self.consumed += 4
             return FLUSH
         if length < 4:
             raise PacketError(f"a special packet ({head.decode()}) where a push has none")
         if length > MAX_PACKET:
             raise PacketError(f"a pkt-line longer than {MAX_PACKET} bytes")
-        if len(self._buffer) < length:
+        if len(buffer) - at < length:
             return None
-        payload = bytes(self._buffer[4:length])
-        del self._buffer[:length]
+        self._at += length
         self.consumed += length
-        return payload
+        return bytes(buffer[at + 4 : at + length])
 
 
 def packet(payload: bytes) -> bytes:

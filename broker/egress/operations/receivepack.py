@@ -25,6 +25,7 @@ from broker.egress.operations.refs import RefError, check_ref_name
 MAX_COMMAND_BYTES = 4 * 1024 * 1024
 _OID = {40: re.compile(rb"[0-9a-f]{40}"), 64: re.compile(rb"[0-9a-f]{64}")}
 _SHALLOW = re.compile(rb"shallow ([0-9a-f]{40}|[0-9a-f]{64})")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 class PushError(ValueError):
@@ -142,6 +143,6 @@ def _text(data: bytes, what: str) -> str:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise PushError(f"{what} that is not UTF-8") from None
-    if any(c < " " or c == "\x7f" for c in text):
+    if _CONTROL.search(text):
         raise PushError(f"{what} holding a control character")
     return text

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import itertools
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from broker.egress.operations.refs import RefError, _check_segments, check_ref_name, parse_ref_glob
 from broker.egress.operations.routes import RouteError, parse_path_glob, parse_route, request_paths
 from broker.egress.operations.segments import SegmentGlob
+from broker.vocab.globs import glob_match
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize(
@@ -209,11 +215,24 @@ def test_route_containment(narrow: str, wide: str, within: bool) -> None:
     assert parse_route(narrow).within(parse_route(wide)) is within
 
 
+def reference_match(pattern: str, value: str) -> bool:
+    """Segment by segment with broker.vocab.globs (path-like: * never crosses /), the rest form by counting."""
+    if pattern == "*":
+        return True
+    wanted, got = pattern.split("/"), value.split("/")
+    if len(wanted) > 1 and wanted[-1] == "*":
+        wanted = wanted[:-1]
+        if len(got) <= len(wanted) or not all(got[len(wanted) :]):
+            return False
+        got = got[: len(wanted)]
+    return len(got) == len(wanted) and all(glob_match(w, g) for w, g in zip(wanted, got, strict=True))
+
+
 def test_containment_agrees_with_brute_force() -> None:
-    """Path globs of up to two fixed segments (and the rest form) against every path of up to five segments."""
-    words = ("a", "b", "ab", "ba", "c")
-    values = ["/"] + ["/" + "/".join(p) for n in range(1, 6) for p in itertools.product(words, repeat=n)]
-    parts = ("a", "b", "*", "a*", "*b")
+    """Path globs of up to two fixed segments (and the rest form) against every path of up to four segments."""
+    words = ("a", "b", "ab", "ba", "c", "aab", "bab", "abc", "bca")
+    values = ["/"] + ["/" + "/".join(p) for n in range(1, 5) for p in itertools.product(words, repeat=n)]
+    parts = ("a", "b", "*", "a*", "*b", "*a*", "a*b*", "*a*b")
     texts = ["*", "/"]
     for n in range(0, 3):
         for fixed in itertools.product(parts, repeat=n):
@@ -222,9 +241,26 @@ def test_containment_agrees_with_brute_force() -> None:
             texts.append("/" + "/".join((*fixed, "*")))
     globs = {text: parse_path_glob(text) for text in texts}
     matched = {text: frozenset(v for v in values if glob.matches(v)) for text, glob in globs.items()}
+    for text in texts:
+        if text != "/":
+            assert matched[text] == {v for v in values if reference_match(text, v)}, text
     for one, other in itertools.product(texts, repeat=2):
         expected = matched[one] <= matched[other]
         assert globs[one].within(globs[other]) is expected, (one, other)
+
+
+def test_a_hostile_path_against_many_stars_is_matched_in_linear_time() -> None:
+    """A backtracking matcher takes hours here (every split of the a's is tried); run apart, bounded generously."""
+    code = (
+        "from broker.egress.operations.routes import parse_path_glob\n"
+        "glob = parse_path_glob('/x/*a*a*a*a*a*a*a*a*b/*')\n"
+        "assert not glob.matches('/x/' + 'a' * 200_000 + '/y')\n"
+        "assert glob.matches('/x/' + 'a' * 200_000 + 'b/y')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, timeout=60, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
 
 
 def test_a_segment_glob_knows_its_form() -> None:

@@ -31,7 +31,20 @@ ANY_PATH = "*"
 
 
 def _segment_regex(segment: str) -> str:
-    return "[^/]*".join(re.escape(part) for part in segment.split("*"))
+    """One segment glob as a regular expression that cannot backtrack: linear in the segment's length.
+
+    ``a*b*c`` is ``a``, then the leftmost ``b`` (found and committed: an atomic
+    group), then anything and ``c`` ending the segment. Taking each middle piece
+    at its leftmost place leaves the most room for the rest, so nothing is
+    lost; a plain ``a[^/]*b[^/]*c`` would try every split and a hostile path
+    against ``*a*a*a*a*b`` would take hours.
+    """
+    pieces = [re.escape(piece) for piece in segment.split("*")]
+    if len(pieces) == 1:
+        return pieces[0]
+    first, *middle, last = pieces
+    committed = "".join(f"(?>[^/]*?{piece})" for piece in middle)
+    return f"(?>{first}{committed}[^/]*{last}(?=/|\\Z))"
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ import pytest
 
 from broker.vocab.errors import BrokerError, ManifestError, PolicyFileError, ProviderError
 from broker.vocab.fields import Fields
-from broker.vocab.globs import glob_match
+from broker.vocab.globs import glob_match, glob_within
 from broker.vocab.secret import Secret
 from providers.aws.deny import (
     POLICY_NAME,
@@ -42,7 +42,6 @@ from providers.aws.errors import AwsErrors
 from providers.aws.names import role_session_name
 from providers.aws.provider import AwsStsProvider
 from providers.aws.request import AwsStsGrant, AwsStsRequest
-from providers.aws.session_policy import pattern_within
 from providers.base import MintContext, MintedCredential, MintRejected, RevokeOutcome, RevokeTarget
 from providers.registry import provider_class
 from tests.fixtures.aws import (
@@ -353,8 +352,8 @@ credentials:
         ("**", "*", False, True),
     ],
 )
-def test_pattern_within(requested: str, granted: str, ignore_case: bool, within: bool) -> None:
-    assert pattern_within(requested, granted, ignore_case=ignore_case) is within
+def test_glob_within(requested: str, granted: str, ignore_case: bool, within: bool) -> None:
+    assert glob_within(requested, granted, ignore_case=ignore_case) is within
 
 
 def test_pattern_within_agrees_with_brute_force() -> None:
@@ -364,7 +363,7 @@ def test_pattern_within_agrees_with_brute_force() -> None:
     matched = {p: frozenset(s for s in strings if glob_match(p, s, cross_slash=True)) for p in patterns}
     for requested, granted in itertools.product(patterns, repeat=2):
         expected = matched[requested] <= matched[granted]
-        assert pattern_within(requested, granted) is expected, (requested, granted)
+        assert glob_within(requested, granted) is expected, (requested, granted)
 
 
 def request_with(session_policy: dict[str, Any] | None = None, **body: Any) -> AwsStsRequest:

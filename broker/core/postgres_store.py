@@ -34,6 +34,7 @@ from broker.core.store import (
     SessionStore,
 )
 from broker.core.store_rows import MalformedRows, credential_record, keep, session_record
+from broker.core.store_rows import unknown_states as unknown_states_sql
 from broker.vocab.errors import StoreError
 from broker.vocab.holding import Lock
 
@@ -290,8 +291,9 @@ class PostgresSessionStore(SessionStore):
         sql = f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE TRUE"  # noqa: S608 - constant columns
         args: list[Any] = []
         if states is not None:
-            sql += " AND (state = ANY(%s) OR NOT state = ANY(%s))" if unknown_states else " AND state = ANY(%s)"
-            args += [list(states), list(SESSION_STATES)] if unknown_states else [list(states)]
+            unknown, unknown_args = unknown_states_sql("%s") if unknown_states else ("", [])
+            sql += f" AND (state = ANY(%s) OR {unknown})" if unknown else " AND state = ANY(%s)"
+            args += [list(states), *unknown_args]
         if task is not None:
             sql += " AND task=%s"
             args.append(task)

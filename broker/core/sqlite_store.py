@@ -16,6 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from broker.core import store_rows
 from broker.core.store import (
     CREDENTIAL_STATES,
     SESSION_STATES,
@@ -249,9 +250,9 @@ class SqliteSessionStore(SessionStore):
         args: list[Any] = []
         if states is not None:
             wanted = f"state IN ({','.join('?' * len(states))})"
-            unknown = f" OR state NOT IN ({','.join('?' * len(SESSION_STATES))})" if unknown_states else ""
-            sql += f" AND ({wanted}{unknown})"
-            args.extend([*states, *(SESSION_STATES if unknown_states else ())])
+            unknown, unknown_args = store_rows.unknown_states("?") if unknown_states else ("", [])
+            sql += f" AND ({wanted} OR {unknown})" if unknown else f" AND {wanted}"
+            args.extend([*states, *unknown_args])
         if task is not None:
             sql += " AND task=?"
             args.append(task)

@@ -14,6 +14,7 @@ records each row once in the issuance log (``store.malformed``).
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import logging
 import re
@@ -89,6 +90,18 @@ class MalformedRows:
         """The rows met after ``mark``."""
         with self._lock:
             return [row for seen, row in self._rows.values() if seen > mark]
+
+
+def unknown_states(mark: str) -> tuple[str, list[str]]:
+    """SQL that holds for a state no broker writes, and its arguments (``mark``: the driver's placeholder).
+
+    Written as the open ranges around the known states rather than ``NOT IN``,
+    so the state index answers it without reading every session a store keeps.
+    """
+    known = sorted(state.value for state in SessionState)
+    ranges = [f"state < {mark}", *[f"(state > {mark} AND state < {mark})"] * (len(known) - 1), f"state > {mark}"]
+    args = [known[0], *[value for pair in itertools.pairwise(known) for value in pair], known[-1]]
+    return f"({' OR '.join(ranges)})", args
 
 
 def keep(rows: Iterable[Mapping[str, Any]], read: Any, noted: MalformedRows, **options: Any) -> list[Any]:

@@ -232,8 +232,10 @@ def test_a_bad_credential_row_is_malformed() -> None:
     }
     good |= {"reference": "{}", "scope": "{}", "expires_at": None, "fingerprint": None}
     assert isinstance(store_rows.credential_record(good), CredentialRecord)
-    for column, value in (("session_id", "../x"), ("name", "../../kv"), ("state", "gone"), ("reference", "1")):
+    for column, value in (("session_id", "../x"), ("name", "../../kv"), ("state", "gone"), ("reference", "{x")):
         assert isinstance(store_rows.credential_record({**good, column: value}), store_rows.MalformedRow), column
+    # a reference that is JSON but no provider's reaches the provider, whose refusal leaves the credential pending
+    assert isinstance(store_rows.credential_record({**good, "reference": "[1]"}), CredentialRecord)
 
 
 def test_the_noted_rows_are_bounded_and_the_newest_is_always_kept() -> None:

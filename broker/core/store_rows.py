@@ -165,9 +165,7 @@ def credential_record(row: Mapping[str, Any]) -> CredentialRecord | MalformedRow
     state = _state(row.get("state"), CredentialState, problems)
     record = None
     try:
-        reference = _json(row, "reference")
-        if reference is None:
-            raise Malformed("reference is not a JSON object")
+        reference = _reference(row.get("reference"))
         expires = row.get("expires_at")
         record = CredentialRecord(
             session_id=str(session_id),
@@ -237,6 +235,19 @@ def _moment(row: Mapping[str, Any], column: str) -> datetime:
     if not isinstance(moment, datetime) or moment.tzinfo is None:
         raise Malformed(f"{column} is not a time")
     return moment.astimezone(UTC)
+
+
+def _reference(value: object) -> Any:
+    """Any JSON: a reference no provider can read still reaches the provider, whose refusal leaves the credential
+    pending for ``sweep`` (reported, not forgotten), rather than the credential being skipped."""
+    try:
+        return json.loads(value) if isinstance(value, str) else _fail("reference is not JSON")
+    except ValueError:
+        return _fail("reference is not JSON")
+
+
+def _fail(problem: str) -> Any:
+    raise Malformed(problem)
 
 
 def _json(row: Mapping[str, Any], column: str) -> dict[str, Any] | None:

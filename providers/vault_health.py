@@ -7,9 +7,11 @@ with ``dynamic_policies``; plus the default policy, for
 ``sys/capabilities-self`` alone; 60 s, no lease, revoked at once) and asks
 Vault what it may do on ``<mount>/creds/<role>`` and ``<mount>/issue/<role>``
 for every role the grants name. SSH certificates are signed with the
-broker's own token, so ``<mount>/sign/<role>`` is asked of that. A role glob
-is asked as the literal path: only a Vault policy path with the same or a
-wider glob covers every role the grant allows. One line per kind, with a fix.
+broker's own token, so ``<mount>/sign/<role>`` is asked of that, and each
+granted SSH role (a glob: every role it matches, listed) is read to see that
+it sets ``allow_user_key_ids``, which the certificates' key ids need. A role
+glob is asked as the literal path: only a Vault policy path with the same or
+a wider glob covers every role the grant allows. One line per kind, with a fix.
 """
 
 from __future__ import annotations
@@ -19,9 +21,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from broker.vocab.errors import BrokerError
+from broker.vocab.globs import any_match
 from providers.base import FIX_MARK, HealthCheck
 from providers.vault_dynamic import DynamicGrant
-from providers.vault_leases import as_holder, create_holder
+from providers.vault_leases import as_holder, create_holder, key_id_fix
 
 if TYPE_CHECKING:
     import hvac
@@ -44,7 +47,39 @@ def dynamic_checks(provider: VaultProvider, grants: Sequence[DynamicGrant]) -> l
     held = [path for kind, found in paths.items() if PATHS[kind][2] for path in found]
     holder: Answer = _ask_holder(provider, held) if held else {}
     broker: Answer = _ask(provider, provider.client(), paths["ssh"], "the broker's token") if "ssh" in paths else {}
-    return [_line(provider, kind, found, holder if PATHS[kind][2] else broker) for kind, found in paths.items()]
+    lines = [_line(provider, kind, found, holder if PATHS[kind][2] else broker) for kind, found in paths.items()]
+    ssh_roles = sorted({role for grant in grants for role in grant.ssh_roles})
+    return [_key_ids(provider, line, ssh_roles) if line[0] == "dynamic.ssh" and line[1] else line for line in lines]
+
+
+def _key_ids(provider: VaultProvider, line: HealthCheck, roles: list[str]) -> HealthCheck:
+    """The SSH line, failed when a granted role does not set allow_user_key_ids (or noting what was unreadable)."""
+    mount, client = provider.mounts["ssh"], provider.client()
+    names, unread = [role for role in roles if not any(c in role for c in "*?")], []
+    if len(names) < len(roles):  # globs: the roles they match
+        try:
+            with provider._errors(f"list {mount}/roles"):
+                listed = ((client.list(f"{mount}/roles") or {}).get("data") or {}).get("keys") or []
+            names += [str(name) for name in listed if any_match(tuple(roles), str(name))]
+        except BrokerError:
+            unread.append(f"{mount}/roles (list)")
+    lacking = []
+    for name in sorted(set(names)):
+        try:
+            with provider._errors(f"read {mount}/roles/{name}"):
+                role = (client.read(f"{mount}/roles/{name}") or {}).get("data")
+        except BrokerError:
+            unread.append(f"{mount}/roles/{name}")
+            continue
+        if isinstance(role, dict) and role.get("allow_user_key_ids") is not True:
+            lacking.append(name)
+    paths = ", ".join(f"{mount}/roles/{name}" for name in (lacking or sorted(set(names))))
+    if lacking:
+        return (line[0], False, f"allow_user_key_ids is not set on {paths}{FIX_MARK}{key_id_fix(provider, lacking[0])}")
+    if unread:
+        detail = f"allow_user_key_ids not checked: the broker's token may not read {', '.join(unread)}"
+        return (line[0], True, f"{line[2]}; {detail}")
+    return (line[0], True, f"{line[2]}; allow_user_key_ids is set on {paths}" if names else line[2])
 
 
 def _ask_holder(provider: VaultProvider, paths: list[str]) -> Answer:

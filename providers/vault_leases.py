@@ -12,7 +12,10 @@ token's (``find_minted``), and revoking the holder revokes the lease; and
 the database user's name shows the holder's display name. Revocation revokes
 the lease (``sys/leases/revoke``), then the holder. SSH certificates have no
 lease: they are signed for at most the session's remaining life, the key
-pair is made here and never leaves the broker but for the sandbox's files.
+pair is made here and never leaves the broker but for the sandbox's files,
+and each names its session in its key id (``broker-<session>-<name>``, so
+sshd's log does): a role that does not set ``allow_user_key_ids`` is named,
+with that fix, instead of Vault's refusal.
 """
 
 from __future__ import annotations
@@ -33,6 +36,15 @@ if TYPE_CHECKING:
     from providers.vault import VaultProvider
 
 DYNAMIC_KINDS = ("database", "pki", "ssh")
+KEY_ID_REFUSED = "key_id is not allowed by role"  # Vault's and OpenBao's answer when allow_user_key_ids is unset
+
+
+def key_id_fix(provider: VaultProvider, role: str) -> str:
+    """What to set on an SSH role so the broker may name the session in a certificate's key id."""
+    return (
+        f"set allow_user_key_ids=true on {provider.mounts['ssh']}/roles/{role}: each certificate's key id names"
+        " its session (broker-<session>-<credential>)"
+    )
 
 
 def remaining_ttl(context: MintContext) -> int:
@@ -258,8 +270,19 @@ def _mint_ssh(provider: VaultProvider, request: SshRequest, context: MintContext
         "key_id": f"broker-{context.session_id}-{request.name}",
     }
     client = provider.client()
+    import hvac.exceptions
+
     with provider._errors(f"write {path}"):
-        response = client.write_data(path, data=body)
+        try:
+            response = client.write_data(path, data=body)
+        except hvac.exceptions.InvalidRequest as exc:
+            if any(KEY_ID_REFUSED in str(error) for error in exc.errors or ()):
+                raise ProviderError(
+                    f"vault {provider.name}: ssh role {request.role!r} does not set allow_user_key_ids;"
+                    f" {key_id_fix(provider, request.role)}",
+                    retryable=False,
+                ) from None
+            raise
     data = (response or {}).get("data") or {}
     signed, serial = str(data.get("signed_key") or "").strip(), str(data.get("serial_number") or "")
     if not signed or not serial:

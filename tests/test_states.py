@@ -42,7 +42,7 @@ def test_the_store_keeps_plain_strings_and_reads_them_back_as_states(broker_env:
     try:
         store.create_session(
             SessionRecord(
-                id="s-states00001",
+                id="s-states000001",
                 task="fix-1",
                 requester="ci",
                 state=SessionState.ISSUING,
@@ -56,11 +56,11 @@ def test_the_store_keeps_plain_strings_and_reads_them_back_as_states(broker_env:
                 document=None,
             )
         )
-        store.set_session_state("s-states00001", SessionState.ACTIVE)
-        record = store.get_session("s-states00001")
+        store.set_session_state("s-states000001", SessionState.ACTIVE)
+        record = store.get_session("s-states000001")
         assert record is not None and record.state is SessionState.ACTIVE
     finally:
         store.close()
     with sqlite3.connect(broker_env.state_dir / "sessions.db") as conn:
-        (stored,) = conn.execute("SELECT state FROM sessions WHERE id='s-states00001'").fetchone()
+        (stored,) = conn.execute("SELECT state FROM sessions WHERE id='s-states000001'").fetchone()
     assert type(stored) is str and stored == "active"

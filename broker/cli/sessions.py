@@ -222,7 +222,8 @@ def sweep(
     """Revoke expired sessions, retry pending revocations, finish what a crash left, remove orphans.
 
     Only provable broker session directories are removed; anything else in runtime_dir is listed as foreign
-    and left alone. Run it every minute (scripts/systemd/broker-sweep.timer). Exit 5 while something stays pending.
+    and left alone; a malformed row of the store is listed as malformed and skipped.
+    Run it every minute (scripts/systemd/broker-sweep.timer). Exit 5 while something stays pending.
     Example: broker sweep --json
     """
     from broker.cli.output import progress_bar
@@ -238,12 +239,16 @@ def sweep(
         typer.echo(
             f"expired {len(report.expired)}, recovered {len(report.recovered)}, retried {len(report.retried)},"
             f" orphans removed {len(report.orphans_removed)}, busy {len(report.busy)}, pending {len(report.pending)},"
-            f" foreign {len(report.foreign)}"
+            f" foreign {len(report.foreign)}, malformed {len(report.malformed)}"
         )
         for item in report.pending:
             typer.echo(f"  pending: {item['session']} {item['credential']}")
         for name in report.foreign:
             typer.echo(f"  foreign, left alone: {shown(name, 80)}")
+        for row in report.malformed:
+            typer.echo(
+                f"  malformed {row['table']} row, skipped: {shown(row['row'], 80)}: {'; '.join(row['problems'])}"
+            )
     if not report.complete:
         raise RevokeIncomplete(f"{len(report.pending)} credential(s) still pending; the next sweep retries them")
 

@@ -91,6 +91,15 @@ MIGRATIONS: tuple[str, ...] = (
         created_at TIMESTAMPTZ NOT NULL DEFAULT now()
     );
     """,
+    # 3: the malformed rows already recorded in the issuance log (by the SHA-256 of their key), so each is
+    #    recorded once for the fleet however many hosts sweep past it.
+    """
+    CREATE TABLE malformed_reported (
+        digest TEXT PRIMARY KEY,
+        host TEXT NOT NULL,
+        reported_at TIMESTAMPTZ NOT NULL DEFAULT now()
+    );
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -33,15 +33,42 @@ from broker.core.store import (
     SessionRecord,
     SessionStore,
 )
+from broker.core.store_rows import MalformedRows, credential_record, keep, session_record
+from broker.core.store_rows import unknown_states as unknown_states_sql
 from broker.vocab.errors import StoreError
 from broker.vocab.holding import Lock
 
 CONNECT_TIMEOUT = 10
-_SESSION_COLUMNS = (
-    "id, host, task, requester, state, created_at, expires_at, dir, mount_path, uid, gid, mounted, document,"
-    " exec_bound, manifest"
+_SESSION_NAMES = [
+    "id",
+    "host",
+    "task",
+    "requester",
+    "state",
+    "created_at",
+    "expires_at",
+    "dir",
+    "mount_path",
+    "uid",
+    "gid",
+    "mounted",
+    "document",
+    "exec_bound",
+    "manifest",
+]
+_SESSION_COLUMNS = ", ".join(_SESSION_NAMES)
+_CREDENTIAL_NAMES = (
+    "session_id",
+    "name",
+    "provider",
+    "type",
+    "state",
+    "reference",
+    "scope",
+    "expires_at",
+    "fingerprint",
 )
-_CREDENTIAL_COLUMNS = "session_id, name, provider, type, state, reference, scope, expires_at, fingerprint"
+_CREDENTIAL_COLUMNS = ", ".join(_CREDENTIAL_NAMES)
 
 
 def shown_url(url: str) -> str:
@@ -61,6 +88,7 @@ class PostgresSessionStore(SessionStore):
         self.where = shown_url(url)
         self._passfile = passfile
         self._lock = threading.Lock()
+        self.malformed = MalformedRows()
         self._connection: Any = None
         self._locks = AdvisoryLocks(self.where)
         with self._lock:
@@ -143,6 +171,14 @@ class PostgresSessionStore(SessionStore):
     def _run(self, sql: str, args: tuple[Any, ...]) -> list[Any]:
         with self._lock:
             return list(self._call(lambda conn: _rows(conn.execute(sql.encode(), args))))
+
+    def _sessions(self, sql: str, args: tuple[Any, ...]) -> list[SessionRecord]:
+        rows = [dict(zip(_SESSION_NAMES, row, strict=True)) for row in self._query(sql, args)]
+        return keep(rows, session_record, self.malformed, shared=True)
+
+    def _credentials(self, sql: str, args: tuple[Any, ...]) -> list[CredentialRecord]:
+        rows = [dict(zip(_CREDENTIAL_NAMES, row, strict=True)) for row in self._query(sql, args)]
+        return keep(rows, credential_record, self.malformed)
 
     # -- the fleet -----------------------------------------------------------------------
 
@@ -242,34 +278,41 @@ class PostgresSessionStore(SessionStore):
         self._tx(("UPDATE credentials SET state=%s WHERE session_id=%s AND name=%s", (state, session_id, name)))
 
     def get_session(self, session_id: str) -> SessionRecord | None:
-        rows = self._query(f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id=%s", (session_id,))  # noqa: S608
-        return _session(rows[0]) if rows else None
+        found = self._sessions(f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id=%s", (session_id,))  # noqa: S608
+        return found[0] if found else None
 
     def credentials(self, session_id: str) -> list[CredentialRecord]:
         sql = f"SELECT {_CREDENTIAL_COLUMNS} FROM credentials WHERE session_id=%s ORDER BY ord"  # noqa: S608
-        return [_credential(row) for row in self._query(sql, (session_id,))]
+        return self._credentials(sql, (session_id,))
 
-    def sessions(self, *, states: tuple[str, ...] | None = None, task: str | None = None) -> list[SessionRecord]:
+    def sessions(
+        self, *, states: tuple[str, ...] | None = None, task: str | None = None, unknown_states: bool = False
+    ) -> list[SessionRecord]:
         sql = f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE TRUE"  # noqa: S608 - constant columns
         args: list[Any] = []
         if states is not None:
-            sql += " AND state = ANY(%s)"
-            args.append(list(states))
+            unknown, unknown_args = unknown_states_sql("%s") if unknown_states else ("", [])
+            sql += f" AND (state = ANY(%s) OR {unknown})" if unknown else " AND state = ANY(%s)"
+            args += [list(states), *unknown_args]
         if task is not None:
             sql += " AND task=%s"
             args.append(task)
-        return [_session(row) for row in self._query(sql + " ORDER BY created_at, id", tuple(args))]
+        return self._sessions(sql + " ORDER BY created_at, id", tuple(args))
 
     def live_credentials(self, provider: str, now: datetime) -> list[CredentialRecord]:
         sql = (
             f"SELECT {_CREDENTIAL_COLUMNS} FROM credentials"  # noqa: S608 - constant columns
             " WHERE provider=%s AND expires_at > %s AND state != 'failed' ORDER BY ord"
         )
-        return [_credential(row) for row in self._query(sql, (provider, _whole(now)))]
+        return self._credentials(sql, (provider, _whole(now)))
 
     def unsettled_credentials(self) -> list[CredentialRecord]:
         sql = f"SELECT {_CREDENTIAL_COLUMNS} FROM credentials WHERE state = ANY(%s) ORDER BY ord"  # noqa: S608
-        return [_credential(row) for row in self._query(sql, (list(UNSETTLED_CREDENTIAL_STATES),))]
+        return self._credentials(sql, (list(UNSETTLED_CREDENTIAL_STATES),))
+
+    def claim_report(self, digest: str) -> bool:
+        sql = "INSERT INTO malformed_reported (digest, host) VALUES (%s, %s) ON CONFLICT DO NOTHING RETURNING digest"
+        return bool(self._run(sql, (digest, self.host)))
 
     # -- this host's log and witness -----------------------------------------------------
 
@@ -352,37 +395,3 @@ def _whole(moment: datetime) -> datetime:
     """Whole seconds in UTC, as the SQLite store keeps them."""
     aware = moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
     return aware.astimezone(UTC).replace(microsecond=0)
-
-
-def _session(row: Any) -> SessionRecord:
-    return SessionRecord(
-        id=row[0],
-        host=row[1],
-        task=row[2],
-        requester=row[3],
-        state=row[4],
-        created_at=row[5].astimezone(UTC),
-        expires_at=row[6].astimezone(UTC),
-        dir=row[7],
-        mount_path=row[8],
-        uid=row[9],
-        gid=row[10],
-        mounted=bool(row[11]),
-        document=json.loads(row[12]) if row[12] else None,
-        exec_bound=bool(row[13]),
-        manifest=json.loads(row[14]) if row[14] else None,
-    )
-
-
-def _credential(row: Any) -> CredentialRecord:
-    return CredentialRecord(
-        session_id=row[0],
-        name=row[1],
-        provider=row[2],
-        type=row[3],
-        state=row[4],
-        reference=json.loads(row[5]),
-        scope=json.loads(row[6]),
-        expires_at=row[7].astimezone(UTC) if row[7] is not None else None,
-        fingerprint=row[8],
-    )

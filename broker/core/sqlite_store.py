@@ -16,6 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from broker.core import store_rows
 from broker.core.store import (
     CREDENTIAL_STATES,
     SESSION_STATES,
@@ -26,8 +27,9 @@ from broker.core.store import (
     SessionState,
     SessionStore,
 )
+from broker.core.store_rows import MalformedRows, credential_record, keep, session_record
 from broker.vocab.errors import StoreError
-from broker.vocab.time import iso, parse_iso
+from broker.vocab.time import iso, utcnow
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -83,6 +85,10 @@ CREATE TABLE IF NOT EXISTS checked_prefix (
     log TEXT PRIMARY KEY,
     document TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS malformed_reported (
+    digest TEXT PRIMARY KEY,
+    reported_at TEXT NOT NULL
+);
 """
 
 
@@ -90,6 +96,7 @@ class SqliteSessionStore(SessionStore):
     def __init__(self, path: Path) -> None:
         self.path = path
         self._lock = threading.Lock()
+        self.malformed = MalformedRows()
         if os.path.islink(path):
             raise StoreError(f"session store {path} is a symbolic link; remove it")
         try:
@@ -136,6 +143,13 @@ class SqliteSessionStore(SessionStore):
                 return list(self._conn.execute(sql, args).fetchall())
             except sqlite3.Error as exc:
                 raise StoreError(f"session store {self.path}: {exc}") from None
+
+    def _sessions(self, sql: str, args: tuple[Any, ...] = ()) -> list[SessionRecord]:
+        rows = [dict(row) for row in self._query(sql, args)]
+        return keep(rows, session_record, self.malformed, shared=False)
+
+    def _credentials(self, sql: str, args: tuple[Any, ...] = ()) -> list[CredentialRecord]:
+        return keep([dict(row) for row in self._query(sql, args)], credential_record, self.malformed)
 
     def create_session(self, record: SessionRecord) -> None:
         with self._tx() as conn:
@@ -219,35 +233,46 @@ class SqliteSessionStore(SessionStore):
             conn.execute("UPDATE credentials SET state=? WHERE session_id=? AND name=?", (state, session_id, name))
 
     def get_session(self, session_id: str) -> SessionRecord | None:
-        rows = self._query("SELECT * FROM sessions WHERE id=?", (session_id,))
-        return _session(rows[0]) if rows else None
+        found = self._sessions("SELECT * FROM sessions WHERE id=?", (session_id,))
+        return found[0] if found else None
 
     def credentials(self, session_id: str) -> list[CredentialRecord]:
-        rows = self._query("SELECT * FROM credentials WHERE session_id=? ORDER BY rowid", (session_id,))
-        return [_credential(row) for row in rows]
+        return self._credentials("SELECT * FROM credentials WHERE session_id=? ORDER BY rowid", (session_id,))
 
     def sessions(
-        self, *, states: tuple[SessionState, ...] | None = None, task: str | None = None
+        self,
+        *,
+        states: tuple[SessionState, ...] | None = None,
+        task: str | None = None,
+        unknown_states: bool = False,
     ) -> list[SessionRecord]:
         sql = "SELECT * FROM sessions WHERE 1=1"
         args: list[Any] = []
         if states is not None:
-            sql += f" AND state IN ({','.join('?' * len(states))})"
-            args.extend(states)
+            wanted = f"state IN ({','.join('?' * len(states))})"
+            unknown, unknown_args = store_rows.unknown_states("?") if unknown_states else ("", [])
+            sql += f" AND ({wanted} OR {unknown})" if unknown else f" AND {wanted}"
+            args.extend([*states, *unknown_args])
         if task is not None:
             sql += " AND task=?"
             args.append(task)
-        return [_session(row) for row in self._query(sql + " ORDER BY created_at, id", tuple(args))]
+        return self._sessions(sql + " ORDER BY created_at, id", tuple(args))
 
     def live_credentials(self, provider: str, now: datetime) -> list[CredentialRecord]:
         sql = "SELECT * FROM credentials WHERE provider=? AND expires_at > ? AND state != 'failed' ORDER BY rowid"
-        return [_credential(row) for row in self._query(sql, (provider, iso(now)))]
+        return self._credentials(sql, (provider, iso(now)))
 
     def unsettled_credentials(self) -> list[CredentialRecord]:
         marks = ",".join("?" * len(UNSETTLED_CREDENTIAL_STATES))
         sql = f"SELECT * FROM credentials WHERE state IN ({marks})"  # noqa: S608 - placeholders only
-        rows = self._query(sql, UNSETTLED_CREDENTIAL_STATES)
-        return [_credential(row) for row in rows]
+        return self._credentials(sql, UNSETTLED_CREDENTIAL_STATES)
+
+    def claim_report(self, digest: str) -> bool:
+        with self._tx() as conn:
+            cursor = conn.execute(
+                "INSERT OR IGNORE INTO malformed_reported (digest, reported_at) VALUES (?, ?)", (digest, iso(utcnow()))
+            )
+            return cursor.rowcount == 1
 
     def set_log_head(self, seq: int, record_hash: str) -> None:
         with self._tx() as conn:
@@ -311,37 +336,3 @@ class SqliteSessionStore(SessionStore):
     def close(self) -> None:
         with self._lock:
             self._conn.close()
-
-
-def _session(row: sqlite3.Row) -> SessionRecord:
-    return SessionRecord(
-        id=row["id"],
-        task=row["task"],
-        requester=row["requester"],
-        state=SessionState(row["state"]),
-        created_at=parse_iso(row["created_at"]),
-        expires_at=parse_iso(row["expires_at"]),
-        dir=row["dir"],
-        mount_path=row["mount_path"],
-        uid=row["uid"],
-        gid=row["gid"],
-        mounted=bool(row["mounted"]),
-        exec_bound=bool(row["exec_bound"]),
-        manifest=json.loads(row["manifest"]) if row["manifest"] else None,
-        document=json.loads(row["document"]) if row["document"] else None,
-        host=row["host"],
-    )
-
-
-def _credential(row: sqlite3.Row) -> CredentialRecord:
-    return CredentialRecord(
-        session_id=row["session_id"],
-        name=row["name"],
-        provider=row["provider"],
-        type=row["type"],
-        state=CredentialState(row["state"]),
-        reference=json.loads(row["reference"]),
-        scope=json.loads(row["scope"]),
-        expires_at=parse_iso(row["expires_at"]) if row["expires_at"] else None,
-        fingerprint=row["fingerprint"],
-    )

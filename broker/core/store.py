@@ -6,7 +6,8 @@
 each step is durable before the next begins). A credential is recorded as ``minting`` before the provider
 call (with what its reference will hold that is known before: an AWS session
 name) and ``active`` with its non-secret reference after, so nothing minted
-is ever forgotten.
+is ever forgotten. Rows are checked as they are read (``broker.core.store_rows``):
+a malformed one is skipped and noted in ``malformed``, never a reason to stop.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from broker.audit.log import AppendLog
     from broker.core.config import Config
     from broker.core.sqlite_store import SqliteSessionStore
+    from broker.core.store_rows import MalformedRows
     from broker.vocab.holding import Lock
     from providers.base import FleetState
 
@@ -70,6 +72,8 @@ class SessionStore(ABC):
 
     #: Whether brokers on other hosts share it (fleet mode): sessions then name their ``host``.
     shared: bool = False
+    #: The malformed rows its reads skipped (set by each store when it opens).
+    malformed: MalformedRows
 
     @abstractmethod
     def create_session(self, record: SessionRecord) -> None: ...
@@ -117,8 +121,19 @@ class SessionStore(ABC):
 
     @abstractmethod
     def sessions(
-        self, *, states: tuple[SessionState, ...] | None = None, task: str | None = None
-    ) -> list[SessionRecord]: ...
+        self,
+        *,
+        states: tuple[SessionState, ...] | None = None,
+        task: str | None = None,
+        unknown_states: bool = False,
+    ) -> list[SessionRecord]:
+        """Sessions in ``states`` (all without); ``unknown_states``: rows in a state no broker writes are read
+        too, so they are noted as malformed (``sweep`` reports them)."""
+
+    @abstractmethod
+    def claim_report(self, digest: str) -> bool:
+        """Whether this call is the first to report the malformed row ``digest`` (in a shared store: of the
+        fleet), so each is recorded once in the issuance log."""
 
     @abstractmethod
     def live_credentials(self, provider: str, now: datetime) -> list[CredentialRecord]:

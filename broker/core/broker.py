@@ -23,7 +23,7 @@ from broker.core.config import Config
 from broker.core.locks import lock_dir, session_lock
 from broker.core.requester import Requester
 from broker.core.state_dir import ensure_state_dir
-from broker.core.store import SessionStore, open_config_store
+from broker.core.store.interface import SessionStore, open_config_store
 from broker.host.keepsafe import KeepSafe
 from broker.host.sessiondir import RuntimeDir, prepare_runtime_dir
 from broker.vocab.holding import Lock

@@ -1,6 +1,6 @@
 """The session store in PostgreSQL (``store = "postgresql://..."``): one store for brokers on many hosts.
 
-The same interface as the embedded SQLite store (``broker.core.store``),
+The same interface as the embedded SQLite store (``broker.core.store.interface``),
 one transaction per step. Sessions carry the host that holds their
 directory; the log head, checked prefixes and witness state are kept per
 host, since each host signs its own log. The schema is versioned
@@ -25,7 +25,7 @@ from broker.audit.keys import AuditKeys
 from broker.audit.pglog import PostgresIssuanceLog
 from broker.core.postgres_locks import AdvisoryLock, AdvisoryLocks, PostgresFleetState, first_line
 from broker.core.postgres_schema import SCHEMA_VERSION, current_version, migrate
-from broker.core.store import (
+from broker.core.store.interface import (
     CREDENTIAL_STATES,
     SESSION_STATES,
     UNSETTLED_CREDENTIAL_STATES,

@@ -25,7 +25,7 @@ from broker.core.credential.revoke import revoke_credential
 from broker.core.manifest import Manifest, parse_manifest
 from broker.core.policy import decide
 from broker.core.states import CredentialState, SessionState
-from broker.core.store import SessionRecord
+from broker.core.store.interface import SessionRecord
 from broker.host.sessiondir import SessionDirectory
 from broker.vocab.errors import BadInput, PolicyDenied, UnknownSession
 from broker.vocab.holding import holding

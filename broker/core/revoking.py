@@ -29,7 +29,7 @@ from broker.core.states import (
     CredentialState,
     SessionState,
 )
-from broker.core.store import CredentialRecord, SessionRecord
+from broker.core.store.interface import CredentialRecord, SessionRecord
 from broker.core.warming import warm_up
 from broker.host.control import ask_to_revoke
 from broker.host.sessiondir import remove_session_path

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from broker.core.store import LIVE_SESSION_STATES, CredentialRecord, SessionStore
+from broker.core.store.interface import LIVE_SESSION_STATES, CredentialRecord, SessionStore
 from broker.vocab.time import iso
 from providers.base import DenyBudget, Provider, RevokeTarget
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from broker.core.broker import Broker
 from broker.core.states import CredentialState
-from broker.core.store import CredentialRecord
+from broker.core.store.interface import CredentialRecord
 from broker.vocab.errors import BrokerError, ProviderError
 from broker.vocab.logs import event
 from broker.vocab.secret import Secret

@@ -1,7 +1,7 @@
 """The session store: what the broker remembers about sessions and credentials (no secrets).
 
 ``SessionStore`` is the small interface the core uses; ``SqliteSessionStore``
-(``broker.core.sqlite_store``) is the embedded implementation in
+(``broker.core.store.sqlite``) is the embedded implementation in
 ``state_dir/sessions.db`` (WAL, one transaction per step, synchronous=FULL so
 each step is durable before the next begins). A credential is recorded as ``minting`` before the provider
 call (with what its reference will hold that is known before: an AWS session
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from broker.audit.keys import AuditKeys
     from broker.audit.log import AppendLog
     from broker.core.config import Config
-    from broker.core.sqlite_store import SqliteSessionStore
+    from broker.core.store.sqlite import SqliteSessionStore
     from broker.vocab.holding import Lock
     from providers.base import FleetState
 
@@ -176,7 +176,7 @@ class SessionStore(ABC):
 
 
 def open_store(state_dir: Path) -> SqliteSessionStore:
-    from broker.core.sqlite_store import SqliteSessionStore
+    from broker.core.store.sqlite import SqliteSessionStore
 
     return SqliteSessionStore(state_dir / "sessions.db")
 

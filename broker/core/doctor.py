@@ -211,7 +211,7 @@ def check_store(config: Config) -> list[Check]:
     if config.store is None:
         return []
     from broker.core.postgres_schema import SCHEMA_VERSION
-    from broker.core.postgres_store import PostgresSessionStore, shown_url
+    from broker.core.store.postgres.store import PostgresSessionStore, shown_url
 
     fix = f"check store and store_passfile in {config.path}, and that the database accepts this host"
     try:

@@ -185,7 +185,7 @@ def open_config_store(config: Config) -> SessionStore:
     """The store the config names: PostgreSQL with ``store = "postgresql://..."``, else SQLite in state_dir."""
     if config.store is None:
         return open_store(config.state_dir)
-    from broker.core.postgres_store import PostgresSessionStore
+    from broker.core.store.postgres.store import PostgresSessionStore
 
     return PostgresSessionStore(config.store.url, host=config.host, passfile=config.store.passfile)
 

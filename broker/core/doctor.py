@@ -210,7 +210,7 @@ def check_store(config: Config) -> list[Check]:
     """A shared store: it answers, its schema is this broker's, and this host's clock agrees with it."""
     if config.store is None:
         return []
-    from broker.core.postgres_schema import SCHEMA_VERSION
+    from broker.core.store.postgres.schema import SCHEMA_VERSION
     from broker.core.store.postgres.store import PostgresSessionStore, shown_url
 
     fix = f"check store and store_passfile in {config.path}, and that the database accepts this host"

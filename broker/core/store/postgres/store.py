@@ -5,7 +5,7 @@ one transaction per step. Sessions carry the host that holds their
 directory; the log head, checked prefixes and witness state are kept per
 host, since each host signs its own log. The schema is versioned
 (``broker.core.store.postgres.schema``); the locks brokers share are advisory locks
-(``broker.core.postgres_locks``), taken on the one connection the store's
+(``broker.core.store.postgres.locks``), taken on the one connection the store's
 statements use. A lost connection is a ``StoreError`` (one line, exit 2) and
 the next step connects again, unless locks were held on it: then every step
 fails until they are released (``AdvisoryLocks.check``).
@@ -23,7 +23,6 @@ from urllib.parse import urlsplit
 
 from broker.audit.keys import AuditKeys
 from broker.audit.pglog import PostgresIssuanceLog
-from broker.core.postgres_locks import AdvisoryLock, AdvisoryLocks, PostgresFleetState, first_line
 from broker.core.store.interface import (
     CREDENTIAL_STATES,
     SESSION_STATES,
@@ -32,6 +31,7 @@ from broker.core.store.interface import (
     SessionRecord,
     SessionStore,
 )
+from broker.core.store.postgres.locks import AdvisoryLock, AdvisoryLocks, PostgresFleetState, first_line
 from broker.core.store.postgres.schema import SCHEMA_VERSION, current_version, migrate
 from broker.vocab.errors import StoreError
 from broker.vocab.holding import Lock

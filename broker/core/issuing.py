@@ -34,8 +34,8 @@ from broker.core.manifest import Manifest
 from broker.core.policy import Decision, decide
 from broker.core.proxied import ca_files, ca_hints, hold_in_proxy, require_proxy
 from broker.core.reserving import Reservation, reserved
-from broker.core.states import SETTLED_CREDENTIAL_STATES, CredentialState, SessionState
 from broker.core.store.interface import SessionRecord
+from broker.core.store.states import SETTLED_CREDENTIAL_STATES, CredentialState, SessionState
 from broker.core.withholding import cause_text
 from broker.egress.inject import Interceptor
 from broker.host.sessiondir import SessionDirectory

@@ -24,8 +24,8 @@ from broker.core.credential.mint import mint_one, record_minted
 from broker.core.credential.revoke import revoke_credential
 from broker.core.manifest import Manifest, parse_manifest
 from broker.core.policy import decide
-from broker.core.states import CredentialState, SessionState
 from broker.core.store.interface import SessionRecord
+from broker.core.store.states import CredentialState, SessionState
 from broker.host.sessiondir import SessionDirectory
 from broker.vocab.errors import BadInput, PolicyDenied, UnknownSession
 from broker.vocab.holding import holding

@@ -21,7 +21,8 @@ from typing import Any
 from broker.core.broker import Broker, preload_providers
 from broker.core.credential.revoke import revoke_credential
 from broker.core.locks import try_lock
-from broker.core.states import (
+from broker.core.store.interface import CredentialRecord, SessionRecord
+from broker.core.store.states import (
     ENDED_SESSION_STATES,
     LIVE_SESSION_STATES,
     SETTLED_CREDENTIAL_STATES,
@@ -29,7 +30,6 @@ from broker.core.states import (
     CredentialState,
     SessionState,
 )
-from broker.core.store.interface import CredentialRecord, SessionRecord
 from broker.core.warming import warm_up
 from broker.host.control import ask_to_revoke
 from broker.host.sessiondir import remove_session_path

@@ -17,8 +17,8 @@ from broker.core.broker import Broker
 from broker.core.credential.revoke import revoke_credential
 from broker.core.manifest import Manifest
 from broker.core.policy import Decision
-from broker.core.states import CredentialState
 from broker.core.store.interface import CredentialRecord
+from broker.core.store.states import CredentialState
 from broker.vocab.errors import BrokerError
 from broker.vocab.logs import event
 from broker.vocab.time import iso

@@ -113,7 +113,7 @@ class Routes:
 
     def _revoke_task(self, broker: Broker, peer: Peer, query: dict[str, str]) -> tuple[Any, int, str]:
         """Every live session of the task that the peer may act on (its own; all of them for root)."""
-        from broker.core.states import LIVE_SESSION_STATES
+        from broker.core.store.states import LIVE_SESSION_STATES
         from broker.vocab.errors import UsageError
 
         task = query.get("task")

@@ -19,7 +19,7 @@ from typing import Any
 from broker.core.broker import Broker
 from broker.core.manifest import Manifest
 from broker.core.policy import Decision
-from broker.core.states import CredentialState
+from broker.core.store.states import CredentialState
 from broker.core.withholding import cause_text, fate, issued_fields, withhold
 from broker.vocab.errors import BrokerError, ProviderError
 from broker.vocab.logs import event

@@ -18,7 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from broker.core.states import LIVE_SESSION_STATES, UNSETTLED_CREDENTIAL_STATES, CredentialState, SessionState
+from broker.core.store.states import LIVE_SESSION_STATES, UNSETTLED_CREDENTIAL_STATES, CredentialState, SessionState
 
 if TYPE_CHECKING:
     from broker.audit.keys import AuditKeys

@@ -20,8 +20,8 @@ from typing import Any
 
 from broker.core.broker import Broker, preload_providers
 from broker.core.credential.revoke import revoke_credential
-from broker.core.locks import try_lock
 from broker.core.store.interface import CredentialRecord, SessionRecord
+from broker.core.store.locks import try_lock
 from broker.core.store.states import (
     ENDED_SESSION_STATES,
     LIVE_SESSION_STATES,

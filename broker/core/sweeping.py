@@ -28,9 +28,9 @@ from typing import Any
 
 from broker.core.broker import Broker
 from broker.core.credential.revoke import revoke_credential
-from broker.core.locks import remove_session_lock, sweep_lock, try_lock
 from broker.core.revoking import RevokeReport, revoke_locked
 from broker.core.store.interface import LIVE_SESSION_STATES, CredentialState, SessionRecord, SessionState
+from broker.core.store.locks import remove_session_lock, sweep_lock, try_lock
 from broker.host.keepsafe import KEEP_DIR
 from broker.host.sessiondir import is_broker_session_dir, remove_session_path
 from broker.vocab.holding import holding

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from broker.core.store_url import SHAPE, store_url_problem
+from broker.core.store.url import SHAPE, store_url_problem
 from broker.egress.destinations import Destination, DestinationError, parse_destination
 from broker.vocab.errors import ConfigError
 from broker.vocab.fields import Fields, shown

@@ -90,8 +90,8 @@ def verify(
         expected += store_head(config)
     witnessed = None
     if witness is not None:
+        from broker.audit.witness import witnessed_checkpoints
         from broker.core.config import WitnessConfig, parse_witness_url
-        from broker.core.witness import witnessed_checkpoints
 
         bucket, prefix = parse_witness_url(witness, "--witness")
         configured = config.witness if config is not None else None

@@ -31,8 +31,8 @@ from broker.vocab.session_ids import check_session_id
 from broker.vocab.time import utcnow
 
 if TYPE_CHECKING:
+    from broker.audit.witness import FlushResult
     from broker.core.policy import Policy
-    from broker.core.witness import FlushResult
 
 SESSION_ALPHABET = string.ascii_lowercase + string.digits
 
@@ -114,7 +114,7 @@ class Broker:
         if checkpoint is not None:
             self.store.set_log_head(int(checkpoint["seq"]), str(checkpoint["hash"]))
             if self.config.witness is not None:
-                from broker.core.witness import note_checkpoint
+                from broker.audit.witness import note_checkpoint
 
                 note_checkpoint(self.store, self.config.witness, checkpoint, self.clock())
         return checkpoint
@@ -124,7 +124,7 @@ class Broker:
         witness = self.config.witness
         if witness is None:
             return None
-        from broker.core.witness import flush
+        from broker.audit.witness import flush
 
         return flush(self.store, witness, self.clock())
 

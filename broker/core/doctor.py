@@ -250,8 +250,8 @@ def check_witness(config: Config) -> list[Check]:
     witness = config.witness
     if witness is None or not config.state_dir.is_dir():
         return []
+    from broker.audit.witness import object_lock_enabled
     from broker.core.store.interface import open_config_store
-    from broker.core.witness import object_lock_enabled
     from broker.vocab.time import parse_iso, utcnow
 
     checks: list[Check] = []

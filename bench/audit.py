@@ -207,7 +207,7 @@ def _witness_bucket(directory: Path, endpoint_url: str, env: dict[str, str]) -> 
     import boto3
 
     from broker.audit.witness import put_checkpoint
-    from broker.core.config import WitnessConfig
+    from broker.core.inputs.config import WitnessConfig
     from broker.vocab.time import utcnow
 
     s3 = boto3.client(

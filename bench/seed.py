@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from broker.core.broker import Broker
-from broker.core.config import load_config
+from broker.core.inputs.config import load_config
 from broker.core.issuing import issue
 from broker.core.manifest import load_manifest
 from broker.vocab.errors import BrokerError

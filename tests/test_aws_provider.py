@@ -301,7 +301,7 @@ def test_parse_refuses_bad_requests(body: dict[str, Any], ttl: int | None, messa
 
 def test_manifest_and_config_wire_the_provider(tmp_path: Path) -> None:
     """The SPEC example's AWS credential through the real config and manifest loaders."""
-    from broker.core.config import parse_config
+    from broker.core.inputs.config import parse_config
     from broker.core.manifest import parse_manifest
 
     config = parse_config({"providers": {"aws": {"type": "aws_sts", "region": REGION}}}, tmp_path / "b.toml")

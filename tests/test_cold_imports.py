@@ -42,7 +42,7 @@ def test_the_thin_clients_issue_reads_the_task_file_without_the_config_or_provid
     modules = loaded_after(code, env)
     assert "broker.core.strictdata" in modules  # it did read and parse the task file
     heavy = (
-        "broker.core.config",
+        "broker.core.inputs.config",
         "broker.core.manifest",
         "broker.core.policy",
         "providers.base",

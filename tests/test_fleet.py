@@ -16,7 +16,7 @@ from urllib.parse import urlparse
 
 import pytest
 
-from broker.core.config import load_config
+from broker.core.inputs.config import load_config
 from broker.core.store.interface import open_config_store
 from broker.core.store.postgres.schema import SCHEMA_VERSION
 from tests.fixtures.brokerenv import BrokerEnv, make_env

@@ -21,7 +21,7 @@ from urllib.parse import quote
 import pytest
 
 from broker.core.broker import Broker
-from broker.core.config import load_config
+from broker.core.inputs.config import load_config
 from broker.core.issuing import issue
 from broker.core.manifest import load_manifest
 from broker.core.revoking import revoke_session

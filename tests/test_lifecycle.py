@@ -18,7 +18,7 @@ from urllib.parse import urlparse
 import pytest
 
 from broker.core.broker import Broker
-from broker.core.config import load_config
+from broker.core.inputs.config import load_config
 from broker.core.sweeping import SweepReport, sweep
 from broker.host import mounts
 from broker.host.sessiondir import SESSION_TMPFS_MODE, SESSION_TMPFS_SIZE

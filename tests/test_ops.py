@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from broker.audit.keys import load_fingerprint_keys, load_or_create_keys, load_signing_keys
-from broker.core.config import load_config
+from broker.core.inputs.config import load_config
 from broker.core.install import DEFAULT_POLICY
 from devstack.github_app import GitHubAppEmulator
 from providers.base import FIX_MARK, clock_check

@@ -24,7 +24,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from broker.audit.log import canonical
-from broker.core.config import WitnessConfig
+from broker.core.inputs.config import WitnessConfig
 from broker.core.store.interface import SessionStore
 from broker.vocab.errors import BadInput, LogVerificationError
 from broker.vocab.time import iso, parse_iso

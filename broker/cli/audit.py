@@ -91,7 +91,7 @@ def verify(
     witnessed = None
     if witness is not None:
         from broker.audit.witness import witnessed_checkpoints
-        from broker.core.config import WitnessConfig, parse_witness_url
+        from broker.core.inputs.config import WitnessConfig, parse_witness_url
 
         bucket, prefix = parse_witness_url(witness, "--witness")
         configured = config.witness if config is not None else None

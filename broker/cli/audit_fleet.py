@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from broker.audit.keys import FingerprintKeys
     from broker.audit.pglog import TableSource
     from broker.audit.verify import Head, VerifyResult
-    from broker.core.config import Config
+    from broker.core.inputs.config import Config
 
 CHUNK_BYTES = 1 << 20
 MAX_KEY_FILE = 1 << 20  # a fleet's key lines: far below this

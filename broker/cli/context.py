@@ -20,7 +20,7 @@ from broker.vocab.errors import BrokerError
 
 if TYPE_CHECKING:
     from broker.core.broker import Broker
-    from broker.core.config import Config
+    from broker.core.inputs.config import Config
 
 
 @dataclass(frozen=True)
@@ -38,8 +38,8 @@ def options(ctx: typer.Context) -> Options:
 
 def load_config(ctx: typer.Context) -> Config:
     """The config named by ``--config``/``BROKER_CONFIG``, or the default path."""
-    from broker.core.config import config_path
-    from broker.core.config import load_config as load
+    from broker.core.inputs.config import config_path
+    from broker.core.inputs.config import load_config as load
 
     return load(config_path(options(ctx).config))
 

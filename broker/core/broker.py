@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from broker.audit.keys import AuditKeys, load_or_create_keys
 from broker.audit.log import AppendLog, IssuanceLog
-from broker.core.config import Config
+from broker.core.inputs.config import Config
 from broker.core.requester import Requester
 from broker.core.state_dir import ensure_state_dir
 from broker.core.store.interface import SessionStore, open_config_store

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from broker.audit.keys import MIGRATE_HINT, load_fingerprint_keys, load_signing_keys
-from broker.core.config import Config, load_config
+from broker.core.inputs.config import Config, load_config
 from broker.core.install import POLICY_EXAMPLE_NAME
 from broker.core.policy import load_policy
 from broker.host import mounts

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
-from broker.core.config import PROXY_TYPES, Config
+from broker.core.inputs.config import PROXY_TYPES, Config
 from broker.core.manifest_file import MAX_MANIFEST_BYTES as MAX_MANIFEST_BYTES
 from broker.core.manifest_file import read_manifest_bytes as read_manifest_bytes
 from broker.core.strictdata import parse_document

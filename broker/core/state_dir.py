@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from broker.vocab.errors import StoreError
 
 if TYPE_CHECKING:
-    from broker.core.config import Config
+    from broker.core.inputs.config import Config
 
 
 def ensure_state_dir(config: Config) -> None:

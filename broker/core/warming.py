@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from broker.core.config import Config
+    from broker.core.inputs.config import Config
 
 LOG = logging.getLogger("broker.warm")
 _IMPORTED: weakref.WeakKeyDictionary[Any, threading.Event] = weakref.WeakKeyDictionary()

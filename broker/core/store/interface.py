@@ -23,7 +23,7 @@ from broker.core.store.states import LIVE_SESSION_STATES, UNSETTLED_CREDENTIAL_S
 if TYPE_CHECKING:
     from broker.audit.keys import AuditKeys
     from broker.audit.log import AppendLog
-    from broker.core.config import Config
+    from broker.core.inputs.config import Config
     from broker.core.store.sqlite import SqliteSessionStore
     from broker.vocab.holding import Lock
     from providers.base import FleetState

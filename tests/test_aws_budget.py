@@ -20,8 +20,8 @@ import pytest
 
 from broker.core.broker import Broker
 from broker.core.inputs.config import load_config
+from broker.core.inputs.manifest import load_manifest
 from broker.core.issuing import issue
-from broker.core.manifest import load_manifest
 from broker.core.revoking import revoke_session
 from broker.vocab.errors import PolicyDenied
 from providers.aws.deny import POLICY_NAME, ROLE_INLINE_BUDGET, SOURCE_IDENTITY, DenyList, entries_for, policy_size

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-PARSE_ONLY = ("broker.core.policy", "broker.core.manifest", "yaml")
+PARSE_ONLY = ("broker.core.policy", "broker.core.inputs.manifest", "yaml")
 
 
 def loaded_after(code: str, env: dict[str, str] | None = None) -> set[str]:
@@ -43,7 +43,7 @@ def test_the_thin_clients_issue_reads_the_task_file_without_the_config_or_provid
     assert "broker.core.strictdata" in modules  # it did read and parse the task file
     heavy = (
         "broker.core.inputs.config",
-        "broker.core.manifest",
+        "broker.core.inputs.manifest",
         "broker.core.policy",
         "providers.base",
         "broker.egress.policy",

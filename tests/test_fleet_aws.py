@@ -22,8 +22,8 @@ import pytest
 
 from broker.core.broker import Broker
 from broker.core.inputs.config import load_config
+from broker.core.inputs.manifest import load_manifest
 from broker.core.issuing import issue
-from broker.core.manifest import load_manifest
 from broker.core.revoking import revoke_session
 from broker.core.sweeping import sweep
 from broker.vocab.errors import StoreError

@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 from broker.core.inputs.config import Config, load_config, parse_config
-from broker.core.manifest import CREDENTIAL_NAME, TASK_NAME, Manifest, parse_manifest
+from broker.core.inputs.manifest import CREDENTIAL_NAME, TASK_NAME, Manifest, parse_manifest
 from broker.core.policy import load_policy_file
 from broker.vocab.errors import BadInput
 from tests.fixtures.brokerenv import BrokerEnv, make_env

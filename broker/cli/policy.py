@@ -25,7 +25,7 @@ def policy_check(
     """
     from broker.cli.render import decision_lines
     from broker.core.broker import current_requester
-    from broker.core.manifest import load_manifest
+    from broker.core.inputs.manifest import load_manifest
     from broker.core.policy import decide, load_policy
     from broker.vocab.errors import PolicyDenied
 

@@ -33,7 +33,7 @@ def issue(
 
     Example: broker issue --task task.yaml --format docker --session-file /tmp/session
     """
-    from broker.core.manifest import load_manifest
+    from broker.core.inputs.manifest import load_manifest
     from broker.core.warming import warm_up
 
     config = load_config(ctx)
@@ -196,7 +196,7 @@ def exec(
     Example: broker exec --task task.yaml --sandbox bwrap --workspace ./repo -- make test
     """
     from broker.core.executing import ExecOptions, check_sandbox_available, execute
-    from broker.core.manifest import load_manifest
+    from broker.core.inputs.manifest import load_manifest
 
     options = ExecOptions(
         command=tuple(command),

@@ -30,8 +30,8 @@ from typing import Any
 
 from broker.core.broker import Broker
 from broker.core.halting import Halt
+from broker.core.inputs.manifest import Manifest
 from broker.core.issuing import issue
-from broker.core.manifest import Manifest
 from broker.core.proxied import session_interceptor
 from broker.core.revoking import RevokeReport, revoke_locked
 from broker.egress.bridge import forwarder_argv, proxy_hints

@@ -2,7 +2,7 @@
 
 The thin client reads the manifest with its caller's rights and sends it as
 JSON; it needs this and ``strictdata``, not the config or the provider
-vocabulary that ``broker.core.manifest`` checks a manifest against.
+vocabulary that ``broker.core.inputs.manifest`` checks a manifest against.
 """
 
 from __future__ import annotations

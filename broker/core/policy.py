@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from broker.core.inputs.config import Config
-from broker.core.manifest import Manifest
+from broker.core.inputs.manifest import Manifest
 from broker.core.requester import Requester as Requester  # its home; imported from here too
 from broker.core.strictdata import parse_document
 from broker.egress.destinations import Destination

@@ -20,7 +20,7 @@ from datetime import datetime
 
 from broker.core.broker import Broker
 from broker.core.credential.mint import mint_context
-from broker.core.manifest import Manifest
+from broker.core.inputs.manifest import Manifest
 from broker.core.policy import Decision
 from broker.core.warming import sdk_ready
 from broker.vocab.errors import PolicyDenied

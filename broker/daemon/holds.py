@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING, Any
 from broker.core.broker import Broker
 from broker.core.executing import ExecOptions, check_proxied, child_environment, network_mode
 from broker.core.halting import Halt
+from broker.core.inputs.manifest import Manifest
 from broker.core.issuing import issue
-from broker.core.manifest import Manifest
 from broker.core.proxied import session_interceptor
 from broker.core.revoking import RevokeReport, revoke_locked
 from broker.daemon.peer import Peer
@@ -189,7 +189,7 @@ class Holds:
 def _request(broker: Broker, body: Any) -> tuple[Manifest, ExecOptions]:
     import json
 
-    from broker.core.manifest import parse_manifest
+    from broker.core.inputs.manifest import parse_manifest
 
     if not isinstance(body, dict) or not isinstance(body.get("manifest"), dict):
         raise BadInput("exec needs a JSON object with the manifest under 'manifest'")

@@ -90,8 +90,8 @@ class Routes:
             _answer(send, 404, error_body(f"no endpoint {request.method[:10]} {url.path[:80]}", 2))
 
     def _issue(self, broker: Broker, request: Request, send: Send) -> None:
+        from broker.core.inputs.manifest import parse_manifest
         from broker.core.issuing import issue
-        from broker.core.manifest import parse_manifest
 
         manifest = parse_manifest(request.body, broker.config, as_json=True, what="manifest")
         # The answer leaves while the session can still be rolled back: a peer that is gone gets nothing minted.
@@ -200,7 +200,7 @@ def _sweep(broker: Broker) -> tuple[Any, int]:
 
 def _check(broker: Broker, request: Request) -> tuple[int, Any]:
     """The decision; a denial is the exit-3 error with the decision beside it, for the client to print."""
-    from broker.core.manifest import parse_manifest
+    from broker.core.inputs.manifest import parse_manifest
     from broker.core.policy import decide
 
     manifest = parse_manifest(request.body, broker.config, as_json=True, what="manifest")

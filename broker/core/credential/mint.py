@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from broker.core.broker import Broker
-from broker.core.manifest import Manifest
+from broker.core.inputs.manifest import Manifest
 from broker.core.policy import Decision
 from broker.core.store.states import CredentialState
 from broker.core.withholding import cause_text, fate, issued_fields, withhold

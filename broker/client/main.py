@@ -228,7 +228,7 @@ def _manifest(source: str) -> Any:
     """The manifest read and parsed here, with the caller's own rights; the daemon gets it as JSON."""
     import json
 
-    from broker.core.manifest_file import MAX_MANIFEST_BYTES, read_manifest_bytes
+    from broker.core.inputs.manifest_file import MAX_MANIFEST_BYTES, read_manifest_bytes
     from broker.core.strictdata import parse_document
     from broker.vocab.errors import ManifestError
     from broker.vocab.files import shown_path

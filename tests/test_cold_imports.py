@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-PARSE_ONLY = ("broker.core.policy", "broker.core.inputs.manifest", "yaml")
+PARSE_ONLY = ("broker.core.inputs.policy", "broker.core.inputs.manifest", "yaml")
 
 
 def loaded_after(code: str, env: dict[str, str] | None = None) -> set[str]:
@@ -44,7 +44,7 @@ def test_the_thin_clients_issue_reads_the_task_file_without_the_config_or_provid
     heavy = (
         "broker.core.inputs.config",
         "broker.core.inputs.manifest",
-        "broker.core.policy",
+        "broker.core.inputs.policy",
         "providers.base",
         "broker.egress.policy",
     )

@@ -9,7 +9,7 @@ import pytest
 
 from broker.core.inputs.config import Config, parse_config
 from broker.core.inputs.manifest import parse_manifest
-from broker.core.policy import Decision, Requester, decide, load_policy
+from broker.core.inputs.policy import Decision, Requester, decide, load_policy
 from broker.vocab.errors import PolicyFileError
 
 CI = Requester(name="ci", uid=1001)

@@ -32,7 +32,7 @@ from broker.vocab.time import utcnow
 
 if TYPE_CHECKING:
     from broker.audit.witness import FlushResult
-    from broker.core.policy import Policy
+    from broker.core.inputs.policy import Policy
 
 SESSION_ALPHABET = string.ascii_lowercase + string.digits
 
@@ -96,7 +96,7 @@ class Broker:
 
     @cached_property
     def policy(self) -> Policy:
-        from broker.core.policy import load_policy  # not for revoke, sweep or status: no YAML to load
+        from broker.core.inputs.policy import load_policy  # not for revoke, sweep or status: no YAML to load
 
         return load_policy(self.config.policy_dir, self.config)
 

@@ -31,7 +31,7 @@ from broker.core.broker import Broker, new_session_id, preload_providers
 from broker.core.credential.mint import mint_one, record_minted
 from broker.core.credential.revoke import revoke_credential
 from broker.core.inputs.manifest import Manifest
-from broker.core.policy import Decision, decide
+from broker.core.inputs.policy import Decision, decide
 from broker.core.proxied import ca_files, ca_hints, hold_in_proxy, require_proxy
 from broker.core.reserving import Reservation, reserved
 from broker.core.store.interface import SessionRecord

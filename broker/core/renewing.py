@@ -23,7 +23,7 @@ from broker.core.broker import Broker
 from broker.core.credential.mint import mint_one, record_minted
 from broker.core.credential.revoke import revoke_credential
 from broker.core.inputs.manifest import Manifest, parse_manifest
-from broker.core.policy import decide
+from broker.core.inputs.policy import decide
 from broker.core.store.interface import SessionRecord
 from broker.core.store.states import CredentialState, SessionState
 from broker.host.sessiondir import SessionDirectory

@@ -21,7 +21,7 @@ from datetime import datetime
 from broker.core.broker import Broker
 from broker.core.credential.mint import mint_context
 from broker.core.inputs.manifest import Manifest
-from broker.core.policy import Decision
+from broker.core.inputs.policy import Decision
 from broker.core.warming import sdk_ready
 from broker.vocab.errors import PolicyDenied
 from providers.base import CredentialRequest, MintContext, RevokeTarget

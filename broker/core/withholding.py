@@ -16,7 +16,7 @@ from typing import Any
 from broker.core.broker import Broker
 from broker.core.credential.revoke import revoke_credential
 from broker.core.inputs.manifest import Manifest
-from broker.core.policy import Decision
+from broker.core.inputs.policy import Decision
 from broker.core.store.interface import CredentialRecord
 from broker.core.store.states import CredentialState
 from broker.vocab.errors import BrokerError

@@ -201,7 +201,7 @@ def _sweep(broker: Broker) -> tuple[Any, int]:
 def _check(broker: Broker, request: Request) -> tuple[int, Any]:
     """The decision; a denial is the exit-3 error with the decision beside it, for the client to print."""
     from broker.core.inputs.manifest import parse_manifest
-    from broker.core.policy import decide
+    from broker.core.inputs.policy import decide
 
     manifest = parse_manifest(request.body, broker.config, as_json=True, what="manifest")
     decision = decide(broker.policy, manifest, broker.requester, broker.config)

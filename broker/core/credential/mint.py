@@ -18,7 +18,7 @@ from typing import Any
 
 from broker.core.broker import Broker
 from broker.core.inputs.manifest import Manifest
-from broker.core.policy import Decision
+from broker.core.inputs.policy import Decision
 from broker.core.store.states import CredentialState
 from broker.core.withholding import cause_text, fate, issued_fields, withhold
 from broker.vocab.errors import BrokerError, ProviderError

@@ -40,7 +40,7 @@ def test_the_thin_clients_issue_reads_the_task_file_without_the_config_or_provid
         "try:\n    run()\nexcept SystemExit as exit:\n    assert exit.code != 0\n"
     )
     modules = loaded_after(code, env)
-    assert "broker.core.strictdata" in modules  # it did read and parse the task file
+    assert "broker.core.inputs.strictdata" in modules  # it did read and parse the task file
     heavy = (
         "broker.core.inputs.config",
         "broker.core.inputs.manifest",

@@ -229,7 +229,7 @@ def _manifest(source: str) -> Any:
     import json
 
     from broker.core.inputs.manifest_file import MAX_MANIFEST_BYTES, read_manifest_bytes
-    from broker.core.strictdata import parse_document
+    from broker.core.inputs.strictdata import parse_document
     from broker.vocab.errors import ManifestError
     from broker.vocab.files import shown_path
 

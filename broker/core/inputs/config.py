@@ -204,7 +204,7 @@ def _toml_problem(message: str) -> str:
     where = _TOML_WHERE.fullmatch(" ".join(message.split()))
     if where is None:
         return ": malformed"
-    from broker.core.strictdata import elided  # only for a broken config: YAML stays unloaded otherwise
+    from broker.core.inputs.strictdata import elided  # only for a broken config: YAML stays unloaded otherwise
 
     line = f" at line {where.group(2)}" if where.group(2) else " at the end"
     return f"{line}: {elided(where.group(1))}"

@@ -16,7 +16,7 @@ from pathlib import PurePosixPath
 from broker.core.inputs.config import PROXY_TYPES, Config
 from broker.core.inputs.manifest_file import MAX_MANIFEST_BYTES as MAX_MANIFEST_BYTES
 from broker.core.inputs.manifest_file import read_manifest_bytes as read_manifest_bytes
-from broker.core.strictdata import parse_document
+from broker.core.inputs.strictdata import parse_document
 from broker.egress.destinations import Destination, allowed
 from broker.egress.policy import read_network_section
 from broker.vocab.errors import ManifestError

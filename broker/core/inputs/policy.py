@@ -15,8 +15,8 @@ from typing import Any
 
 from broker.core.inputs.config import Config
 from broker.core.inputs.manifest import Manifest
+from broker.core.inputs.strictdata import parse_document
 from broker.core.requester import Requester as Requester  # its home; imported from here too
-from broker.core.strictdata import parse_document
 from broker.egress.destinations import Destination
 from broker.egress.policy import NO_NETWORK, NetworkDecision, decide_network, read_destinations
 from broker.vocab.errors import PolicyFileError

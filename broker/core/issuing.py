@@ -6,7 +6,7 @@ are ``broker.core.credential.mint``): the store records a credential as
 provider call and ``active`` with its reference right after, the log records
 the issuance, then its files are written. A credential the
 provider returned but that cannot be recorded, or that fails a check after
-minting, is withheld (``broker.core.withholding``): logged with its fingerprint
+minting, is withheld (``broker.core.credential.withholding``): logged with its fingerprint
 and revoked at once, or kept ``pending`` for ``sweep``. Once anything is
 minted, ``issue`` either
 completes (checkpoint, ``--session-file``, the printed document: ``deliver``)
@@ -30,13 +30,13 @@ from typing import Any
 from broker.core.broker import Broker, new_session_id, preload_providers
 from broker.core.credential.mint import mint_one, record_minted
 from broker.core.credential.revoke import revoke_credential
+from broker.core.credential.withholding import cause_text
 from broker.core.inputs.manifest import Manifest
 from broker.core.inputs.policy import Decision, decide
 from broker.core.proxied import ca_files, ca_hints, hold_in_proxy, require_proxy
 from broker.core.reserving import Reservation, reserved
 from broker.core.store.interface import SessionRecord
 from broker.core.store.states import SETTLED_CREDENTIAL_STATES, CredentialState, SessionState
-from broker.core.withholding import cause_text
 from broker.egress.inject import Interceptor
 from broker.host.sessiondir import SessionDirectory
 from broker.host.signals import signals_blocked

@@ -5,7 +5,7 @@ reference known in advance) before the provider call, so a crash in between
 leaves ``sweep`` enough to find it; ``record_minted`` keeps its revocation
 secret, stores its reference and logs ``credential.issued``. A credential the
 provider returned that fails a check or cannot be recorded is withheld
-(``broker.core.withholding``). ``mint_context`` is what a provider is told,
+(``broker.core.credential.withholding``). ``mint_context`` is what a provider is told,
 also when it reserves room before the mint (``broker.core.reserving``).
 """
 
@@ -17,10 +17,10 @@ from datetime import datetime
 from typing import Any
 
 from broker.core.broker import Broker
+from broker.core.credential.withholding import cause_text, fate, issued_fields, withhold
 from broker.core.inputs.manifest import Manifest
 from broker.core.inputs.policy import Decision
 from broker.core.store.states import CredentialState
-from broker.core.withholding import cause_text, fate, issued_fields, withhold
 from broker.vocab.errors import BrokerError, ProviderError
 from broker.vocab.logs import event
 from broker.vocab.time import iso

@@ -12,7 +12,7 @@ minted, ``issue`` either
 completes (checkpoint, ``--session-file``, the printed document: ``deliver``)
 or revokes everything and fails with exit 4.
 Before all that, each provider reserves room to revoke what it will mint
-(``broker.core.reserving``); without room the issue is denied like a policy denial.
+(``broker.core.credential.reserving``); without room the issue is denied like a policy denial.
 """
 
 from __future__ import annotations
@@ -29,12 +29,12 @@ from typing import Any
 
 from broker.core.broker import Broker, new_session_id, preload_providers
 from broker.core.credential.mint import mint_one, record_minted
+from broker.core.credential.reserving import Reservation, reserved
 from broker.core.credential.revoke import revoke_credential
 from broker.core.credential.withholding import cause_text
 from broker.core.inputs.manifest import Manifest
 from broker.core.inputs.policy import Decision, decide
 from broker.core.proxied import ca_files, ca_hints, hold_in_proxy, require_proxy
-from broker.core.reserving import Reservation, reserved
 from broker.core.store.interface import SessionRecord
 from broker.core.store.states import SETTLED_CREDENTIAL_STATES, CredentialState, SessionState
 from broker.egress.inject import Interceptor

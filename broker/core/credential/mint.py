@@ -6,7 +6,7 @@ leaves ``sweep`` enough to find it; ``record_minted`` keeps its revocation
 secret, stores its reference and logs ``credential.issued``. A credential the
 provider returned that fails a check or cannot be recorded is withheld
 (``broker.core.credential.withholding``). ``mint_context`` is what a provider is told,
-also when it reserves room before the mint (``broker.core.reserving``).
+also when it reserves room before the mint (``broker.core.credential.reserving``).
 """
 
 from __future__ import annotations

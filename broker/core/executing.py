@@ -29,10 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from broker.core.broker import Broker
+from broker.core.credential.proxied import session_interceptor
 from broker.core.halting import Halt
 from broker.core.inputs.manifest import Manifest
 from broker.core.issuing import issue
-from broker.core.proxied import session_interceptor
 from broker.core.revoking import RevokeReport, revoke_locked
 from broker.egress.bridge import forwarder_argv, proxy_hints
 from broker.egress.records import log_denials

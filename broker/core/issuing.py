@@ -29,12 +29,12 @@ from typing import Any
 
 from broker.core.broker import Broker, new_session_id, preload_providers
 from broker.core.credential.mint import mint_one, record_minted
+from broker.core.credential.proxied import ca_files, ca_hints, hold_in_proxy, require_proxy
 from broker.core.credential.reserving import Reservation, reserved
 from broker.core.credential.revoke import revoke_credential
 from broker.core.credential.withholding import cause_text
 from broker.core.inputs.manifest import Manifest
 from broker.core.inputs.policy import Decision, decide
-from broker.core.proxied import ca_files, ca_hints, hold_in_proxy, require_proxy
 from broker.core.store.interface import SessionRecord
 from broker.core.store.states import SETTLED_CREDENTIAL_STATES, CredentialState, SessionState
 from broker.egress.inject import Interceptor
@@ -82,7 +82,7 @@ def issue(
     ``deliver`` hands the document to the caller (``--session-file``, stdout)
     while the session can still be rolled back: if it raises, or a signal
     arrives first, every credential is revoked again. ``interceptor`` takes
-    the secrets of ``inject: proxy`` credentials (``broker.core.proxied``).
+    the secrets of ``inject: proxy`` credentials (``broker.core.credential.proxied``).
     """
     require_proxy(manifest, interceptor)
     decision = check(broker, manifest)

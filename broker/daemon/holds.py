@@ -31,11 +31,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from broker.core.broker import Broker
+from broker.core.credential.proxied import session_interceptor
 from broker.core.executing import ExecOptions, check_proxied, child_environment, network_mode
 from broker.core.halting import Halt
 from broker.core.inputs.manifest import Manifest
 from broker.core.issuing import issue
-from broker.core.proxied import session_interceptor
 from broker.core.revoking import RevokeReport, revoke_locked
 from broker.daemon.peer import Peer
 from broker.egress.bridge import proxy_hints

@@ -12,7 +12,7 @@ import typer
 from broker.cli.context import options, print_json
 
 if TYPE_CHECKING:
-    from broker.core.doctor import Check
+    from broker.core.setup.doctor import Check
 
 OK_MARK = "✓"
 BAD_MARK = "✗"
@@ -69,8 +69,8 @@ def doctor(
     One line per check, ✓ or ✗ with what to fix; nothing is minted. Exit 0 when every check passes, 2 otherwise.
     Example: broker doctor --json
     """
-    from broker.core.doctor import run_doctor
     from broker.core.inputs.config import config_path
+    from broker.core.setup.doctor import run_doctor
     from broker.daemon.health import check_daemon
     from broker.vocab.errors import BadInput
 

@@ -45,7 +45,7 @@ def init(
     Example: broker init --dir /etc/broker --state-dir /var/lib/broker --runtime-dir /run/broker
     """
     from broker.core.inputs.config import DEFAULT_CONFIG_PATH
-    from broker.core.install import InitOptions, initialise
+    from broker.core.setup.install import InitOptions, initialise
 
     result = initialise(InitOptions(directory=directory, state_dir=state_dir, runtime_dir=runtime_dir, force=force))
     for step in result.steps:

@@ -27,7 +27,7 @@ from typing import Any
 from broker.audit.keys import MIGRATE_HINT, load_fingerprint_keys, load_signing_keys
 from broker.core.inputs.config import Config, load_config
 from broker.core.inputs.policy import load_policy
-from broker.core.install import POLICY_EXAMPLE_NAME
+from broker.core.setup.install import POLICY_EXAMPLE_NAME
 from broker.host import mounts
 from broker.host.sessiondir import prepare_runtime_dir
 from broker.vocab.errors import REPORT_URL, BrokerError

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from broker.cli.audit import audit_app
+from broker.cli.audit.commands import audit_app
 from broker.cli.context import load_config
 from broker.vocab.errors import BadInput
 

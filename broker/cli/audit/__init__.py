@@ -1,0 +1,1 @@
+"""``broker audit ...``: the auditor's commands."""

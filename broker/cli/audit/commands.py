@@ -73,7 +73,7 @@ def verify(
     """
     from broker.audit.chain import repair_torn_tail
     from broker.audit.verify import failure_json, parse_head, verify_log
-    from broker.cli.audit_fleet import fleet_target, optional_config, pinned_keys, store_head, verify_fleet
+    from broker.cli.audit.fleet import fleet_target, optional_config, pinned_keys, store_head, verify_fleet
     from broker.vocab.errors import LogVerificationError
 
     expected = [parse_head(expect_head)] if expect_head is not None else []
@@ -134,7 +134,7 @@ def _checked(ctx: typer.Context, path: Path | TableSource, no_verify: bool) -> V
     if no_verify:
         return None
     if not isinstance(path, Path):
-        from broker.cli.audit_fleet import check_fleet_chain
+        from broker.cli.audit.fleet import check_fleet_chain
 
         return check_fleet_chain(path)
     import contextlib
@@ -194,7 +194,7 @@ def list_records(
     """
     from broker.audit.query import RecordFilter
     from broker.audit.query import list_records as select
-    from broker.cli.audit_fleet import log_source
+    from broker.cli.audit.fleet import log_source
     from broker.vocab.session_ids import check_session_id
 
     if session is not None:
@@ -248,7 +248,7 @@ def lookup(
     from broker.audit.keys import load_fingerprint_keys
     from broker.audit.query import check_fingerprint_keys, read_leaked_secret
     from broker.audit.query import lookup as find
-    from broker.cli.audit_fleet import fleet_keys_partly_held, log_source
+    from broker.cli.audit.fleet import fleet_keys_partly_held, log_source
 
     if (secret_file is None) == (not secret_stdin):
         raise BadInput("lookup needs exactly one of --secret-file FILE or --secret-stdin")
@@ -334,7 +334,7 @@ def public_key(ctx: typer.Context) -> None:
 
     config = load_config(ctx)
     if config.store is not None:  # a fleet: every host's key, each with its host
-        from broker.cli.audit_fleet import fleet_public_keys
+        from broker.cli.audit.fleet import fleet_public_keys
 
         for line in fleet_public_keys(config):
             typer.echo(line)

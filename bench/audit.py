@@ -57,7 +57,7 @@ def _write_audit_log(directory: Path, records: int, every: int) -> None:
         f'state_dir = "{directory / "state"}"\nruntime_dir = "{WORK / "audit-run"}"\n'
         f'policy_dir = "{directory / "policies"}"\naudit_key = "{directory / "audit.key"}"\n'
     )
-    from broker.core.store.interface import open_store
+    from broker.core.store import open_store
 
     (directory / "state").mkdir(mode=0o700)
     open_store(directory / "state").close()  # where lookup notes the prefix it checked
@@ -206,8 +206,7 @@ def _witness_bucket(directory: Path, endpoint_url: str, env: dict[str, str]) -> 
     """A bucket with Object Lock on the moto server, holding the witness objects of the log."""
     import boto3
 
-    from broker.audit.witness import put_checkpoint
-    from broker.core.inputs.config import WitnessConfig
+    from broker.audit.witness import WitnessConfig, put_checkpoint
     from broker.vocab.time import utcnow
 
     s3 = boto3.client(
@@ -258,7 +257,7 @@ def figure_audit(settings: Settings, report: Report) -> None:
         "--json",
     ]
     must(run(verify_cmd, env=env), "audit verify (warm-up)")
-    from broker.core.store.interface import open_store
+    from broker.core.store import open_store
 
     store = open_store(directory / "state")
     store._conn.execute("DELETE FROM checked_prefix")  # the first lookup checks the whole chain

@@ -17,7 +17,7 @@ from urllib.parse import urlparse
 import pytest
 
 from broker.core.inputs.config import load_config
-from broker.core.store.interface import open_config_store
+from broker.core.store import open_config_store
 from broker.core.store.postgres.schema import SCHEMA_VERSION
 from tests.fixtures.brokerenv import BrokerEnv, make_env
 from tests.fixtures.crash import TWO_CREDENTIALS, add_slow_vault, issuing_session, start_issue, tokens_of, wait_for

@@ -243,7 +243,8 @@ def test_sigkill_after_a_mint_before_its_log_record_and_files(vault_env: BrokerE
     try:
 
         def minted_session() -> str:
-            from broker.core.store.interface import SessionState, open_store
+            from broker.core.store import open_store
+            from broker.core.store.states import SessionState
 
             store = open_store(vault_env.state_dir)
             try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 
-from broker.core.store.interface import open_store
+from broker.core.store import open_store
 from broker.core.store.states import CredentialState, SessionState
 from providers.base import RevokeOutcome
 from tests.fixtures.brokerenv import BrokerEnv

@@ -21,8 +21,8 @@ from broker.audit.keys import AuditKeys, load_or_create_keys
 from broker.audit.log import AppendLog, IssuanceLog
 from broker.core.inputs.config import Config
 from broker.core.requester import Requester
-from broker.core.state_dir import ensure_state_dir
-from broker.core.store.interface import SessionStore, open_config_store
+from broker.core.store import ensure_state_dir, open_config_store
+from broker.core.store.interface import SessionStore
 from broker.core.store.locks import lock_dir, session_lock
 from broker.host.keepsafe import KeepSafe
 from broker.host.sessiondir import RuntimeDir, prepare_runtime_dir

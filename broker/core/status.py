@@ -11,13 +11,13 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from broker.core.store.interface import LIVE_SESSION_STATES, CredentialRecord, SessionStore
+from broker.core.store.interface import LIVE_SESSION_STATES, CredentialRecord, Credentials, Records
 from broker.vocab.time import iso
 from providers.base import DenyBudget, Provider, RevokeTarget
 
 
 def session_status(
-    store: SessionStore,
+    store: Records,
     *,
     include_ended: bool,
     providers: Mapping[str, Provider[Any]] | None = None,
@@ -66,7 +66,7 @@ def session_status(
 STILL_VALID_STATES = ("active", "pending", "valid-until-expiry")
 
 
-def fleet_active(store: SessionStore, providers: Mapping[str, Provider[Any]], now: datetime) -> list[dict[str, Any]]:
+def fleet_active(store: Records, providers: Mapping[str, Provider[Any]], now: datetime) -> list[dict[str, Any]]:
     """``audit active`` from the shared store: every host's credentials that still work at ``now``."""
     result = []
     sessions: dict[str, Any] = {}
@@ -91,7 +91,7 @@ def fleet_active(store: SessionStore, providers: Mapping[str, Provider[Any]], no
 
 
 def deny_budgets(
-    store: SessionStore, providers: Mapping[str, Provider[Any]], records: list[CredentialRecord], now: datetime
+    store: Credentials, providers: Mapping[str, Provider[Any]], records: list[CredentialRecord], now: datetime
 ) -> dict[tuple[str, str], DenyBudget]:
     """The deny budget of every role ``records`` draw on, by (provider, role)."""
     roles: dict[str, set[str]] = {}

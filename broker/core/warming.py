@@ -55,8 +55,7 @@ def warm_session(config: Config, session_id: str) -> None:
 
     Only a peek: the command opens the store again for its work, and ``warm_up`` runs once per provider.
     """
-    from broker.core.state_dir import ensure_state_dir
-    from broker.core.store.interface import has_store, open_config_store
+    from broker.core.store import ensure_state_dir, has_store, open_config_store
 
     if config.store is not None:  # a shared store is opened once, by the command
         return

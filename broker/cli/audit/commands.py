@@ -90,8 +90,7 @@ def verify(
         expected += store_head(config)
     witnessed = None
     if witness is not None:
-        from broker.audit.witness import witnessed_checkpoints
-        from broker.core.inputs.config import WitnessConfig, parse_witness_url
+        from broker.audit.witness import WitnessConfig, parse_witness_url, witnessed_checkpoints
 
         bucket, prefix = parse_witness_url(witness, "--witness")
         configured = config.witness if config is not None else None
@@ -140,7 +139,7 @@ def _checked(ctx: typer.Context, path: Path | TableSource, no_verify: bool) -> V
     import contextlib
 
     from broker.audit.chain import CheckedPrefix, check_chain
-    from broker.core.store.interface import has_store, open_config_store
+    from broker.core.store import has_store, open_config_store
     from broker.vocab.errors import BrokerError
 
     store = None
@@ -314,7 +313,7 @@ def _fleet_active(ctx: typer.Context) -> list[dict[str, Any]] | None:
     if config.store is None:
         return None
     from broker.core.status import fleet_active
-    from broker.core.store.interface import open_config_store
+    from broker.core.store import open_config_store
     from broker.vocab.time import utcnow
 
     store = open_config_store(config)

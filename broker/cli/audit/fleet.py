@@ -56,7 +56,7 @@ def pinned_keys(config: Config | None, public_key: Path | None) -> tuple[dict[st
 def store_head(config: Config) -> list[Head]:
     """The newest checkpoint the session store recorded (a truncation check against the live log)."""
     from broker.audit.verify import Head
-    from broker.core.store.interface import open_config_store
+    from broker.core.store import open_config_store
 
     store = open_config_store(config)
     try:
@@ -217,7 +217,7 @@ def export(
 def fleet_public_keys(config: Config) -> list[str]:
     """Every host's signing key, ``ed25519:<base64> HOST`` (this host's listed first if it never signed yet)."""
     from broker.audit.keys import load_or_create_keys
-    from broker.core.store.interface import open_config_store
+    from broker.core.store import open_config_store
     from broker.core.store.postgres.fleet_log import read_fleet_log
 
     assert config.store is not None

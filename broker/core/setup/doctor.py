@@ -251,7 +251,7 @@ def check_witness(config: Config) -> list[Check]:
     if witness is None or not config.state_dir.is_dir():
         return []
     from broker.audit.witness import object_lock_enabled
-    from broker.core.store.interface import open_config_store
+    from broker.core.store import open_config_store
     from broker.vocab.time import parse_iso, utcnow
 
     checks: list[Check] = []
@@ -322,7 +322,7 @@ def _health(provider: Provider[Any], grants: list[Grant[Any]]) -> list[HealthChe
 def check_deny_budgets(config: Config) -> list[Check]:
     """One check per role that live sessions in the store revoke into (nothing without a store)."""
     from broker.core.status import deny_budgets
-    from broker.core.store.interface import has_store, open_config_store
+    from broker.core.store import has_store, open_config_store
 
     if not config.providers or not has_store(config):
         return []

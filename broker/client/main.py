@@ -228,18 +228,15 @@ def _manifest(source: str) -> Any:
     """The manifest read and parsed here, with the caller's own rights; the daemon gets it as JSON."""
     import json
 
-    from broker.core.inputs.manifest_file import MAX_MANIFEST_BYTES, read_manifest_bytes
-    from broker.core.inputs.strictdata import parse_document
+    from broker.core.inputs.strictdata import read_task_file
     from broker.vocab.errors import ManifestError
-    from broker.vocab.files import shown_path
 
-    data, as_json = read_manifest_bytes(source)
-    what = "manifest" if source == "-" else f"task file {shown_path(source)}"
-    document = parse_document(data, what=what, max_bytes=MAX_MANIFEST_BYTES, as_json=as_json, error=ManifestError)
+    task = read_task_file(source)
+    document = task.document()
     try:
         json.dumps(document)
     except (TypeError, ValueError):
-        raise ManifestError(f"{what}: holds a value JSON cannot carry (a date, a binary string)") from None
+        raise ManifestError(f"{task.what}: holds a value JSON cannot carry (a date, a binary string)") from None
     return document
 
 

@@ -17,8 +17,7 @@ import typer
 
 from broker import __version__
 from broker.cli import coercion
-from broker.cli.audit.commands import audit_app
-from broker.cli.audit.fleet import export as _export  # noqa: F401 - registers audit export
+from broker.cli.audit import audit_app
 from broker.cli.context import Options, print_error
 from broker.cli.ops import register_ops
 from broker.cli.policy import policy_app

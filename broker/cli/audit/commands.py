@@ -1,4 +1,7 @@
-"""``broker audit ...``: the auditor's commands (verify, list, lookup, active, public-key, rotate-key)."""
+"""``broker audit verify | list | lookup | active | public-key | rotate-key | migrate-keys``: the log, read and keyed.
+
+Registered by ``broker.cli.audit``; the fleet's side of each (a log kept in PostgreSQL) is ``broker.cli.audit.fleet``.
+"""
 
 from __future__ import annotations
 
@@ -18,8 +21,6 @@ if TYPE_CHECKING:
 
     from broker.audit.pglog import TableSource
     from broker.audit.verify import VerifyResult
-
-audit_app = typer.Typer(help="Verify and read the issuance log.", no_args_is_help=True)
 
 LIST_COLUMNS = ("seq", "time", "event", "session", "task", "credential", "provider", "requester")
 
@@ -41,7 +42,6 @@ def _parse_time(value: str | None, option: str) -> datetime | None:
         raise BadInput(f"{option}: {value[:40]!r} is not an RFC 3339 time such as 2026-11-29T10:00:00Z") from None
 
 
-@audit_app.command("verify")
 def verify(
     ctx: typer.Context,
     log: Annotated[Path | None, typer.Option("--log", help="Log file [default: the config's state_dir log].")] = None,
@@ -174,7 +174,6 @@ def _checked(ctx: typer.Context, path: Path | TableSource, no_verify: bool) -> V
     return result
 
 
-@audit_app.command("list")
 def list_records(
     ctx: typer.Context,
     session: Annotated[str | None, typer.Option("--session", help="Only this session.")] = None,
@@ -231,7 +230,6 @@ def _table(columns: tuple[str, ...], rows: list[list[str]]) -> None:
     print_table(columns, rows)
 
 
-@audit_app.command("lookup")
 def lookup(
     ctx: typer.Context,
     secret_file: Annotated[Path | None, typer.Option("--secret-file", help="File holding the leaked secret.")] = None,
@@ -279,7 +277,6 @@ def lookup(
         raise typer.Exit(1 if not as_json else 0)
 
 
-@audit_app.command("active")
 def active(
     ctx: typer.Context,
     log: Annotated[Path | None, typer.Option("--log", help="Log file [default: the config's].")] = None,
@@ -323,7 +320,6 @@ def _fleet_active(ctx: typer.Context) -> list[dict[str, Any]] | None:
         store.close()
 
 
-@audit_app.command("public-key")
 def public_key(ctx: typer.Context) -> None:
     """Print the public keys auditors verify checkpoints with: current, then retired (a fleet: every host's).
 
@@ -342,7 +338,6 @@ def public_key(ctx: typer.Context) -> None:
         typer.echo(line)
 
 
-@audit_app.command("rotate-key")
 def rotate_key(
     ctx: typer.Context,
     which: Annotated[
@@ -368,7 +363,6 @@ def rotate_key(
         raise BadInput(f"--key: {which[:20]!r} is not signing or fingerprint")
 
 
-@audit_app.command("migrate-keys")
 def migrate_keys(ctx: typer.Context) -> None:
     """Split an older one-file audit key into audit_key (signing) and fingerprint_key (HMAC).
 

@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from broker.cli.audit.commands import audit_app
 from broker.cli.context import load_config
 from broker.vocab.errors import BadInput
 
@@ -179,7 +178,6 @@ class _Counted:
             yield line
 
 
-@audit_app.command("export")
 def export(
     ctx: typer.Context,
     output: Annotated[

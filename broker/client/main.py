@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import quote
 
+from broker.client.answers import checked
 from broker.vocab.errors import BrokerError, IssueRolledBack, PolicyDenied, RevokeIncomplete, UsageError
 
 SOCKET_ENV = "BROKER_SOCKET"
@@ -131,7 +132,7 @@ def _run(command: str, args: argparse.Namespace, socket: str) -> int:
             _print(decision if args.as_json else _lines("decision_lines", decision))
         if answer.status == 403:
             raise PolicyDenied(str(answer.document.get("error", "denied by policy")))
-        return _checked(answer)
+        return checked(answer).exit_code
     if command == "revoke":
         return _revoke(args, socket)
     if command == "exec":
@@ -141,7 +142,7 @@ def _run(command: str, args: argparse.Namespace, socket: str) -> int:
     if command == "status":
         query = "?all=1" if args.show_all else ""
         query += ("&" if query else "?") + "budgets=1" if args.as_json else ""
-        answer = _ok(call(socket, "GET", "/v1/sessions" + query))
+        answer = checked(call(socket, "GET", "/v1/sessions" + query))
         if args.as_json:
             _print(answer.document)
         elif not answer.document:
@@ -154,7 +155,7 @@ def _run(command: str, args: argparse.Namespace, socket: str) -> int:
             print_table(STATUS_COLUMNS, status_rows(answer.document, utcnow()))
         return 0
     _check_session(args.session)
-    answer = _ok(call(socket, "POST", f"/v1/sessions/{quote(args.session, safe='')}/renew"))
+    answer = checked(call(socket, "POST", f"/v1/sessions/{quote(args.session, safe='')}/renew"))
     _print(answer.document if args.as_json else _lines("renew_lines", answer.document))
     if answer.exit_code:
         from broker.cli.render import RENEW_PENDING
@@ -169,7 +170,7 @@ def _issue(args: argparse.Namespace, socket: str) -> int:
     body = _manifest(args.task)
     target = SessionFile.open(Path(args.session_file)) if args.session_file is not None else None
     try:
-        answer = _ok(call(socket, "POST", "/v1/sessions", body))
+        answer = checked(call(socket, "POST", "/v1/sessions", body))
         document: dict[str, Any] = answer.document
         try:
             if target is not None:
@@ -205,10 +206,10 @@ def _revoke(args: argparse.Namespace, socket: str) -> int:
         raise UsageError("revoke needs exactly one of --session ID or --task NAME")
     if args.session is not None:
         _check_session(args.session)
-        answer = _ok(call(socket, "DELETE", f"/v1/sessions/{args.session}"))
+        answer = checked(call(socket, "DELETE", f"/v1/sessions/{args.session}"))
         reports = [answer.document]
     else:
-        answer = _ok(call(socket, "DELETE", f"/v1/sessions?task={quote(args.task, safe='')}"))
+        answer = checked(call(socket, "DELETE", f"/v1/sessions?task={quote(args.task, safe='')}"))
         reports = answer.document
     _print(answer.document if args.as_json else _lines("revoke_lines", reports))
     if answer.exit_code:
@@ -238,24 +239,6 @@ def _manifest(source: str) -> Any:
     except (TypeError, ValueError):
         raise ManifestError(f"{task.what}: holds a value JSON cannot carry (a date, a binary string)") from None
     return document
-
-
-def _ok(answer: Answer) -> Answer:
-    if answer.status >= 400:
-        return _raise(answer)
-    return answer
-
-
-def _checked(answer: Answer) -> int:
-    _ok(answer)
-    return answer.exit_code
-
-
-def _raise(answer: Answer) -> NoReturn:
-    document = answer.document if isinstance(answer.document, dict) else {}
-    error = BrokerError(str(document.get("error", f"the broker daemon answered {answer.status}")))
-    error.exit_code = answer.exit_code or 1
-    raise error
 
 
 def _lines(renderer: str, document: Any) -> str:

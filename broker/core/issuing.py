@@ -212,15 +212,13 @@ def _issue_locked(
 
 
 def _after_mint(exc: BaseException, pending: list[str]) -> BrokerError:
-    """The exit-4 error once something was minted; its message says truly what became of it."""
+    """The exit-4 error once something was minted, made with its final message: what truly became of it."""
     if pending:
         fate = f"rollback left {', '.join(pending)} pending for broker sweep"
     else:
         fate = "what was minted has been rolled back"
     if isinstance(exc, ProviderError):  # the message names the provider's failure already
-        if pending:
-            exc.message += f" ({fate})"
-        return exc
+        return ProviderError(f"{exc.message} ({fate})", retryable=exc.retryable) if pending else exc
     if isinstance(exc, Interrupted):
         return IssueRolledBack(f"interrupted by signal {exc.signum}; {fate}")
     return IssueRolledBack(f"issue failed after minting ({cause_text(exc)}); {fate}")

@@ -85,7 +85,7 @@ def opened(env: BrokerEnv) -> Iterator[Broker]:
 
 def issue_in(broker: Broker, env: BrokerEnv) -> str:
     document = issue(broker, load_manifest(str(env.root / "task.yaml"), broker.config))
-    return str(document["session"])
+    return document.id
 
 
 def put_filler(role: AwsRole, size: int) -> int:
@@ -266,7 +266,7 @@ def test_an_issue_held_up_by_another_provider_does_not_hold_the_role_for_the_nex
 
         def issue_both() -> None:
             with opened(env) as broker:
-                outcome["a"] = issue(broker, load_manifest(str(both), broker.config))["session"]
+                outcome["a"] = issue(broker, load_manifest(str(both), broker.config)).id
 
         first = threading.Thread(target=issue_both)
         first.start()

@@ -69,7 +69,7 @@ def aws_fleet(tmp_path: Path, role: AwsRole, db: FleetDb) -> Iterator[list[Broke
 
 def issue_in(broker: Broker) -> str:
     manifest = load_manifest(str(broker.config.path.parent / "task.yaml"), broker.config)
-    return str(issue(broker, manifest)["session"])
+    return issue(broker, manifest).id
 
 
 def stored_deny(role: AwsRole) -> DenyList:

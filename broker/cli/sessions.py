@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -41,22 +41,19 @@ def issue(
     warm_up(config, {request.provider for request in manifest.credentials}, minting=True)  # handshakes meanwhile
     from broker.cli.launch_formats import SessionFile, emit, render
     from broker.cli.render import issue_text
-    from broker.core.issuing import issue as issue_session
+    from broker.core.issuing import issuing
 
     target = SessionFile.open(session_file) if session_file is not None else None  # before anything is minted
-
-    def deliver(document: dict[str, Any]) -> None:
-        """Runs while the session can still be rolled back: any failure here revokes it (exit 4)."""
-        if target is not None:
-            target.write(document["session"])
-        if as_json or fmt is not None:
-            emit(render(document, (fmt or OutputFormat.json).value))
-        else:
-            emit(issue_text(document))
-
     try:
-        with open_broker(config) as broker:
-            issue_session(broker, manifest, deliver)
+        with open_broker(config) as broker, issuing(broker, manifest) as session:
+            # While the session can still be rolled back: any failure here revokes it (exit 4).
+            if target is not None:
+                target.write(session.id)
+            document = session.to_json()
+            if as_json or fmt is not None:
+                emit(render(document, (fmt or OutputFormat.json).value))
+            else:
+                emit(issue_text(document))
     finally:
         if target is not None:
             target.close()
@@ -117,7 +114,8 @@ def status(
     config = load_config(ctx)
     with open_broker(config) as broker:
         providers = broker.config.providers if as_json else None  # --json adds each AWS role's deny budget
-        sessions = session_status(broker.store, include_ended=show_all, providers=providers, now=broker.clock())
+        found = session_status(broker.store, include_ended=show_all, providers=providers, now=broker.clock())
+    sessions = [session.to_json() for session in found]
     if as_json:
         print_json(sessions)
         return

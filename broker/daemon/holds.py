@@ -103,7 +103,7 @@ class Holds:
         owner = _socket_owner(peer, manifest) if mode == "allowlist" else None
         interceptor = session_interceptor(broker.config, manifest)
         document = issue(broker, manifest, interceptor=interceptor)
-        record = broker.store.get_session(document["session"])
+        record = broker.store.get_session(document.id)
         assert record is not None
         held = Held(record.id, record.task, broker.session_lock(record.id), record.expires_at, interceptor=interceptor)
         held.lock.acquire()  # held until the session ends: the daemon's sweep leaves it alone meanwhile
@@ -127,7 +127,7 @@ class Holds:
             self.end(broker, held, "exec failed to start")
             raise
         return {
-            "session": document,
+            "session": document.to_json(),
             "env": env,
             "sandbox": {"uid": manifest.sandbox.uid, "gid": manifest.sandbox.gid},
             "network": mode,

@@ -91,11 +91,12 @@ class Routes:
 
     def _issue(self, broker: Broker, request: Request, send: Send) -> None:
         from broker.core.inputs.manifest import parse_manifest
-        from broker.core.issuing import issue
+        from broker.core.issuing import issuing
 
         manifest = parse_manifest(request.body, broker.config, as_json=True, what="manifest")
-        # The answer leaves while the session can still be rolled back: a peer that is gone gets nothing minted.
-        issue(broker, manifest, lambda document: send(201, document))
+        with issuing(broker, manifest) as session:
+            # The answer leaves while the session can still be rolled back: a peer that is gone gets nothing minted.
+            send(201, session.to_json())
         with contextlib.suppress(BrokerError):
             broker.witness()
 
@@ -162,13 +163,14 @@ def _status(broker: Broker, peer: Peer, query: dict[str, str]) -> Any:
     from broker.core.status import session_status
 
     providers = broker.config.providers if query.get("budgets") == "1" else None
-    return session_status(
+    found = session_status(
         broker.store,
         include_ended=query.get("all") == "1",
         providers=providers,
         now=broker.clock(),
         requester=owner_filter(peer),
     )
+    return [session.to_json() for session in found]
 
 
 def _session_id(value: str) -> str:

@@ -77,14 +77,13 @@ def revoke(
     if session is not None:
         check_session_id(session)
     config = load_config(ctx)
-    if session is not None:
-        from broker.core.warming import warm_session
+    from broker.core.warming import warm_revocation
 
-        warm_session(config, session)  # the handshakes overlap the core's imports below
+    store = warm_revocation(config, session, task)  # the handshakes overlap the core's imports below
     from broker.cli.render import revoke_incomplete, revoke_lines
     from broker.core.revoking import revoke_session, revoke_task
 
-    with open_broker(config) as broker:
+    with open_broker(config, store) as broker:
         if session is not None:
             reports = [revoke_session(broker, session)]
         else:

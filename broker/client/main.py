@@ -1,8 +1,9 @@
 """``broker issue | revoke | status | renew | exec | policy check`` through the daemon: same arguments, output, codes.
 
-``thin_client`` answers None when this invocation is not the daemon's (no
+``thin_client`` answers ``Direct`` when this invocation is not the daemon's (no
 socket configured, another command, or ``--help``): ``broker.entry`` then runs
-the full command line. Options are parsed with argparse, not typer, so a
+the full command line, handing it the config file's table when this module
+read it. Options are parsed with argparse, not typer, so a
 launcher's call costs little more than starting Python.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import quote
@@ -76,11 +78,21 @@ def _command_parser(command: str) -> _Parser:
     return parser
 
 
-def daemon_socket(config: str | None) -> str | None:
-    """``BROKER_SOCKET``, else the config's ``[daemon] socket`` (relative to the config file), else None."""
-    explicit = os.environ.get(SOCKET_ENV)
-    if explicit:
-        return explicit
+@dataclass(frozen=True)
+class Direct:
+    """This invocation is not the daemon's: the full command line runs it.
+
+    ``config`` is the config file's path and TOML table when the look for
+    ``[daemon] socket`` read them, so that the command line parses the file
+    once, not twice.
+    """
+
+    config: tuple[Path, dict[str, Any]] | None = None
+
+
+def read_config_table(config: str | None) -> tuple[Path, dict[str, Any] | None]:
+    """The config file named by ``--config``, ``BROKER_CONFIG`` or the default, and its TOML table (None when it
+    cannot be read or is not TOML: the direct command line reports what is wrong with it)."""
     import tomllib  # only here: with BROKER_SOCKET set, the client never reads the config
 
     from broker.vocab.files import read_bounded
@@ -88,9 +100,13 @@ def daemon_socket(config: str | None) -> str | None:
     path = Path(config or os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG)
     try:  # the one bounded reader: a FIFO or device named as the config is refused, never waited on
         data, _ = read_bounded(path, MAX_CONFIG_BYTES)
-        table = tomllib.loads(data.decode("utf-8"))
+        return path, tomllib.loads(data.decode("utf-8"))
     except (OSError, ValueError):
-        return None  # the direct command line reports what is wrong with the config
+        return path, None
+
+
+def daemon_socket(path: Path, table: dict[str, Any]) -> str | None:
+    """The config's ``[daemon] socket`` (relative to the config file), else None."""
     daemon = table.get("daemon")
     socket = daemon.get("socket") if isinstance(daemon, dict) else None
     if not isinstance(socket, str) or not socket:
@@ -98,19 +114,22 @@ def daemon_socket(config: str | None) -> str | None:
     return socket if socket.startswith("/") else str(path.resolve().parent / socket)
 
 
-def thin_client(args: list[str]) -> int | None:
-    """Run a session command through the daemon and return its exit code; None when this is not one."""
+def thin_client(args: list[str]) -> int | Direct:
+    """Run a session command through the daemon and return its exit code; ``Direct`` when this is not one."""
     try:
         options, rest = _global_options(args)
     except UsageError:
-        return None
+        return Direct()
     command = " ".join(rest[:2]) if rest[:1] == ["policy"] else " ".join(rest[:1])
     own = rest[: rest.index("--")] if "--" in rest else rest  # after --, exec's command has its own options
     if command not in COMMANDS or {"-h", "--help"} & set(own):
-        return None
-    socket = daemon_socket(options.config)
-    if socket is None:
-        return None
+        return Direct()
+    socket = os.environ.get(SOCKET_ENV)  # BROKER_SOCKET, else the config's [daemon] socket
+    if not socket:
+        path, table = read_config_table(options.config)
+        socket = daemon_socket(path, table) if table is not None else None
+        if socket is None:
+            return Direct((path, table) if table is not None else None)
     try:
         parsed = _command_parser(command).parse_args(rest[len(command.split()) :])
         return _run(command, parsed, socket)

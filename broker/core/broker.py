@@ -93,10 +93,11 @@ class Broker:
     clock: Callable[[], datetime] = field(default=utcnow)
 
     @classmethod
-    def open(cls, config: Config) -> Broker:
+    def open(cls, config: Config, store: SessionStore | None = None) -> Broker:
+        """The broker of ``config``; ``store`` is its store when the command opened it already."""
         ensure_state_dir(config)
         keys = load_or_create_keys(config.audit_key, config.fingerprint_key)
-        store = open_config_store(config)
+        store = store if store is not None else open_config_store(config)
         fleet = store.fleet_state()
         for provider in config.providers.values():
             provider.use_lock_dir(lock_dir(config.state_dir))

@@ -154,7 +154,10 @@ def _home_directories() -> set[Path]:
     return {Path(e.pw_dir).resolve() for e in accounts if e.pw_dir.startswith("/") and e.pw_dir != "/nonexistent"}
 
 
-def load_config(path: Path) -> Config:
+def load_config(path: Path, table: dict[str, Any] | None = None) -> Config:
+    """The config file at ``path``; ``table`` is its TOML when read already (the thin client's look for a daemon)."""
+    if table is not None:
+        return parse_config(table, path)
     hint = " (use --config or BROKER_CONFIG)"
     data, _ = read_regular_file(
         path, what="config file", max_bytes=MAX_CONFIG_BYTES, error=ConfigError, missing_hint=hint

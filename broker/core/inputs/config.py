@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from broker.audit.witness import DEFAULT_WITNESS_RETENTION, WitnessConfig, parse_witness_url
-from broker.core.store.url import SHAPE, store_url_problem
+from broker.core.inputs.store_url import SHAPE, store_url_problem
 from broker.egress.destinations import Destination, DestinationError, parse_destination
 from broker.vocab.errors import ConfigError
 from broker.vocab.fields import Fields, shown

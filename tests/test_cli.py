@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import signal
 import subprocess
@@ -15,7 +14,7 @@ import pytest
 from broker import __version__
 from devstack.github_app import GitHubAppEmulator
 from tests.fixtures.brokerenv import BrokerEnv
-from tests.fixtures.crash import add_github, github_tokens, wait_for
+from tests.fixtures.crash import add_github, full_pipe, github_tokens, wait_for
 from tests.fixtures.github import AppKeys
 
 
@@ -268,13 +267,7 @@ def test_sigterm_while_printing_revokes_and_exits_4(
 ) -> None:
     """stdout is a full pipe nobody reads: the broker blocks printing the document until the signal."""
     task = add_github(broker_env, github_emulator, github_app_keys)
-    read_end, write_end = os.pipe()
-    fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 4096)
-    os.set_blocking(write_end, False)
-    with contextlib.suppress(BlockingIOError):
-        while True:
-            os.write(write_end, b"x" * 512)
-    os.set_blocking(write_end, True)
+    read_end, write_end = full_pipe()
     process = subprocess.Popen(
         _issue_command(broker_env, task, "--json"), stdout=write_end, stderr=subprocess.PIPE, text=True
     )

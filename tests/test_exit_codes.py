@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import ast
 import contextlib
-import fcntl
 import inspect
 import os
 import re
@@ -37,7 +36,7 @@ from broker.host import mounts
 from broker.vocab import errors
 from devstack.github_app import GitHubAppEmulator
 from tests.fixtures.brokerenv import BrokerEnv
-from tests.fixtures.crash import add_github, github_tokens, wait_for
+from tests.fixtures.crash import add_github, full_pipe, github_tokens, wait_for
 from tests.fixtures.github import AppKeys
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -127,13 +126,7 @@ def test_a_runtime_dir_not_on_tmpfs_is_exit_2_and_mints_nothing(broker_env: Brok
 
 def blocked_on_a_full_pipe(args: list[str]) -> tuple[subprocess.Popen[str], int]:
     """``broker ARGS`` writing its output into a pipe nobody reads, once it is blocked there."""
-    read_end, write_end = os.pipe()
-    fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 4096)
-    os.set_blocking(write_end, False)
-    with contextlib.suppress(BlockingIOError):
-        while True:
-            os.write(write_end, b"x" * 512)
-    os.set_blocking(write_end, True)
+    read_end, write_end = full_pipe()
     process = subprocess.Popen(
         [sys.executable, "-m", "broker.cli", *args], stdout=write_end, stderr=subprocess.PIPE, text=True
     )

@@ -78,6 +78,18 @@ def test_unknown_session_is_bad_input(broker_env: BrokerEnv) -> None:
     assert result.code == 2 and result.stderr == "broker: error: unknown session 's-doesnotexist'\n"
 
 
+def test_a_config_nested_too_deeply_is_a_one_line_error_from_the_console_script(broker_env: BrokerEnv) -> None:
+    """The look for [daemon] socket parses the config before the command line does: it must not crash on it."""
+    broker_env.config_path.write_text("a = " + "[" * 5000 + "]" * 5000 + "\n")
+    program = f"import sys\nfrom broker.entry import run\nsys.argv = ['broker', '--config', {str(broker_env.config_path)!r}, 'status']\nrun()"
+    env = {key: value for key, value in os.environ.items() if key != "BROKER_SOCKET"}
+    completed = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=env, timeout=60)
+    assert completed.returncode == 2, completed.stderr
+    assert completed.stderr == (
+        f"broker: error: config file {broker_env.config_path} is not valid TOML: too deeply nested or a number too large\n"
+    )
+
+
 def test_an_unreadable_state_dir_is_a_one_line_error(broker_env: BrokerEnv) -> None:
     broker_env.settings["state_dir"] = "/proc/version/state"
     broker_env.write_config()

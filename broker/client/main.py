@@ -101,7 +101,7 @@ def read_config_table(config: str | None) -> tuple[Path, dict[str, Any] | None]:
     try:  # the one bounded reader: a FIFO or device named as the config is refused, never waited on
         data, _ = read_bounded(path, MAX_CONFIG_BYTES)
         return path, tomllib.loads(data.decode("utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: nested too deeply
         return path, None
 
 

@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import os
 import select
-import shutil
 import socket
-import tempfile
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -43,6 +41,7 @@ from broker.egress.proxy import EgressProxy
 from broker.egress.records import log_denials
 from broker.egress.running import RunningProxy
 from broker.host.control import ControlSocket
+from broker.host.egress_socket import EgressSocket, egress_root
 from broker.host.sandbox import check_network_enforceable
 from broker.vocab.errors import BadInput
 from broker.vocab.holding import Lock
@@ -75,7 +74,6 @@ class Held:
     expires_at: datetime
     proxy: RunningProxy | None = None
     interceptor: Interceptor | None = None
-    directory: Path | None = None
     report: RevokeReport | None = None
     halt: Halt = field(default_factory=Halt)  # an outside revoke through the control socket
     control: ControlSocket | None = None
@@ -116,11 +114,12 @@ class Holds:
             broker.checkpoint()
             env = child_environment(document, manifest, options, body.get("parent_env") or {})
             if owner is not None:
-                held.directory = Path(tempfile.mkdtemp(prefix="broker-egress-"))
-                if peer.uid != 0:  # the launcher binds the socket itself; a root launcher needs no way in
-                    os.chown(held.directory, *owner)
+                # A launcher that is not root binds the socket into its own sandbox: it passes through the
+                # directory, which stays the daemon's (it can swap nothing there); bwrap run by root needs no way in.
+                passable = peer.uid not in (0, os.geteuid())
+                unix = EgressSocket(egress_root(broker.runtime), held.session, owner, passable=passable)
                 held.proxy = RunningProxy(EgressProxy(manifest.network, None, None, interceptor))
-                held.proxy.serve_unix(held.directory / "proxy.sock", *owner)
+                held.proxy.serve_unix(unix)
                 env.update(proxy_hints())
             held.halt.attach_proxy(held.proxy, interceptor)
         except BaseException:
@@ -171,8 +170,6 @@ class Holds:
                 broker.checkpoint()
             finally:
                 held.lock.release()
-                if held.directory is not None:
-                    shutil.rmtree(held.directory, ignore_errors=True)
                 with self._mutex:
                     self._held.pop(held.session, None)
                 held.ended.set()

@@ -63,21 +63,29 @@ def socket_gid(group: str | None) -> int:
 
 
 def bind_socket(path: Path, group: str | None) -> socket.socket:
-    """A listening socket at ``path``, mode 0660 and group ``group`` from the moment it exists."""
+    """A listening socket at ``path``, mode 0660 and group ``group`` before it listens.
+
+    Its mode comes from the umask at ``bind`` and its group through the
+    directory's descriptor without following a link: nothing is chmodded or
+    chowned by a path that someone else could have swapped for a link.
+    """
     gid = socket_gid(group)
     _clear_stale(path)
     os.makedirs(path.parent, mode=0o755, exist_ok=True)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-    previous = os.umask(0o177)  # never wider than 0600 before the chown below
+    previous = os.umask(0o777 & ~SOCKET_MODE)  # made 0660: no chmod afterwards
     try:
-        listener.bind(str(path))
+        directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            listener.bind(str(path))
+            os.chown(path.name, -1, gid, dir_fd=directory, follow_symlinks=False)
+        finally:
+            os.close(directory)
     except OSError as exc:
         listener.close()
         raise ConfigError(f"daemon socket {path}: {exc.strerror}") from None
     finally:
         os.umask(previous)
-    os.chown(path, -1, gid)
-    os.chmod(path, SOCKET_MODE)
     listener.listen(128)
     return listener
 

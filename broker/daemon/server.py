@@ -1,6 +1,13 @@
 """The daemon's lifecycle: its socket (bound here or handed over by systemd), one thread per connection,
 a sweep on an interval, and a graceful stop on SIGTERM (no new connection; what is in flight finishes).
 
+The accept loop never waits for a connection to end: each peer uid but root
+holds at most ``[daemon] max_connections_per_uid`` connections and all of
+them together ``DAEMON_MAX_CONNECTIONS``; a connection over either limit is
+answered 503 and closed at once, and root is always served. With the head
+deadline of ``broker.daemon.wire`` an idle peer cannot keep the daemon from
+root, nor from the other users of its socket for long.
+
 Provider clients live as long as the daemon (one ``Config``): connections stay
 open, the GitHub App JWT and installation ids stay cached, and the provider
 credentials are read by this process only, so launchers need no access to them.
@@ -18,23 +25,23 @@ import signal
 import socket
 import stat
 import threading
+from collections import Counter
 from pathlib import Path
 from types import FrameType
 
 from broker.core.broker import Broker
-from broker.core.config import Config
+from broker.core.config import DAEMON_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_UID, Config
 from broker.daemon.holds import Link
-from broker.daemon.peer import peer_of
+from broker.daemon.peer import Peer, peer_of
 from broker.daemon.routes import Routes
-from broker.daemon.wire import serve_connection
-from broker.vocab.errors import BrokerError, ConfigError
+from broker.daemon.wire import busy, serve_connection
+from broker.vocab.errors import BrokerError, ConfigError, DaemonUnreachable
 from broker.vocab.logs import event
 
 LOG = logging.getLogger("broker.daemon")
 SOCKET_MODE = 0o660
 SD_LISTEN_FDS_START = 3
 ACCEPT_POLL = 0.5
-MAX_CONNECTIONS = 512
 
 
 def inherited_socket() -> socket.socket | None:
@@ -112,14 +119,22 @@ def _clear_stale(path: Path) -> None:
 
 
 class Daemon:
-    def __init__(self, broker: Broker, listener: socket.socket, sweep_interval: int) -> None:
+    def __init__(
+        self,
+        broker: Broker,
+        listener: socket.socket,
+        sweep_interval: int,
+        per_uid: int = DEFAULT_MAX_CONNECTIONS_PER_UID,
+    ) -> None:
         self.broker = broker
         self.listener = listener
         self.sweep_interval = sweep_interval
+        self.per_uid = per_uid
         self.stopping = threading.Event()
         self.routes = Routes(broker, self.stopping)
         self._connections: set[threading.Thread] = set()
-        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self._mutex = threading.Lock()
+        self._held: Counter[int] = Counter()  # connections per peer uid; root is not counted
 
     def stop(self, signum: int | None = None, frame: FrameType | None = None) -> None:
         self.stopping.set()
@@ -144,21 +159,61 @@ class Daemon:
                 self._start(connection)
         finally:
             self.listener.close()
-            for thread in list(self._connections):
+            with self._mutex:
+                running = list(self._connections)
+            for thread in running:
                 thread.join()
             sweeper.join()
             event(LOG, "daemon stopped")
 
     def _start(self, connection: socket.socket) -> None:
-        self._slots.acquire()
-        thread = threading.Thread(target=self._serve, args=(connection,), name="conn")
-        self._connections.add(thread)
-        thread.start()
-
-    def _serve(self, connection: socket.socket) -> None:
-        link = Link(connection)
+        """Serve ``connection`` in a thread of its own, or answer 503 at once; never waits."""
         try:
             peer = peer_of(connection)
+        except OSError:
+            connection.close()
+            return
+        refusal = self._admit(peer.uid)
+        if refusal is not None:
+            busy(connection, refusal, DaemonUnreachable.exit_code)
+            return
+        thread = threading.Thread(target=self._serve, args=(connection, peer), name="conn")
+        with self._mutex:
+            self._connections.add(thread)
+        try:
+            thread.start()
+        except RuntimeError:  # no thread to be had: this connection goes, the daemon stays
+            with self._mutex:
+                self._connections.discard(thread)
+            self._leave(peer.uid)
+            busy(connection, "the broker daemon cannot start a thread for this connection", DaemonUnreachable.exit_code)
+
+    def _admit(self, uid: int) -> str | None:
+        """Count a connection of ``uid``; the refusal when it is over a limit (root: never)."""
+        if uid == 0:
+            return None
+        with self._mutex:
+            if self._held[uid] >= self.per_uid:
+                return (
+                    f"the broker daemon is busy: uid {uid} already holds {self._held[uid]} connections"
+                    " ([daemon] max_connections_per_uid)"
+                )
+            if self._held.total() >= DAEMON_MAX_CONNECTIONS:
+                return f"the broker daemon is busy: {DAEMON_MAX_CONNECTIONS} connections are open; try again"
+            self._held[uid] += 1
+        return None
+
+    def _leave(self, uid: int) -> None:
+        if uid == 0:
+            return
+        with self._mutex:
+            self._held[uid] -= 1
+            if self._held[uid] <= 0:
+                del self._held[uid]
+
+    def _serve(self, connection: socket.socket, peer: Peer) -> None:
+        link = Link(connection)
+        try:
             try:
                 handle = lambda request, send: self.routes.handle(request, peer, send, link)  # noqa: E731
                 serve_connection(connection, handle, self.stopping)
@@ -168,8 +223,9 @@ class Daemon:
             LOG.exception("daemon connection failed")
         finally:
             connection.close()
-            self._connections.discard(threading.current_thread())
-            self._slots.release()
+            with self._mutex:
+                self._connections.discard(threading.current_thread())
+            self._leave(peer.uid)
 
     def _sweep_loop(self) -> None:
         """Sweep at start (a crashed predecessor's half-done sessions) and then every ``sweep_interval``;
@@ -210,7 +266,7 @@ def serve(config: Config, socket_path: Path | None = None) -> None:
         if bound is not None:
             listener = bind_socket(bound, settings.socket_group)
         assert listener is not None
-        daemon = Daemon(broker, listener, settings.sweep_interval)
+        daemon = Daemon(broker, listener, settings.sweep_interval, settings.max_connections_per_uid)
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(signum, daemon.stop)
         try:

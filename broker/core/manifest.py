@@ -19,6 +19,7 @@ from broker.core.manifest_file import read_manifest_bytes as read_manifest_bytes
 from broker.core.strictdata import parse_document
 from broker.egress.destinations import Destination, allowed
 from broker.egress.policy import read_network_section
+from broker.host.sandbox import BROKER_DIR
 from broker.vocab.errors import ManifestError
 from broker.vocab.fields import Fields, shown
 from broker.vocab.files import shown_path
@@ -154,6 +155,8 @@ def _parse_sandbox(fields: Fields | None) -> Sandbox:
         mount_path = PurePosixPath(mount)
         if str(mount_path) in SYSTEM_PATHS or mount_path.parts[1] in ("proc", "sys", "dev"):
             raise ManifestError(f"sandbox.mount_path: {shown(mount)} would cover a system directory of the sandbox")
+        if mount_path.is_relative_to(BROKER_DIR):
+            raise ManifestError(f"sandbox.mount_path: {shown(mount)} is where the sandbox reaches the broker")
     fields.done()
     return Sandbox(
         uid=os.getuid() if uid is None else uid,

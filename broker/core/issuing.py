@@ -139,6 +139,7 @@ def _record_session(
             document=None,
             manifest={"json": manifest.source_is_json, "text": manifest.source},
             host=broker.config.host,
+            requester_uid=broker.requester.uid,
         )
     )
 

@@ -39,8 +39,9 @@ from broker.vocab.holding import Lock
 CONNECT_TIMEOUT = 10
 _SESSION_COLUMNS = (
     "id, host, task, requester, state, created_at, expires_at, dir, mount_path, uid, gid, mounted, document,"
-    " exec_bound, manifest"
+    " exec_bound, manifest, requester_uid"
 )
+_SESSION_VALUES = ",".join(["%s"] * len(_SESSION_COLUMNS.split(",")))
 _CREDENTIAL_COLUMNS = "session_id, name, provider, type, state, reference, scope, expires_at, fingerprint"
 
 
@@ -174,7 +175,7 @@ class PostgresSessionStore(SessionStore):
     def create_session(self, record: SessionRecord) -> None:
         self._tx(
             (
-                f"INSERT INTO sessions ({_SESSION_COLUMNS}) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",  # noqa: S608
+                f"INSERT INTO sessions ({_SESSION_COLUMNS}) VALUES ({_SESSION_VALUES})",  # noqa: S608
                 (
                     record.id,
                     record.host or self.host,
@@ -191,6 +192,7 @@ class PostgresSessionStore(SessionStore):
                     None if record.document is None else json.dumps(record.document),
                     record.exec_bound,
                     None if record.manifest is None else json.dumps(record.manifest),
+                    record.requester_uid,
                 ),
             )
         )
@@ -371,6 +373,7 @@ def _session(row: Any) -> SessionRecord:
         document=json.loads(row[12]) if row[12] else None,
         exec_bound=bool(row[13]),
         manifest=json.loads(row[14]) if row[14] else None,
+        requester_uid=row[15],
     )
 
 

@@ -16,6 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from broker.core.requester import requester_uid_of
 from broker.core.store import (
     CREDENTIAL_STATES,
     SESSION_STATES,
@@ -45,7 +46,8 @@ CREATE TABLE IF NOT EXISTS sessions (
     document TEXT,
     exec_bound INTEGER NOT NULL DEFAULT 0,
     manifest TEXT,
-    host TEXT NOT NULL DEFAULT ''
+    host TEXT NOT NULL DEFAULT '',
+    requester_uid INTEGER
 );
 CREATE INDEX IF NOT EXISTS sessions_state ON sessions(state);
 CREATE INDEX IF NOT EXISTS sessions_task ON sessions(task);
@@ -114,6 +116,17 @@ class SqliteSessionStore(SessionStore):
             self._conn.execute("ALTER TABLE sessions ADD COLUMN manifest TEXT")
         if "host" not in columns:
             self._conn.execute("ALTER TABLE sessions ADD COLUMN host TEXT NOT NULL DEFAULT ''")
+        if "requester_uid" not in columns:
+            self._conn.execute("ALTER TABLE sessions ADD COLUMN requester_uid INTEGER")
+            self._backfill_requester_uids()
+
+    def _backfill_requester_uids(self) -> None:
+        """The uid of each session an older broker recorded by name: this store is one host's, so its names are."""
+        rows = self._conn.execute("SELECT DISTINCT requester FROM sessions WHERE requester_uid IS NULL").fetchall()
+        for (requester,) in rows:
+            uid = requester_uid_of(str(requester))
+            if uid is not None:
+                self._conn.execute("UPDATE sessions SET requester_uid=? WHERE requester=?", (uid, requester))
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
@@ -141,7 +154,8 @@ class SqliteSessionStore(SessionStore):
         with self._tx() as conn:
             conn.execute(
                 "INSERT INTO sessions (id, task, requester, state, created_at, expires_at, dir, mount_path,"
-                " uid, gid, mounted, document, exec_bound, manifest, host) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                " uid, gid, mounted, document, exec_bound, manifest, host, requester_uid)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     record.id,
                     record.task,
@@ -158,6 +172,7 @@ class SqliteSessionStore(SessionStore):
                     int(record.exec_bound),
                     None if record.manifest is None else json.dumps(record.manifest),
                     record.host,
+                    record.requester_uid,
                 ),
             )
 
@@ -330,6 +345,7 @@ def _session(row: sqlite3.Row) -> SessionRecord:
         manifest=json.loads(row["manifest"]) if row["manifest"] else None,
         document=json.loads(row["document"]) if row["document"] else None,
         host=row["host"],
+        requester_uid=row["requester_uid"],
     )
 
 

@@ -94,7 +94,7 @@ class Holds:
 
     def start(self, broker: Broker, peer: Peer, body: Any, link: Link) -> dict[str, Any]:
         """Issue an exec-bound session held by ``link``; the answer names what the client's sandbox needs."""
-        manifest, options = _request(broker, body)
+        manifest, options = _request(broker, peer, body)
         mode = network_mode(options, manifest)
         check_network_enforceable(options.sandbox, mode)  # the client builds the sandbox: it checks the rest
         check_proxied(manifest, mode)
@@ -183,14 +183,15 @@ class Holds:
                 self.end(broker, held, "exec ended")
 
 
-def _request(broker: Broker, body: Any) -> tuple[Manifest, ExecOptions]:
+def _request(broker: Broker, peer: Peer, body: Any) -> tuple[Manifest, ExecOptions]:
     import json
 
     from broker.core.manifest import parse_manifest
 
     if not isinstance(body, dict) or not isinstance(body.get("manifest"), dict):
         raise BadInput("exec needs a JSON object with the manifest under 'manifest'")
-    manifest = parse_manifest(json.dumps(body["manifest"]).encode(), broker.config, as_json=True, what="manifest")
+    document = json.dumps(body["manifest"]).encode()
+    manifest = parse_manifest(document, broker.config, as_json=True, identity=(peer.uid, peer.gid))
     sandbox, network = body.get("sandbox", "bwrap"), body.get("network")
     if sandbox not in ("bwrap", "none") or network not in (None, "none", "host", "allowlist"):
         raise BadInput("exec: sandbox is bwrap or none, network none, host or allowlist")

@@ -13,13 +13,19 @@ write, so the bounded loop never changes the decoy.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import shutil
 import stat
 import subprocess
+import tempfile
+from pathlib import Path
 
 import pytest
 import yaml
 
+from broker.vocab.errors import BrokerError
 from tests.fixtures.openbao import VAULT_TASK, OpenBao
 from tests.fixtures.sandbox import vault_egress_policy
 from tests.test_daemon import SOCKET_GID, WAIT, Daemon, daemon
@@ -153,3 +159,62 @@ def test_a_peer_swapping_a_link_in_for_the_proxy_socket_never_gets_a_root_file_c
     report = json.loads(attack.stdout)
     assert report == {"tries": TRIES, "swaps": 0, "started": TRIES}  # every exec started; no swap ever landed
     assert decoy.read_text() == "root's own\n"
+
+
+# Run as the attacker, owner of the daemon socket's directory: whenever broker.sock appears, swap a link in for it.
+SOCKET_ATTACKER = r"""
+import ctypes, os, select, sys
+libc = ctypes.CDLL(None, use_errno=True)
+AT_FDCWD, RENAME_EXCHANGE, IN_CREATE = -100, 2, 0x100
+directory, decoy = sys.argv[1], sys.argv[2]
+lure, target = os.path.join(directory, ".lure").encode(), os.path.join(directory, "broker.sock").encode()
+watch = libc.inotify_init1(os.O_CLOEXEC)
+libc.inotify_add_watch(watch, directory.encode(), IN_CREATE)
+print("ready", flush=True)
+while not os.path.exists(os.path.join(directory, "stop")):
+    if not os.path.lexists(lure):
+        os.symlink(decoy, lure)
+    if select.select([watch], [], [], 0.1)[0]:
+        os.read(watch, 4096)
+        libc.renameat2(AT_FDCWD, lure, AT_FDCWD, target, RENAME_EXCHANGE)
+"""
+
+
+def test_a_link_swapped_in_for_the_daemon_socket_while_it_is_made_changes_no_file(tmp_path: Path) -> None:
+    """The daemon's own socket in a directory someone else can write (a misconfiguration): binding it still never
+    chmods or chowns what a link swapped in for it points at."""
+    from broker.daemon.server import bind_socket
+
+    shared = Path(tempfile.mkdtemp(prefix="broker-socket-", dir="/tmp"))
+    try:
+        shared.chmod(0o755)
+        directory = shared / "run"
+        directory.mkdir()
+        os.chown(directory, ATTACKER_UID, SOCKET_GID)
+        decoy = shared / "decoy"
+        decoy.write_text("root's own\n")
+        decoy.chmod(0o644)
+        attacker = subprocess.Popen(
+            ["setpriv", f"--reuid={ATTACKER_UID}", f"--regid={SOCKET_GID}", "--clear-groups", "/usr/bin/python3"]
+            + ["-I", "-c", SOCKET_ATTACKER, str(directory), str(decoy)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert attacker.stdout is not None and attacker.stdout.readline() == "ready\n"
+            for _ in range(TRIES):
+                with contextlib.suppress(BrokerError):  # a link already at the path: refused, nothing touched
+                    bind_socket(directory / "broker.sock", str(SOCKET_GID)).close()
+                for name in ("broker.sock", ".lure"):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(directory / name)
+                info = decoy.stat()
+                if (info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode)) != (0, 0, 0o644):
+                    break
+        finally:
+            (directory / "stop").touch()
+            attacker.wait(WAIT)
+        info = decoy.stat()
+        assert (info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode)) == (0, 0, 0o644)
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)

@@ -86,8 +86,13 @@ def bind_socket(path: Path, group: str | None) -> socket.socket:
         try:
             listener.bind(str(path))
             os.chown(path.name, -1, gid, dir_fd=directory, follow_symlinks=False)
+            if not stat.S_ISSOCK(os.stat(path.name, dir_fd=directory, follow_symlinks=False).st_mode):
+                raise ConfigError(f"daemon socket {path} was replaced while it was made; its directory must be root's")
         finally:
             os.close(directory)
+    except ConfigError:
+        listener.close()
+        raise
     except OSError as exc:
         listener.close()
         raise ConfigError(f"daemon socket {path}: {exc.strerror}") from None

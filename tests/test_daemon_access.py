@@ -168,3 +168,13 @@ def test_a_session_an_older_broker_recorded_without_a_uid_is_roots_alone(daemon:
     _refused(daemon.client("revoke", "--session", session, uid=STRANGER_UID), session)
     assert daemon.client("revoke", "--session", session).code == 0
     assert _states(daemon) == {session: "revoked"}
+
+
+def test_a_peer_holds_only_the_exec_session_its_own_connection_started(daemon: Daemon, openbao: OpenBao) -> None:
+    daemon.env.write_policy(BOTH_UIDS)
+    daemon.start()
+    session = _issue(daemon, STRANGER_UID)  # its own, but issued, not started by this connection
+    for victim in (session, _issue(daemon, None)):
+        status, body = _raw(daemon, STRANGER_UID, "POST", f"/v1/sessions/{victim}/hold")
+        assert (status, body["exit_code"]) == (404, 2) and "not an exec session this connection holds" in body["error"]
+    assert _states(daemon) == dict.fromkeys(_states(daemon), "active")  # nothing ended

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -75,3 +77,32 @@ def test_a_session_name_that_is_not_a_session_id_is_refused(tmp_path: Path) -> N
     with pytest.raises(UsageError, match="not a session id"):
         EgressSocket(tmp_path, "../x", None, passable=False)
     assert os.listdir(tmp_path) == []
+
+
+@root_only
+def test_brokers_starting_together_mount_one_egress_tmpfs(tmp_path: Path) -> None:
+    """Brokers (processes) making their first proxy socket at once: one tmpfs, since a second one stacked on the
+    first would hide the sockets already made in it. Ten rounds of eight brokers."""
+    fork = multiprocessing.get_context("fork")
+    counts = []
+    for round_ in range(10):
+        runtime = prepare_runtime_dir(tmp_path / f"run{round_}", "auto")
+        start = fork.Barrier(8)
+
+        def first_exec(runtime: RuntimeDir = runtime, start: Any = start) -> None:
+            start.wait()
+            egress_root(runtime)
+
+        brokers = [fork.Process(target=first_exec) for _ in range(8)]
+        for broker in brokers:
+            broker.start()
+        for broker in brokers:
+            broker.join(30)
+        assert [broker.exitcode for broker in brokers] == [0] * 8
+        point = str(runtime.path / EGRESS_DIR)
+        counts.append(
+            [line.split(" ")[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()].count(point)
+        )
+        while mounts.is_mount_point(Path(point)):
+            mounts.unmount(Path(point))
+    assert counts == [1] * 10

@@ -17,6 +17,7 @@ link turns a chmod or chown of the broker's onto a file of the host's.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import socket
 import stat
@@ -41,13 +42,16 @@ def egress_root(runtime: RuntimeDir) -> Path:
         with contextlib.suppress(FileExistsError):
             os.mkdir(EGRESS_DIR, ROOT_MODE, dir_fd=parent)
         _check_own(parent, EGRESS_DIR, path)
-    if runtime.mount_per_session and not mounts.is_mount_point(path):
-        try:
-            mounts.mount_tmpfs(path, size=EGRESS_TMPFS_SIZE, mode=ROOT_MODE, uid=os.geteuid(), gid=os.getegid())
-        except OSError as exc:
-            if not mounts.is_mount_point(path):  # a concurrent broker may have won
+        if runtime.mount_per_session and not mounts.is_mount_point(path):
+            # One mount, whoever comes first: a second one stacked on it would hide the sockets made in the first.
+            fcntl.flock(parent, fcntl.LOCK_EX)
+            try:
+                if not mounts.is_mount_point(path):
+                    mounts.mount_tmpfs(path, size=EGRESS_TMPFS_SIZE, mode=ROOT_MODE, uid=os.geteuid(), gid=os.getegid())
+            except OSError as exc:
                 raise RuntimeDirError(f"cannot mount a tmpfs at {path}: {exc.strerror}") from None
-    with open_dir(runtime.path) as parent:
+            finally:
+                fcntl.flock(parent, fcntl.LOCK_UN)
         _check_own(parent, EGRESS_DIR, path)
         with open_dir(EGRESS_DIR, dir_fd=parent) as top:
             os.fchmod(top, ROOT_MODE)

@@ -155,6 +155,7 @@ def test_a_manifest_without_a_sandbox_is_decided_and_issued_for_the_peer_not_the
     assert (token.stat().st_uid, token.stat().st_gid) == (PEER_UID, SOCKET_GID)
     renewed = daemon.client("renew", "--session", issued.json()["session"], uid=PEER_UID)
     assert renewed.code == 0, renewed.stderr  # decided again for the sandbox it was issued for
+    assert daemon.client("revoke", "--session", issued.json()["session"], uid=PEER_UID).code == 0
 
 
 def test_a_session_an_older_broker_recorded_without_a_uid_is_roots_alone(daemon: Daemon, openbao: OpenBao) -> None:
@@ -178,3 +179,4 @@ def test_a_peer_holds_only_the_exec_session_its_own_connection_started(daemon: D
         status, body = _raw(daemon, STRANGER_UID, "POST", f"/v1/sessions/{victim}/hold")
         assert (status, body["exit_code"]) == (404, 2) and "not an exec session this connection holds" in body["error"]
     assert _states(daemon) == dict.fromkeys(_states(daemon), "active")  # nothing ended
+    assert daemon.client("revoke", "--task", "fix-build-7").code == 0

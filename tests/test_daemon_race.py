@@ -28,7 +28,7 @@ import yaml
 from broker.vocab.errors import BrokerError
 from tests.fixtures.openbao import VAULT_TASK, OpenBao
 from tests.fixtures.sandbox import vault_egress_policy
-from tests.test_daemon import SOCKET_GID, WAIT, Daemon, daemon
+from tests.test_daemon import SOCKET_GID, WAIT, Daemon, _wait_for, daemon
 
 __all__ = ["daemon"]
 pytestmark = pytest.mark.server
@@ -159,6 +159,11 @@ def test_a_peer_swapping_a_link_in_for_the_proxy_socket_never_gets_a_root_file_c
     report = json.loads(attack.stdout)
     assert report == {"tries": TRIES, "swaps": 0, "started": TRIES}  # every exec started; no swap ever landed
     assert decoy.read_text() == "root's own\n"
+
+    def states() -> set[str]:
+        return {item["state"] for item in daemon.env.run("status", "--all", "--json").json()}
+
+    _wait_for(lambda: states() == {"revoked"}, "every exec session to be revoked with its connection")
 
 
 # Run as the attacker, owner of the daemon socket's directory: whenever broker.sock appears, swap a link in for it.

@@ -140,7 +140,7 @@ CONFIG = (
                 "integer 1-512",
                 False,
                 "Connections one peer uid may hold at once (an exec holds one while it runs); more are answered"
-                " 503 and closed. Root is always served; every other uid shares 512.",
+                " 503 and closed. Root and the daemon's own uid are always served; every other uid shares 512.",
                 "32",
             ),
         ),

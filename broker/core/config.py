@@ -91,7 +91,7 @@ class DaemonConfig:
     socket: Path
     socket_group: str | None = None  # a group name or number; root's group otherwise
     sweep_interval: int = DEFAULT_SWEEP_INTERVAL
-    max_connections_per_uid: int = DEFAULT_MAX_CONNECTIONS_PER_UID  # root is never counted
+    max_connections_per_uid: int = DEFAULT_MAX_CONNECTIONS_PER_UID  # root and the daemon's uid are never counted
     thin_client: bool = False  # ``socket`` was set: the session commands go through the daemon
 
 

@@ -2,11 +2,12 @@
 a sweep on an interval, and a graceful stop on SIGTERM (no new connection; what is in flight finishes).
 
 The accept loop never waits for a connection to end: each peer uid but root
-holds at most ``[daemon] max_connections_per_uid`` connections and all of
-them together ``DAEMON_MAX_CONNECTIONS``; a connection over either limit is
-answered 503 and closed at once, and root is always served. With the head
-deadline of ``broker.daemon.wire`` an idle peer cannot keep the daemon from
-root, nor from the other users of its socket for long.
+(and the daemon's own uid) holds at most ``[daemon] max_connections_per_uid``
+connections and all of them together ``DAEMON_MAX_CONNECTIONS``; a
+connection over either limit is answered 503 and closed at once, and root is
+always served. With the head deadline of ``broker.daemon.wire`` an idle peer
+cannot keep the daemon from root, nor from the other users of its socket for
+long.
 
 Provider clients live as long as the daemon (one ``Config``): connections stay
 open, the GitHub App JWT and installation ids stay cached, and the provider
@@ -139,7 +140,7 @@ class Daemon:
         self.routes = Routes(broker, self.stopping)
         self._connections: set[threading.Thread] = set()
         self._mutex = threading.Lock()
-        self._held: Counter[int] = Counter()  # connections per peer uid; root is not counted
+        self._held: Counter[int] = Counter()  # connections per peer uid; root and the daemon's uid are not counted
 
     def stop(self, signum: int | None = None, frame: FrameType | None = None) -> None:
         self.stopping.set()
@@ -194,8 +195,8 @@ class Daemon:
             busy(connection, "the broker daemon cannot start a thread for this connection", DaemonUnreachable.exit_code)
 
     def _admit(self, uid: int) -> str | None:
-        """Count a connection of ``uid``; the refusal when it is over a limit (root: never)."""
-        if uid == 0:
+        """Count a connection of ``uid``; the refusal when it is over a limit (root, the daemon's uid: never)."""
+        if _operator(uid):
             return None
         with self._mutex:
             if self._held[uid] >= self.per_uid:
@@ -209,7 +210,7 @@ class Daemon:
         return None
 
     def _leave(self, uid: int) -> None:
-        if uid == 0:
+        if _operator(uid):
             return
         with self._mutex:
             self._held[uid] -= 1
@@ -259,6 +260,11 @@ class Daemon:
             event(LOG, "sweep failed", error=exc.message)
         except Exception:
             LOG.exception("sweep failed")
+
+
+def _operator(uid: int) -> bool:
+    """Root, and the daemon's own uid (its operator when it is not root): always served, never counted."""
+    return uid in (0, os.geteuid())
 
 
 def serve(config: Config, socket_path: Path | None = None) -> None:

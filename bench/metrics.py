@@ -31,10 +31,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from bench.common import ROOT, WORK, Report, Row, Settings, median, summary
-from broker.core.sqlite_store import SqliteSessionStore
-from broker.core.states import CredentialState, SessionState
-from broker.core.store import SessionRecord
-from broker.core.store_gauges import StoreGaugeReader
+from broker.core.store.gauges import StoreGaugeReader
+from broker.core.store.interface import SessionRecord
+from broker.core.store.sqlite import SqliteSessionStore
+from broker.core.store.states import CredentialState, SessionState
 from broker.telemetry.metrics import BrokerMetrics
 from broker.telemetry.scrape import StoreCollector
 from broker.vocab import tracing

@@ -18,10 +18,10 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from broker.core.sqlite_store import SqliteSessionStore
-from broker.core.states import CredentialState, SessionState
-from broker.core.store import SessionRecord, SessionStore
-from broker.core.store_gauges import StoreGaugeReader
+from broker.core.store.gauges import StoreGaugeReader
+from broker.core.store.interface import SessionRecord, SessionStore
+from broker.core.store.sqlite import SqliteSessionStore
+from broker.core.store.states import CredentialState, SessionState
 from broker.telemetry.labels import OTHER, Bounded, role_name
 from broker.telemetry.metrics import BrokerMetrics, RoleBudget
 from broker.telemetry.scrape import StoreCollector
@@ -235,7 +235,7 @@ def test_pending_revocations_of_a_flood_of_providers_stay_bounded(tmp_path: Path
 
 
 def test_the_store_gauges_are_counted_in_a_real_postgresql_store(tmp_path: Path, postgres: Postgres) -> None:
-    from broker.core.postgres_store import PostgresSessionStore
+    from broker.core.store.postgres.store import PostgresSessionStore
     from tests.fixtures.fleet import create_fleet_db
 
     db = create_fleet_db(postgres, tmp_path)

@@ -340,7 +340,7 @@ def test_unsafe_or_malformed_telemetry_settings_are_one_line_errors(table: dict[
 
 
 def test_the_config_file_carries_telemetry(tmp_path: Path) -> None:
-    from broker.core.config import load_config
+    from broker.core.inputs.config import load_config
 
     path = tmp_path / "broker.toml"
     path.write_text(

@@ -4,7 +4,7 @@ They describe what the store holds, so they are computed when Prometheus
 asks, not kept in step by every command: ``StoreCollector`` asks the store
 once per scrape through the small ``StoreGauges`` protocol (counts from
 ``COUNT``/``GROUP BY``, never rows loaded), which the session store
-implements (``broker.core.store_gauges``). A store that cannot answer (a
+implements (``broker.core.store.gauges``). A store that cannot answer (a
 fleet's PostgreSQL down) makes ``broker_store_up`` 0 and the store's gauges
 absent from that scrape, never a failed scrape.
 

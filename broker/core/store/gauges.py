@@ -13,13 +13,17 @@ one-line ``StoreError``.
 
 from __future__ import annotations
 
-from typing import Any
+from abc import abstractmethod
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from broker.core.states import LIVE_SESSION_STATES, CredentialState
-from broker.core.store import SessionStore
+from broker.core.store.states import LIVE_SESSION_STATES, CredentialState
 from broker.telemetry.scrape import StoreCounts
 from broker.vocab.errors import StoreError
 from broker.vocab.time import parse_iso
+
+if TYPE_CHECKING:
+    from broker.core.store.interface import SessionStore
 
 _LIVE = ", ".join(f"'{state}'" for state in LIVE_SESSION_STATES)  # the enum's own values: no input
 _COUNTS = (
@@ -31,22 +35,31 @@ _COUNTS = (
 _HOST = {"?": " WHERE host = ?", "%s": " WHERE host = %s"}
 
 
-class StoreGaugeReader:
-    """``StoreGauges`` over a session store (SQLite or PostgreSQL) that has ``run_step``."""
+@runtime_checkable
+class Steps(Protocol):
+    """A store that runs a step on its own connection, as both implementations do."""
 
-    def __init__(self, store: SessionStore) -> None:
+    shared: bool
+
+    @abstractmethod
+    def run_step(self, step: Callable[[Any], Any]) -> Any: ...
+
+
+class StoreGaugeReader:
+    """``broker.telemetry.scrape.StoreGauges`` over the session store (SQLite or PostgreSQL)."""
+
+    def __init__(self, store: SessionStore | Steps) -> None:
+        if not isinstance(store, Steps):
+            raise TypeError(f"{type(store).__name__} cannot run a step on its connection")
         self._store = store
-        host = getattr(store, "host", "") if store.shared else ""
+        host = str(getattr(store, "host", "")) if store.shared else ""
         marker = "%s" if store.shared else "?"
         self._sql = _COUNTS + (_HOST[marker] if host else "")
         self._args: tuple[str, ...] = (host,) if host else ()
 
     def gauge_counts(self) -> StoreCounts:
-        run_step = getattr(self._store, "run_step", None)
-        if run_step is None:
-            raise StoreError("this session store cannot count for metrics")
-        rows: list[Any] = run_step(lambda conn: list(conn.execute(self._sql, self._args).fetchall()))
-        live, pending, oldest = 0, {}, None
+        rows: list[Any] = self._store.run_step(lambda conn: list(conn.execute(self._sql, self._args).fetchall()))
+        live, pending, oldest = 0, dict[str, int](), None
         for kind, key, count in rows:
             if kind == "live":
                 live = int(count)

@@ -16,8 +16,8 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path, PurePosixPath
 
-from broker.core.config import Config
-from broker.core.manifest import Manifest
+from broker.core.inputs.config import Config
+from broker.core.inputs.manifest import Manifest
 from broker.egress.ca import SessionCA, ca_bundle
 from broker.egress.destinations import Destination
 from broker.egress.inject import Injection, Interceptor, placeholder_for

@@ -152,22 +152,15 @@ CONFIG = (
         "Config: [telemetry]",
         "telemetry",
         (
-            Key(
-                "otlp_endpoint",
-                "URL",
-                False,
-                "OTLP/HTTP collector; a URL without a path gets /v1/traces. https://, or http:// to loopback only;"
-                " no user, password or query in it.",
-                "no traces",
-            ),
+            Key("otlp_endpoint", "URL", False, "OTLP/HTTP collector; no path: /v1/traces. See the note.", "no traces"),
             Key("service_name", "string", False, "The traces' service.name.", "broker"),
             Key("headers_file", "path", False, "Headers the collector needs (an API key): Name: value lines, 0600."),
             Key("ca_file", "path", False, "CA bundle to verify an https:// collector with.", "the system's"),
             Key("timeout", DURATION, False, "The most a command waits for its traces to leave (at most 10s).", "1s"),
         ),
-        "Needs the optional extra broker[otel] (the OpenTelemetry SDK and its OTLP/HTTP exporter), imported only"
-        " when otlp_endpoint is set. Span attributes are ids (session, task, credential, provider, rule), never"
-        " secrets.",
+        "otlp_endpoint is https://, or http:// to loopback only, with no user, password or query. Needs the extra"
+        " broker[otel] (the OpenTelemetry SDK and its OTLP/HTTP exporter), imported only when otlp_endpoint is set."
+        " Span attributes are ids (session, task, credential, provider, rule), never secrets.",
     ),
     Section(
         'Config: [providers.NAME] type = "vault"',

@@ -26,6 +26,7 @@ CONFIG_TABLE: dict[str, Any] = {
     },
     "audit": {"witness": "s3://audit-witness/broker"},
     "daemon": {"socket": "/run/broker/broker.sock", "socket_group": "broker", "sweep_interval": "60s"},
+    "telemetry": {"otlp_endpoint": "http://127.0.0.1:4318", "service_name": "broker", "timeout": "1s"},
 }
 
 

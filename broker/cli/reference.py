@@ -98,6 +98,7 @@ CONFIG = (
             Key("providers", "table", False, "One [providers.NAME] table per provider instance."),
             Key("audit", "table", False, "[audit]: the issuance log's witness."),
             Key("daemon", "table", False, "[daemon]: broker serve, and the CLI as its thin client."),
+            Key("telemetry", "table", False, "[telemetry]: traces to an OpenTelemetry collector."),
         ),
         "Relative paths are relative to the config file. Durations: 90s, 15m, 1h or whole seconds.",
     ),
@@ -146,6 +147,20 @@ CONFIG = (
         ),
         "The daemon reads the provider credentials; its clients need only the socket"
         " (and this file, or BROKER_SOCKET).",
+    ),
+    Section(
+        "Config: [telemetry]",
+        "telemetry",
+        (
+            Key("otlp_endpoint", "URL", False, "OTLP/HTTP collector; no path: /v1/traces. See the note.", "no traces"),
+            Key("service_name", "string", False, "The traces' service.name.", "broker"),
+            Key("headers_file", "path", False, "Headers the collector needs (an API key): Name: value lines, 0600."),
+            Key("ca_file", "path", False, "CA bundle to verify an https:// collector with.", "the system's"),
+            Key("timeout", DURATION, False, "The most a command waits for its traces to leave (at most 10s).", "1s"),
+        ),
+        "otlp_endpoint is https://, or http:// to loopback only, with no user, password or query. Needs the extra"
+        " broker[otel] (the OpenTelemetry SDK and its OTLP/HTTP exporter), imported only when otlp_endpoint is set."
+        " Span attributes are ids (session, task, credential, provider, rule), never secrets.",
     ),
     Section(
         'Config: [providers.NAME] type = "vault"',

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from broker.audit.witness import DEFAULT_WITNESS_RETENTION, WitnessConfig, parse_witness_url
 from broker.core.inputs.store_url import SHAPE, store_url_problem
 from broker.egress.destinations import Destination, DestinationError, parse_destination
+from broker.telemetry.settings import TelemetryConfig, parse_telemetry
 from broker.vocab.errors import ConfigError
 from broker.vocab.fields import Fields, shown
 from broker.vocab.files import read_regular_file, shown_path
@@ -87,6 +88,7 @@ class Config:
     store: StoreConfig | None = None  # None: the embedded SQLite file in state_dir
     host: str = ""  # this broker's name in a shared store (owner of the sessions it issues)
     daemon: DaemonConfig | None = None
+    telemetry: TelemetryConfig | None = None  # ``[telemetry] otlp_endpoint``: traces to an OTLP/HTTP collector
 
     @property
     def daemon_settings(self) -> DaemonConfig:
@@ -215,6 +217,8 @@ def parse_config(table: object, path: Path) -> Config:
     store = _store(fields, base)
     host = fields.string("host", required=False, pattern=HOST_NAME, max_len=64) or _default_host()
     daemon = _daemon(fields, base, runtime_dir)
+    telemetry_table = fields.mapping("telemetry", required=False)
+    telemetry = parse_telemetry(telemetry_table, base) if telemetry_table is not None else None
     providers: dict[str, Provider[Any]] = {}
     proxy_targets: dict[str, ProxyTarget] = {}
     table_providers = fields.mapping("providers", required=False)
@@ -254,6 +258,7 @@ def parse_config(table: object, path: Path) -> Config:
         store=store,
         host=host,
         daemon=daemon,
+        telemetry=telemetry,
     )
 
 

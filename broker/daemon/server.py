@@ -99,7 +99,7 @@ def bind_socket(path: Path, group: str | None) -> socket.socket:
         raise ConfigError(f"daemon socket {path}: {exc.strerror}") from None
     finally:
         os.umask(previous)
-    listener.listen(128)
+    listener.listen(socket.SOMAXCONN)  # a hog's burst must not fill the queue root's connection waits in
     return listener
 
 

@@ -275,6 +275,8 @@ class Provider(ABC, Generic[RequestT]):
     can_find_minted: ClassVar[bool] = False
     #: A lifetime the provider gives every credential whatever the TTL asked (GitHub: one hour).
     fixed_lifetime: ClassVar[int | None] = None
+    #: Whether only a secret kept at minting revokes it (GitHub: the token itself), so only the host keeping it can.
+    revokes_with_kept_secret: ClassVar[bool] = False
 
     def __init__(self, name: str) -> None:
         self.name = name

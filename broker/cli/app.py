@@ -24,6 +24,7 @@ from broker.cli.ops import register_ops
 from broker.cli.policy import policy_app
 from broker.cli.sessions import register as register_sessions
 from broker.host.process_hardening import MemoryLock, harden_process, lock_memory
+from broker.telemetry.command import traced
 from broker.vocab.errors import REPORT_URL, BrokerError, Interrupted
 
 coercion.install()
@@ -106,7 +107,9 @@ def main(
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _raise_interrupted)
     try:
-        result = app(args=args, prog_name="broker", standalone_mode=False, obj=Start(memory, config))
+        result = traced(
+            lambda: _code(app(args=args, prog_name="broker", standalone_mode=False, obj=Start(memory, config)))
+        )
     except typer.Abort:
         print_error("aborted")
         return 130
@@ -129,6 +132,10 @@ def main(
             f"internal error ({type(exc).__name__}); please report it at {REPORT_URL} (use --debug for details)"
         )
         return 1
+    return result if isinstance(result, int) else 0
+
+
+def _code(result: object) -> int:
     return result if isinstance(result, int) else 0
 
 

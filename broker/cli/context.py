@@ -61,6 +61,9 @@ def load_config(ctx: typer.Context) -> Config:
         path = config_path(options(ctx).config)
         read = options(ctx).read
         loaded = ctx.meta[_CONFIG] = load(path, table=read[1] if read is not None and read[0] == path else None)
+        from broker.telemetry.command import started
+
+        started(ctx.command_path, loaded.telemetry, loaded.host)  # with [telemetry], this command's trace starts
     return loaded
 
 

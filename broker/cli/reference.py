@@ -89,6 +89,14 @@ CONFIG = (
             ),
             Key("store_passfile", "path", False, "The pgpass file (mode 0600) holding the store's password."),
             Key(
+                "fleet_revoke_wait",
+                "duration (0s: none)",
+                False,
+                "Fleet mode: how long a revoke of a session another host holds waits, while that host's daemon"
+                " listens, for it to revoke what only it can (GitHub tokens, the tmpfs, a running exec); then pending.",
+                "5s",
+            ),
+            Key(
                 "host",
                 "string",
                 False,
@@ -144,6 +152,14 @@ CONFIG = (
                 " 503 and closed. Root and the daemon's own uid are always served; every other uid shares 512.",
                 "32",
             ),
+            Key(
+                "metrics_listen",
+                "ADDRESS:PORT",
+                False,
+                "Also serve GET /metrics (Prometheus) on this plain HTTP listener, e.g. 127.0.0.1:9464; anyone"
+                " who reaches it may read them. On the socket, root and the daemon's uid may.",
+                "none",
+            ),
         ),
         "The daemon reads the provider credentials; its clients need only the socket"
         " (and this file, or BROKER_SOCKET).",
@@ -173,12 +189,7 @@ CONFIG = (
             Key("approle_secret_id_file", "path", False, "AppRole secret id file (mode 0600)."),
             Key("approle_mount", "string", False, "Mount path of the AppRole auth method.", "approle"),
             Key("namespace", "string", False, "Vault Enterprise / OpenBao namespace."),
-            Key(
-                "token_role",
-                "string",
-                False,
-                "Orphan=true token role to mint through; without one, auth/token/create-orphan.",
-            ),
+            Key("token_role", "string", False, "Orphan=true token role to mint with; else create-orphan."),
             Key("timeout", "seconds", False, "HTTP timeout.", "10"),
             Key("database_mount", "string", False, "Mount path of the database secrets engine.", "database"),
             Key("pki_mount", "string", False, "Mount path of the pki secrets engine.", "pki"),
@@ -216,13 +227,7 @@ CONFIG = (
                 "deny-policy",
             ),
             Key("timeout", "seconds", False, "HTTP timeout.", "10"),
-            Key(
-                "shared_role_writers",
-                "boolean",
-                False,
-                "true when brokers on several hosts revoke on the same roles: wait for IAM to settle.",
-                "false",
-            ),
+            Key("shared_role_writers", "boolean", False, "true: hosts sharing roles wait for IAM.", "false"),
         ),
     ),
     Section(
@@ -355,10 +360,7 @@ POLICY = (
             Key("database_roles", "list", False, "vault: database role globs (kind: database); none = denied."),
             Key("pki_roles", "list", False, "vault: pki role globs (kind: pki); none = denied."),
             Key(
-                "common_names",
-                "list",
-                False,
-                "vault: DNS name globs the common name and every alt name must match (* stays within one label).",
+                "common_names", "list", False, "vault: DNS name globs every requested name must match (* in one label)."
             ),
             Key("ssh_roles", "list", False, "vault: ssh role globs (kind: ssh); none = denied."),
             Key("principals", "list", False, "vault: principal globs every requested principal must match."),

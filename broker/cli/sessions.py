@@ -10,6 +10,7 @@ import typer
 
 from broker.cli.context import load_config, open_broker, print_error, print_json
 from broker.vocab.errors import RevokeIncomplete
+from broker.vocab.tracing import annotate
 
 
 class OutputFormat(StrEnum):
@@ -47,6 +48,7 @@ def issue(
     try:
         with open_broker(config) as broker, issuing(broker, manifest) as session:
             # While the session can still be rolled back: any failure here revokes it (exit 4).
+            annotate(session=session.id, task=session.task)
             if target is not None:
                 target.write(session.id)
             document = session.to_json()
@@ -77,6 +79,7 @@ def revoke(
     if session is not None:
         check_session_id(session)
     config = load_config(ctx)
+    annotate(session=session, task=task)  # on the command's trace, when tracing is on
     from broker.core.warming import warm_revocation
 
     store = warm_revocation(config, session, task)  # the handshakes overlap the core's imports below

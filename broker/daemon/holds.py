@@ -118,7 +118,10 @@ class Holds:
                 # directory, which stays the daemon's (it can swap nothing there); bwrap run by root needs no way in.
                 passable = peer.uid not in (0, os.geteuid())
                 unix = EgressSocket(egress_root(broker.runtime), held.session, owner, passable=passable)
-                held.proxy = RunningProxy(EgressProxy(manifest.network, None, None, interceptor))
+                proxy = EgressProxy(manifest.network, None, None, interceptor)
+                if broker.metrics is not None:
+                    proxy.decided = broker.metrics.egress  # each decision counted in the daemon's metrics
+                held.proxy = RunningProxy(proxy)
                 held.proxy.serve_unix(unix)
                 env.update(proxy_hints())
             held.halt.attach_proxy(held.proxy, interceptor)

@@ -56,6 +56,7 @@ class GitHubAppProvider(Provider[GitHubRequest]):
     type_name = "github_app"
     max_ttl = 3600  # GitHub's installation tokens live one hour
     fixed_lifetime = 3600  # and cannot be shortened: revoking is the only way to end one early
+    revokes_with_kept_secret = True  # DELETE /installation/token with the token: only its keep-safe's host can
     sdk_modules = ("requests", "jwt", "cryptography.hazmat.primitives.serialization")
     revoke_sdk_modules = ("requests",)  # a token revokes itself: no App JWT
 

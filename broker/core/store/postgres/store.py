@@ -32,6 +32,7 @@ from broker.core.store.interface import (
     SessionStore,
 )
 from broker.core.store.postgres.locks import AdvisoryLock, AdvisoryLocks, PostgresFleetState, first_line
+from broker.core.store.postgres.revokes import PostgresFleetRevokes
 from broker.core.store.postgres.schema import SCHEMA_VERSION, current_version, migrate
 from broker.core.store.rows import MalformedRows, credential_record, keep, session_record
 from broker.core.store.rows import unknown_states as unknown_states_sql
@@ -59,17 +60,8 @@ _SESSION_NAMES = [
 ]
 _SESSION_COLUMNS = ", ".join(_SESSION_NAMES)
 _SESSION_VALUES = ",".join(["%s"] * len(_SESSION_NAMES))
-_CREDENTIAL_NAMES = (
-    "session_id",
-    "name",
-    "provider",
-    "type",
-    "state",
-    "reference",
-    "scope",
-    "expires_at",
-    "fingerprint",
-)
+_CREDENTIAL_NAMES: tuple[str, ...] = ("session_id", "name", "provider", "type", "state", "reference", "scope")
+_CREDENTIAL_NAMES += ("expires_at", "fingerprint")
 _CREDENTIAL_COLUMNS = ", ".join(_CREDENTIAL_NAMES)
 
 
@@ -197,6 +189,9 @@ class PostgresSessionStore(SessionStore):
 
     def fleet_state(self) -> PostgresFleetState:
         return PostgresFleetState(self, self._run)
+
+    def fleet_revokes(self) -> PostgresFleetRevokes:
+        return PostgresFleetRevokes(self.run_step, self._connect, self.host)
 
     def schema_version(self) -> int:
         with self._lock:

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from providers.base import Provider
 
 PROVIDER_TYPES: dict[str, str] = {
-    "vault": "providers.vault:VaultProvider",
+    "vault": "providers.vault.provider:VaultProvider",
     "aws_sts": "providers.aws.provider:AwsStsProvider",
     "github_app": "providers.github.provider:GitHubAppProvider",
 }

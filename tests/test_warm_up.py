@@ -20,7 +20,7 @@ import pytest
 from devstack.github_app import GitHubAppEmulator
 from devstack.openbao import ROOT_TOKEN, OpenBao
 from providers.aws.overlap import together
-from providers.vault import VaultProvider
+from providers.vault.provider import VaultProvider
 from tests.fixtures.aws import AwsRole, make_aws_provider
 from tests.fixtures.brokerenv import BrokerEnv
 from tests.fixtures.crash import add_github, github_tokens, wait_for

@@ -16,14 +16,14 @@ from broker.vocab.errors import ManifestError
 from broker.vocab.fields import Fields
 from broker.vocab.globs import any_match
 from providers.base import CredentialRequest, Grant
-from providers.vault_dynamic import (
+from providers.vault.dynamic import (
     DynamicGrant,
     DynamicRequest,
     compile_dynamic_grant,
     parse_dynamic_request,
     parse_kind,
 )
-from providers.vault_leases import DYNAMIC_KINDS
+from providers.vault.leases import DYNAMIC_KINDS
 
 POLICY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 POLICY_GLOB = re.compile(r"[A-Za-z0-9_.*?-]{1,128}")

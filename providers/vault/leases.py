@@ -25,12 +25,12 @@ from typing import TYPE_CHECKING, Any
 from broker.vocab.errors import ProviderError
 from broker.vocab.secret import Secret
 from providers.base import MintContext, MintedCredential, MintRejected, RevokeOutcome, RevokeTarget
-from providers.vault_dynamic import DatabaseRequest, DynamicRequest, PkiRequest, SshRequest
+from providers.vault.dynamic import DatabaseRequest, DynamicRequest, PkiRequest, SshRequest
 
 if TYPE_CHECKING:
     import hvac
 
-    from providers.vault import VaultProvider
+    from providers.vault.provider import VaultProvider
 
 DYNAMIC_KINDS = ("database", "pki", "ssh")
 

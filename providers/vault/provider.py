@@ -39,10 +39,10 @@ from providers.base import (
     clock_check,
 )
 from providers.urls import is_loopback_host
-from providers.vault_dynamic import DynamicRequest
-from providers.vault_identity import entity_check, minted_problems
-from providers.vault_leases import DYNAMIC_KINDS, mint_dynamic, revoke_dynamic
-from providers.vault_request import (
+from providers.vault.dynamic import DynamicRequest
+from providers.vault.identity import entity_check, minted_problems
+from providers.vault.leases import DYNAMIC_KINDS, mint_dynamic, revoke_dynamic
+from providers.vault.request import (
     POLICY_NAME,
     AnyVaultRequest,
     VaultGrant,
@@ -331,7 +331,7 @@ class VaultProvider(Provider[AnyVaultRequest]):
 
     def grant_health(self, grants: Sequence[Grant[AnyVaultRequest]]) -> list[HealthCheck]:
         """The capabilities the granted dynamic kinds need (``providers.vault_health``)."""
-        from providers.vault_health import dynamic_checks
+        from providers.vault.health import dynamic_checks
 
         return dynamic_checks(self, [grant.dynamic for grant in grants if isinstance(grant, VaultGrant)])
 

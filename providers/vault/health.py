@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING
 
 from broker.vocab.errors import BrokerError
 from providers.base import FIX_MARK, HealthCheck
-from providers.vault_dynamic import DynamicGrant
-from providers.vault_leases import as_holder, create_holder
+from providers.vault.dynamic import DynamicGrant
+from providers.vault.leases import as_holder, create_holder
 
 if TYPE_CHECKING:
     import hvac
 
-    from providers.vault import VaultProvider
+    from providers.vault.provider import VaultProvider
 
 #: Per kind: the engine path under its mount, the capability it needs, whether the lease holder asks.
 PATHS = {"database": ("creds", "read", True), "pki": ("issue", "update", True), "ssh": ("sign", "update", False)}

@@ -21,20 +21,19 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path, PurePosixPath
-from typing import Any, ClassVar, Generic, TypeAlias, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
+from broker.vocab.checks import Check
 from broker.vocab.errors import BrokerError, ProviderError
 from broker.vocab.fields import Fields
 from broker.vocab.secret import Secret
 
 __all__ = [
-    "FIX_MARK",
     "CredentialRequest",
     "DenyBudget",
     "DenyRecord",
     "FleetState",
     "Grant",
-    "HealthCheck",
     "MintContext",
     "MintRejected",
     "MintedCredential",
@@ -44,36 +43,6 @@ __all__ = [
     "RevokeOutcome",
     "RevokeTarget",
 ]
-
-
-#: One ``broker doctor`` line of a provider: check name, passed, detail (with an optional fix).
-HealthCheck: TypeAlias = tuple[str, bool, str]
-#: Separates a failed check's detail from what to do about it.
-FIX_MARK = " — fix: "
-#: More clock skew than this against a provider fails the ``clock`` check (seconds).
-MAX_CLOCK_SKEW = 60
-
-
-def clock_check(date_header: str | None, received: float, provider: str) -> HealthCheck | None:
-    """The ``clock`` check from a response's ``Date`` header (received at ``received``); None without one."""
-    from email.utils import parsedate_to_datetime
-
-    try:
-        server = parsedate_to_datetime(date_header).timestamp() + 0.5 if date_header else None
-    except (TypeError, ValueError):
-        server = None
-    if server is None:
-        return None
-    skew = round(server - received)
-    if abs(skew) <= MAX_CLOCK_SKEW:
-        return ("clock", True, f"skew {skew:+d} s against {provider}")
-    side = "behind" if skew > 0 else "ahead of"
-    return (
-        "clock",
-        False,
-        f"this host is {abs(skew)} s {side} {provider} (more than {MAX_CLOCK_SKEW} s){FIX_MARK}"
-        "synchronise this host's clock (chrony, systemd-timesyncd)",
-    )
 
 
 @dataclass(frozen=True)
@@ -373,16 +342,16 @@ class Provider(ABC, Generic[RequestT]):
         """The budgets of ``roles`` (names from ``budget_role``); a provider failure is an ``error``, never raised."""
         return []
 
-    def health(self) -> list[HealthCheck]:
-        """``broker doctor``'s checks of this instance: ``(check, ok, detail)``, mints nothing.
+    def health(self) -> list[Check]:
+        """``broker doctor``'s checks of this instance (named locally: ``login``, ``clock``); mints nothing.
 
-        Uses the broker's own identity only; a failed check's detail may end
-        with ``FIX_MARK`` and what to do. Never raises for a provider problem,
-        never puts a secret in a detail. The default checks nothing.
+        Uses the broker's own identity only; a failed check says what to do in
+        its ``fix``. Never raises for a provider problem, never puts a secret
+        in a detail. The default checks nothing.
         """
         return []
 
-    def grant_health(self, grants: Sequence[Grant[RequestT]]) -> list[HealthCheck]:
+    def grant_health(self, grants: Sequence[Grant[RequestT]]) -> list[Check]:
         """``broker doctor``'s checks of what the policy's ``grants`` of this instance need (rules as ``health``)."""
         return []
 

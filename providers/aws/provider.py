@@ -29,6 +29,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from broker.vocab.checks import Check
 from broker.vocab.errors import ProviderError
 from broker.vocab.fields import Fields
 from broker.vocab.secret import Secret
@@ -52,7 +53,6 @@ from providers.aws.request import (
 from providers.aws.revoke import DenyPolicyWriter
 from providers.base import (
     DenyBudget,
-    HealthCheck,
     MintContext,
     MintedCredential,
     MintRejected,
@@ -168,7 +168,7 @@ class AwsStsProvider(Provider[AwsStsRequest]):
                 client.close()
             self._clients.clear()
 
-    def health(self) -> list[HealthCheck]:
+    def health(self) -> list[Check]:
         """``GetCallerIdentity`` with the broker's own identity, and the clock; mints nothing."""
         return health_checks(self)
 

@@ -18,8 +18,8 @@ import contextlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from broker.vocab.checks import Check
 from broker.vocab.errors import BrokerError
-from providers.base import FIX_MARK, HealthCheck
 from providers.vault.dynamic import DynamicGrant
 from providers.vault.leases import as_holder, create_holder
 
@@ -31,11 +31,11 @@ if TYPE_CHECKING:
 #: Per kind: the engine path under its mount, the capability it needs, whether the lease holder asks.
 PATHS = {"database": ("creds", "read", True), "pki": ("issue", "update", True), "ssh": ("sign", "update", False)}
 PROBE_TTL = 60
-#: What Vault answered per path, or why it could not be asked (with a fix).
-Answer = dict[str, set[str]] | str
+#: What Vault answered per path, or why it could not be asked and what to do (a fix, or "").
+Answer = dict[str, set[str]] | tuple[str, str]
 
 
-def dynamic_checks(provider: VaultProvider, grants: Sequence[DynamicGrant]) -> list[HealthCheck]:
+def dynamic_checks(provider: VaultProvider, grants: Sequence[DynamicGrant]) -> list[Check]:
     paths = {}
     for kind, (under, _, _) in PATHS.items():
         roles = sorted({role for grant in grants for role in getattr(grant, f"{kind}_roles")})
@@ -50,16 +50,17 @@ def dynamic_checks(provider: VaultProvider, grants: Sequence[DynamicGrant]) -> l
 def _ask_holder(provider: VaultProvider, paths: list[str]) -> Answer:
     if not provider.dynamic_policies:
         return (
-            f"dynamic_policies is not set{FIX_MARK}set dynamic_policies in [providers.{provider.name}]:"
-            " the Vault policies of the token that holds the leases"
+            "dynamic_policies is not set",
+            f"set dynamic_policies in [providers.{provider.name}]:"
+            " the Vault policies of the token that holds the leases",
         )
     try:
         holder, accessor = create_holder(provider, {"broker_probe": "doctor"}, PROBE_TTL, "broker-doctor", probe=True)
     except BrokerError as exc:
         role = f"token role {provider.token_role!r}" if provider.token_role else "the broker's token"
         return (
-            f"the lease holder cannot be created ({exc.message}){FIX_MARK}let {role} grant"
-            f" {', '.join(provider.dynamic_policies)} (allowed_policies), as issue needs"
+            f"the lease holder cannot be created ({exc.message})",
+            f"let {role} grant {', '.join(provider.dynamic_policies)} (allowed_policies), as issue needs",
         )
     try:
         return _ask(provider, as_holder(provider, holder), paths, "the lease holder")
@@ -73,25 +74,25 @@ def _ask(provider: VaultProvider, client: hvac.Client, paths: list[str], who: st
         with provider._errors(f"capabilities-self of {who}"):
             answer = client.sys.get_capabilities(paths=paths)
     except BrokerError as exc:
-        return exc.message
+        return exc.message, ""
     table = answer.get("data") if isinstance(answer.get("data"), dict) else answer
     return {path: set(table.get(path) or []) for path in paths}
 
 
-def _line(provider: VaultProvider, kind: str, paths: list[str], answer: Answer) -> HealthCheck:
+def _line(provider: VaultProvider, kind: str, paths: list[str], answer: Answer) -> Check:
     name = f"dynamic.{kind}"
-    if isinstance(answer, str):
-        return (name, False, answer)
+    if isinstance(answer, tuple):
+        return Check(name, False, *answer)
     _, capability, held = PATHS[kind]
     missing = [path for path in paths if "deny" in answer[path] or not answer[path] & {capability, "root"}]
     owner = "the lease holder (dynamic_policies)" if held else "the broker's token"
     if not missing:
-        return (name, True, f"{owner} may {capability} {', '.join(paths)}")
+        return Check(name, True, f"{owner} may {capability} {', '.join(paths)}")
     where = f"dynamic_policies ({', '.join(provider.dynamic_policies)})" if held else "the broker's policy"
-    return (
+    return Check(
         name,
         False,
-        f"{owner} lacks {capability} on {', '.join(missing)}{FIX_MARK}add"
-        f' path "{missing[0]}" {{ capabilities = ["{capability}"] }} (and any other named) to {where},'
+        f"{owner} lacks {capability} on {', '.join(missing)}",
+        f'add path "{missing[0]}" {{ capabilities = ["{capability}"] }} (and any other named) to {where},'
         " or take the role out of the policy's grants",
     )

@@ -22,22 +22,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from broker.vocab.checks import Check
 from broker.vocab.errors import BrokerError, ConfigError, ProviderError
 from broker.vocab.fields import Fields
 from broker.vocab.files import read_secret_file
 from providers.base import (
-    FIX_MARK,
     CredentialRequest,
     Grant,
-    HealthCheck,
     MintContext,
     MintedCredential,
     MintRejected,
     Provider,
     RevokeOutcome,
     RevokeTarget,
-    clock_check,
 )
+from providers.clock import clock_check
 from providers.urls import is_loopback_host
 from providers.vault.dynamic import DynamicRequest
 from providers.vault.identity import entity_check, minted_problems
@@ -305,13 +304,13 @@ class VaultProvider(Provider[AnyVaultRequest]):
                 found.append({"accessor": accessor})
         return found
 
-    def health(self) -> list[HealthCheck]:
+    def health(self) -> list[Check]:
         """Login and lookup-self, the capabilities issue and revoke need, entity inheritance, the clock; no mint."""
         import time
 
         from hvac.adapters import RawAdapter
 
-        fix = f"{FIX_MARK}check addr and the broker's token or AppRole files in [providers.{self.name}]"
+        fix = f"check addr and the broker's token or AppRole files in [providers.{self.name}]"
         try:
             client = self.client()
             with self._errors("token lookup-self"):
@@ -319,23 +318,23 @@ class VaultProvider(Provider[AnyVaultRequest]):
                 received = time.time()
                 data = raw.json().get("data") or {}
         except BrokerError as exc:
-            return [("login", False, exc.message + fix)]
+            return [Check("login", False, exc.message, fix)]
         ttl = int(data.get("ttl") or 0)
         policies = ", ".join(sorted(str(p) for p in data.get("policies") or [])) or "none"
         lifetime = f"expires in {ttl} s" if ttl else "no expiry"
-        results: list[HealthCheck] = [("login", True, f"token valid at {self.addr} (policies {policies}; {lifetime})")]
+        results = [Check("login", True, f"token valid at {self.addr} (policies {policies}; {lifetime})")]
         results.append(self._capabilities_check(client))
         results.append(self._entity_check(client, data))
         clock = clock_check(raw.headers.get("Date"), received, f"vault {self.addr}")
         return results + ([clock] if clock else [])
 
-    def grant_health(self, grants: Sequence[Grant[AnyVaultRequest]]) -> list[HealthCheck]:
+    def grant_health(self, grants: Sequence[Grant[AnyVaultRequest]]) -> list[Check]:
         """The capabilities the granted dynamic kinds need (``providers.vault_health``)."""
         from providers.vault.health import dynamic_checks
 
         return dynamic_checks(self, [grant.dynamic for grant in grants if isinstance(grant, VaultGrant)])
 
-    def _capabilities_check(self, client: hvac.Client) -> HealthCheck:
+    def _capabilities_check(self, client: hvac.Client) -> Check:
         """Whether the broker's token may create session tokens, and look them up and revoke them by accessor."""
         create = f"auth/token/create/{self.token_role}" if self.token_role else "auth/token/create-orphan"
         needed = (create, "auth/token/lookup-accessor", "auth/token/revoke-accessor")
@@ -343,23 +342,23 @@ class VaultProvider(Provider[AnyVaultRequest]):
             with self._errors("capabilities-self"):
                 answer = client.sys.get_capabilities(paths=[*needed, "auth/token/accessors"])
         except BrokerError as exc:
-            return ("capabilities", False, exc.message)
+            return Check("capabilities", False, exc.message)
         table = answer.get("data") if isinstance(answer.get("data"), dict) else answer
         caps = {path: set(table.get(path) or []) for path in (*needed, "auth/token/accessors")}
         missing = [path for path in needed if not caps[path] & {"update", "root"} or "deny" in caps[path]]
         if missing:
-            return (
+            return Check(
                 "capabilities",
                 False,
-                f"the broker's token lacks update on {', '.join(missing)}{FIX_MARK}"
+                f"the broker's token lacks update on {', '.join(missing)}",
                 "grant it in the broker's Vault policy (create and update on those paths)",
             )
         shown = "; ".join(f"{path}: {', '.join(sorted(caps[path]))}" for path in needed)
         if not caps["auth/token/accessors"] & {"list", "root"}:
             shown += " (no list on auth/token/accessors: sweep cannot find tokens a crash left unrecorded)"
-        return ("capabilities", True, shown)
+        return Check("capabilities", True, shown)
 
-    def _entity_check(self, client: hvac.Client, self_facts: dict[str, Any]) -> HealthCheck:
+    def _entity_check(self, client: hvac.Client, self_facts: dict[str, Any]) -> Check:
         def read_role(role: str) -> dict[str, Any]:
             with self._errors("token role read"):
                 answer: dict[str, Any] = client.auth.token.read_role(role).get("data") or {}

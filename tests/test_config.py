@@ -129,7 +129,8 @@ def test_every_registered_provider_type_implements_the_interface() -> None:
         assert issubclass(cls, Provider)
         assert cls.type_name == type_name
         assert not getattr(cls, "__abstractmethods__", None), type_name
-        for module in cls.sdk_modules:  # imported by the core before its worker threads start
+        sdk = getattr(cls, "sdk", None)  # a Warming provider's: imported by the core before its worker threads start
+        for module in sdk.modules if sdk is not None else ():
             importlib.import_module(module)
 
 

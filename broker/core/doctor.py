@@ -32,7 +32,8 @@ from broker.host import mounts
 from broker.host.sessiondir import prepare_runtime_dir
 from broker.vocab.checks import Check
 from broker.vocab.errors import REPORT_URL, BrokerError
-from providers.base import DenyBudget, Grant, Provider
+from providers.base import Grant, Provider
+from providers.capabilities import ChecksGrants, DenyBudget
 
 KEY_MODES = (0o400, 0o600)
 
@@ -299,7 +300,8 @@ def check_providers(config: Config) -> list[Check]:
 def _health(provider: Provider[Any], grants: list[Grant[Any]]) -> list[Check]:
     try:
         results = provider.health()
-        if not any(c.name == "login" and not c.ok for c in results):  # what the granted credentials need
+        logged_in = not any(c.name == "login" and not c.ok for c in results)
+        if logged_in and isinstance(provider, ChecksGrants):  # what the granted credentials need
             results += provider.grant_health(grants)
     except BrokerError as exc:
         return [Check("health", False, exc.message)]

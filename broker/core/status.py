@@ -13,7 +13,8 @@ from typing import Any
 
 from broker.core.store import LIVE_SESSION_STATES, CredentialRecord, SessionStore
 from broker.vocab.time import iso
-from providers.base import DenyBudget, Provider, RevokeTarget
+from providers.base import Provider, RevokeTarget
+from providers.capabilities import DenyBudget, Reserving
 
 
 def session_status(
@@ -43,7 +44,7 @@ def session_status(
                 "expires_at": iso(c.expires_at) if c.expires_at else None,
             }
             provider = (providers or {}).get(c.provider)
-            role = provider.budget_role(c.reference) if provider is not None else None
+            role = provider.budget_role(c.reference) if isinstance(provider, Reserving) else None
             if role is not None and (c.provider, role) in budgets:
                 item["deny_budget"] = budgets[(c.provider, role)].to_json()
             credentials.append(item)
@@ -97,12 +98,14 @@ def deny_budgets(
     roles: dict[str, set[str]] = {}
     for record in records:
         provider = providers.get(record.provider)
-        role = provider.budget_role(record.reference) if provider is not None else None
+        role = provider.budget_role(record.reference) if isinstance(provider, Reserving) else None
         if provider is not None and role is not None:
             roles.setdefault(provider.name, set()).add(role)
     budgets: dict[tuple[str, str], DenyBudget] = {}
     for name, wanted in sorted(roles.items()):
         live = [RevokeTarget(c.name, c.reference, c.expires_at) for c in store.live_credentials(name, now)]
-        for budget in providers[name].deny_budgets(wanted, live, now):
+        reserving = providers[name]
+        assert isinstance(reserving, Reserving)  # only its records name a role
+        for budget in reserving.deny_budgets(wanted, live, now):
             budgets[(name, budget.role)] = budget
     return budgets

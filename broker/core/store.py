@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from broker.core.config import Config
     from broker.core.sqlite_store import SqliteSessionStore
     from broker.vocab.holding import Lock
-    from providers.base import FleetState
+    from providers.capabilities import FleetState
 
 SESSION_STATES = tuple(SessionState)
 CREDENTIAL_STATES = tuple(CredentialState)

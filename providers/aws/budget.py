@@ -30,7 +30,8 @@ from providers.aws.deny import ROLE_INLINE_BUDGET, DenyEntry, DenyList, entries_
 from providers.aws.overlap import together
 from providers.aws.request import AWS_MAX_TTL, AwsStsRequest
 from providers.aws.revoke import DenyPolicyWriter
-from providers.base import DenyBudget, DenyRecord, FleetState, MintContext, RevokeTarget
+from providers.base import MintContext, RevokeTarget
+from providers.capabilities import DenyBudget, DenyRecord, FleetState
 
 if TYPE_CHECKING:
     from providers.aws.provider import AwsStsProvider

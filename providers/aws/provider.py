@@ -52,7 +52,6 @@ from providers.aws.request import (
 )
 from providers.aws.revoke import DenyPolicyWriter
 from providers.base import (
-    DenyBudget,
     MintContext,
     MintedCredential,
     MintRejected,
@@ -60,6 +59,8 @@ from providers.base import (
     RevokeOutcome,
     RevokeTarget,
 )
+from providers.capabilities import DenyBudget, FleetState
+from providers.warm import Sdk
 
 REGION = re.compile(r"[a-z]{2}(-[a-z0-9]+){1,3}", re.ASCII)
 ENDPOINT = re.compile(r"https?://[A-Za-z0-9.\-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~/-]*)?", re.ASCII)
@@ -71,9 +72,12 @@ REVOKE_MODES = ("deny-policy", "expire")
 
 
 class AwsStsProvider(Provider[AwsStsRequest]):
+    """Capabilities: ``Warming``, ``FindsMinted`` (by name), ``Reserving``, ``SharesLocks``."""
+
     type_name = "aws_sts"
-    sdk_modules = ("botocore.session", "botocore.config", "botocore.exceptions", "filelock")
+    sdk = Sdk(("botocore.session", "botocore.config", "botocore.exceptions", "filelock"))
     warm_first = True  # the reservation gates every mint; a revocation's reads precede its write
+    search_is_exhaustive = False  # AWS cannot list sessions: find_minted names the planned one
     min_ttl = AWS_MIN_TTL
     max_ttl = AWS_MAX_TTL
     #: Read-modify-write rounds of the deny policy before revocation gives up (stays pending).
@@ -100,6 +104,8 @@ class AwsStsProvider(Provider[AwsStsRequest]):
         #: Wait after writing the deny policy before reading it back, so a concurrent writer is seen.
         self.settle_seconds = settle_seconds
         self.shared_role_writers = shared_role_writers
+        self.lock_dir: Path | None = None
+        self.fleet: FleetState | None = None
         self._clients: dict[str, Any] = {}
         self._session: Any = None
         self._lock = threading.RLock()
@@ -159,8 +165,17 @@ class AwsStsProvider(Provider[AwsStsRequest]):
                 service, region_name=self.region, endpoint_url=self.endpoint_url, config=config
             )
 
+    def preload(self, minting: bool) -> None:
+        self.sdk.load(minting)
+
     def warm_up(self, minting: bool) -> None:
         warm_clients(self, minting)  # providers.aws.clients
+
+    def use_lock_dir(self, path: Path) -> None:
+        self.lock_dir = path
+
+    def use_fleet(self, fleet: FleetState) -> None:
+        self.fleet = fleet
 
     def close(self) -> None:
         with self._lock:
@@ -320,9 +335,9 @@ class AwsStsProvider(Provider[AwsStsRequest]):
         wanted: Sequence[tuple[AwsStsRequest, MintContext]],
         live: Callable[[], Sequence[RevokeTarget]],
         now: datetime,
-    ) -> contextlib.AbstractContextManager[None]:
+    ) -> contextlib.AbstractContextManager[None] | None:
         if self.revoke_mode != "deny-policy" or not wanted:
-            return contextlib.nullcontext()
+            return None
         return aws_budget.reserve(self, wanted, live, _aware(now))
 
     def budget_role(self, reference: Mapping[str, str]) -> str | None:

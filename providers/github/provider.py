@@ -44,6 +44,7 @@ from providers.github.git import check_api_url, git_host, gitconfig
 from providers.github.http import ApiResponse, GitHubApi
 from providers.github.permissions import IMPLICIT_PERMISSION
 from providers.github.request import GitHubGrant, GitHubRequest, compile_grant, parse_request
+from providers.warm import Sdk
 
 __all__ = ["GitHubAppProvider", "GitHubGrant", "GitHubRequest"]
 
@@ -52,11 +53,14 @@ TOKEN = re.compile(r"[\x21-\x7e]{8,8192}")  # opaque, any length, but printable 
 
 
 class GitHubAppProvider(Provider[GitHubRequest]):
+    """Capabilities: ``Warming``. It cannot search for tokens (``FindsMinted``): they die within the hour."""
+
     type_name = "github_app"
     max_ttl = 3600  # GitHub's installation tokens live one hour
     fixed_lifetime = 3600  # and cannot be shortened: revoking is the only way to end one early
-    sdk_modules = ("requests", "jwt", "cryptography.hazmat.primitives.serialization")
-    revoke_sdk_modules = ("requests",)  # a token revokes itself: no App JWT
+    warm_first = False
+    # A token revokes itself: a revocation needs no App JWT.
+    sdk = Sdk(("requests", "jwt", "cryptography.hazmat.primitives.serialization"), revoking=("requests",))
 
     def __init__(
         self,
@@ -163,6 +167,9 @@ class GitHubAppProvider(Provider[GitHubRequest]):
         if problem:  # the core revokes it (one path for every provider), never handed out
             raise MintRejected(f"github {self.name}: GitHub returned a token but {problem}", minted)
         return minted
+
+    def preload(self, minting: bool) -> None:
+        self.sdk.load(minting)
 
     def warm_up(self, minting: bool) -> None:
         self.preload(minting)

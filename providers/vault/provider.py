@@ -50,7 +50,7 @@ from providers.vault.request import (
     dynamic_config,
     parse_vault_request,
 )
-from providers.warm import with_connection
+from providers.warm import Sdk, with_connection
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -62,9 +62,12 @@ _UNSEEN = "it cannot be looked up (the broker needs update on auth/token/lookup-
 
 
 class VaultProvider(Provider[AnyVaultRequest]):
+    """Capabilities: ``Warming``, ``FindsMinted`` (a search of token metadata), ``ChecksGrants``, ``Refreshing``."""
+
     type_name = "vault"
-    can_find_minted = True
-    sdk_modules = ("requests", "hvac", "hvac.exceptions", "hvac.adapters")
+    search_is_exhaustive = True
+    warm_first = False
+    sdk = Sdk(("requests", "hvac", "hvac.exceptions", "hvac.adapters"))
 
     def __init__(
         self,
@@ -142,6 +145,9 @@ class VaultProvider(Provider[AnyVaultRequest]):
             if self._client is None:
                 self._client = self._login()
             return self._client
+
+    def preload(self, minting: bool) -> None:
+        self.sdk.load(minting)
 
     def warm_up(self, minting: bool) -> None:
         """The client logged in, with a kept-alive connection to Vault (published once connected)."""

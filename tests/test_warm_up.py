@@ -98,7 +98,7 @@ def test_a_warmed_vault_provider_calls_on_its_connection(openbao: OpenBao, tmp_p
         try:
             provider.warm_up(True)
             wait_for(lambda: proxy.connections == 1)
-            assert provider.client().auth.token.lookup_self()["data"]["id"]
+            assert provider.vault.client().auth.token.lookup_self()["data"]["id"]
             assert (proxy.requests, proxy.connections) == (1, 1)
         finally:
             provider.close()

@@ -21,12 +21,10 @@ from typing import TYPE_CHECKING
 from broker.vocab.checks import Check
 from broker.vocab.errors import BrokerError
 from providers.vault.dynamic import DynamicGrant
-from providers.vault.leases import as_holder, create_holder
+from providers.vault.leases import Engines, as_holder, create_holder
 
 if TYPE_CHECKING:
     import hvac
-
-    from providers.vault.provider import VaultProvider
 
 #: Per kind: the engine path under its mount, the capability it needs, whether the lease holder asks.
 PATHS = {"database": ("creds", "read", True), "pki": ("issue", "update", True), "ssh": ("sign", "update", False)}
@@ -35,43 +33,44 @@ PROBE_TTL = 60
 Answer = dict[str, set[str]] | tuple[str, str]
 
 
-def dynamic_checks(provider: VaultProvider, grants: Sequence[DynamicGrant]) -> list[Check]:
+def dynamic_checks(engines: Engines, grants: Sequence[DynamicGrant]) -> list[Check]:
     paths = {}
     for kind, (under, _, _) in PATHS.items():
         roles = sorted({role for grant in grants for role in getattr(grant, f"{kind}_roles")})
         if roles:
-            paths[kind] = [f"{provider.mounts[kind]}/{under}/{role}" for role in roles]
+            paths[kind] = [f"{engines.mounts[kind]}/{under}/{role}" for role in roles]
     held = [path for kind, found in paths.items() if PATHS[kind][2] for path in found]
-    holder: Answer = _ask_holder(provider, held) if held else {}
-    broker: Answer = _ask(provider, provider.client(), paths["ssh"], "the broker's token") if "ssh" in paths else {}
-    return [_line(provider, kind, found, holder if PATHS[kind][2] else broker) for kind, found in paths.items()]
+    holder: Answer = _ask_holder(engines, held) if held else {}
+    broker: Answer = _ask(engines, engines.vault.client(), paths["ssh"], "the broker's token") if "ssh" in paths else {}
+    return [_line(engines, kind, found, holder if PATHS[kind][2] else broker) for kind, found in paths.items()]
 
 
-def _ask_holder(provider: VaultProvider, paths: list[str]) -> Answer:
-    if not provider.dynamic_policies:
+def _ask_holder(engines: Engines, paths: list[str]) -> Answer:
+    if not engines.dynamic_policies:
         return (
             "dynamic_policies is not set",
-            f"set dynamic_policies in [providers.{provider.name}]:"
+            f"set dynamic_policies in [providers.{engines.name}]:"
             " the Vault policies of the token that holds the leases",
         )
     try:
-        holder, accessor = create_holder(provider, {"broker_probe": "doctor"}, PROBE_TTL, "broker-doctor", probe=True)
+        holder, accessor = create_holder(engines, {"broker_probe": "doctor"}, PROBE_TTL, "broker-doctor", probe=True)
     except BrokerError as exc:
-        role = f"token role {provider.token_role!r}" if provider.token_role else "the broker's token"
+        token_role = engines.vault.token_role
+        role = f"token role {token_role!r}" if token_role else "the broker's token"
         return (
             f"the lease holder cannot be created ({exc.message})",
-            f"let {role} grant {', '.join(provider.dynamic_policies)} (allowed_policies), as issue needs",
+            f"let {role} grant {', '.join(engines.dynamic_policies)} (allowed_policies), as issue needs",
         )
     try:
-        return _ask(provider, as_holder(provider, holder), paths, "the lease holder")
+        return _ask(engines, as_holder(engines, holder), paths, "the lease holder")
     finally:
         with contextlib.suppress(BrokerError):  # otherwise it dies within PROBE_TTL seconds, holding no lease
-            provider._revoke_accessor(accessor)
+            engines.vault.revoke_accessor(accessor)
 
 
-def _ask(provider: VaultProvider, client: hvac.Client, paths: list[str], who: str) -> Answer:
+def _ask(engines: Engines, client: hvac.Client, paths: list[str], who: str) -> Answer:
     try:
-        with provider._errors(f"capabilities-self of {who}"):
+        with engines.vault.errors(f"capabilities-self of {who}"):
             answer = client.sys.get_capabilities(paths=paths)
     except BrokerError as exc:
         return exc.message, ""
@@ -79,7 +78,7 @@ def _ask(provider: VaultProvider, client: hvac.Client, paths: list[str], who: st
     return {path: set(table.get(path) or []) for path in paths}
 
 
-def _line(provider: VaultProvider, kind: str, paths: list[str], answer: Answer) -> Check:
+def _line(engines: Engines, kind: str, paths: list[str], answer: Answer) -> Check:
     name = f"dynamic.{kind}"
     if isinstance(answer, tuple):
         return Check(name, False, *answer)
@@ -88,7 +87,7 @@ def _line(provider: VaultProvider, kind: str, paths: list[str], answer: Answer) 
     owner = "the lease holder (dynamic_policies)" if held else "the broker's token"
     if not missing:
         return Check(name, True, f"{owner} may {capability} {', '.join(paths)}")
-    where = f"dynamic_policies ({', '.join(provider.dynamic_policies)})" if held else "the broker's policy"
+    where = f"dynamic_policies ({', '.join(engines.dynamic_policies)})" if held else "the broker's policy"
     return Check(
         name,
         False,

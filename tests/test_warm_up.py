@@ -46,13 +46,13 @@ def test_a_warmed_aws_provider_reads_and_assumes_on_the_connections_it_opened(aw
         try:
             provider.warm_up(True)
             wait_for(lambda: proxy.connections == 4)  # the proxy counts them as it accepts them
-            iam = provider.client("iam")
+            iam = provider.clients.client("iam")
             together(
                 lambda: iam.get_role(RoleName=aws_role.name),
                 lambda: iam.list_role_policies(RoleName=aws_role.name),
                 lambda: iam.get_role(RoleName=aws_role.name),
             )
-            provider.client("sts").get_caller_identity()
+            provider.clients.client("sts").get_caller_identity()
             assert sorted(proxy.calls()) == ["GetCallerIdentity", "GetRole", "GetRole", "ListRolePolicies"]
             assert proxy.connections == 4
         finally:
@@ -65,7 +65,7 @@ def test_a_revocation_warms_no_sts_client(aws_role: AwsRole) -> None:
         try:
             provider.warm_up(False)
             wait_for(lambda: proxy.connections == 3)
-            assert sorted(provider._clients) == ["iam"]
+            assert provider.clients.services() == ["iam"]
         finally:
             provider.close()
 

@@ -6,8 +6,10 @@ A provider type knows four things about its credentials:
 * how a policy file grants one (``compile_grant``, operator input),
 * how to mint one (``mint``) and how to revoke it (``revoke``),
 
-and says what bounds their lifetime (``max_ttl``, ``min_ttl``,
-``fixed_lifetime``). ``health`` and ``close`` have defaults. Everything a
+and declares its facts: what bounds their lifetime (``max_ttl``,
+``min_ttl``, ``fixed_lifetime``), how the egress proxy puts its secrets in
+(``proxy``), the environment names it owns (``reserved_env``, ``ca_env``)
+and its reference (``reference``). ``health`` and ``close`` have defaults. Everything a
 provider may do beyond that (warm up, find what a crash left minted, hold a
 deny budget, share locks, check its grants, refresh its login) is a protocol
 in ``providers.capabilities`` that the core checks with ``isinstance``.
@@ -31,6 +33,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 from broker.vocab.checks import Check
 from broker.vocab.errors import BrokerError, ProviderError
 from broker.vocab.fields import Fields
+from broker.vocab.reference import ProviderReference
 from broker.vocab.secret import Secret
 
 __all__ = [
@@ -41,6 +44,7 @@ __all__ = [
     "MintedCredential",
     "Provider",
     "ProviderError",
+    "ProxyFacts",
     "RequestT",
     "RevokeOutcome",
     "RevokeTarget",
@@ -58,6 +62,11 @@ class CredentialRequest:
     def scope(self) -> dict[str, Any]:
         """The requested scope as JSON-able data (for session.json and the log)."""
         return {}
+
+    def proxy_refusal(self) -> str | None:
+        """Why the proxy cannot put this credential's secret in (``inject: proxy``), though its provider has
+        ``proxy`` facts; None when it can."""
+        return None
 
 
 RequestT = TypeVar("RequestT", bound=CredentialRequest)
@@ -130,6 +139,22 @@ class RevokeTarget:
     revoke_secret: Secret | None = None
 
 
+@dataclass(frozen=True)
+class ProxyFacts:
+    """How the egress proxy puts a provider's secret into requests for it (``inject: proxy``).
+
+    The proxy swaps the placeholder for the secret in ``Authorization``
+    (Bearer, token, Basic) and in ``token_headers``, only in requests to the
+    instance's ``proxy_hosts``; ``address_env``, when the provider's
+    credentials set it, is pointed at the first of them over https.
+    """
+
+    label: str  # how messages name these credentials ("GitHub")
+    reference: str  # how docs/reference.md names them ("github_app", or a kind: "vault token")
+    token_headers: tuple[str, ...] = ()  # lower-case names of headers whose whole value is the secret
+    address_env: str | None = None  # the hint naming the provider's address
+
+
 class RevokeOutcome(enum.StrEnum):
     REVOKED = "revoked"
     PENDING = "pending"
@@ -182,6 +207,14 @@ class Provider(ABC, Generic[RequestT]):
     min_ttl: ClassVar[int] = 1
     #: A lifetime the provider gives every credential whatever the TTL asked (GitHub: one hour).
     fixed_lifetime: ClassVar[int | None] = None
+    #: How the egress proxy puts its secrets in; None: its credentials cannot be ``inject: proxy``.
+    proxy: ClassVar[ProxyFacts | None] = None
+    #: Names a manifest's ``sandbox.env`` may not set: the ones its credentials set, or that would redirect them.
+    reserved_env: ClassVar[frozenset[str]] = frozenset()
+    #: Variables its clients read for the CAs they trust (pointed at a proxied session's CA bundle too).
+    ca_env: ClassVar[tuple[str, ...]] = ()
+    #: What docs/reference.md says of the type: the keys its loaders read, the hints it sets.
+    reference: ClassVar[ProviderReference]
 
     def __init__(self, name: str) -> None:
         self.name = name

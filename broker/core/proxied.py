@@ -3,12 +3,14 @@
 The session's CA is made in memory for the proxy hosts of the session's
 proxied credentials; its certificate (``ca.pem``) and a bundle of the
 system CAs plus it (``ca-bundle.pem``) go into the session directory, and
-the hints point every common client at the bundle. A Vault credential's
-``VAULT_ADDR`` hint becomes its proxy host over https.
+the hints point every common client at the bundle (and each provider
+type's own clients: ``Provider.ca_env``). The hint naming a provider's
+address (``ProxyFacts.address_env``) becomes its first proxy host over https.
 """
 
 from __future__ import annotations
 
+import functools
 import ssl
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -23,19 +25,13 @@ from broker.vocab.errors import BadInput, ProviderError
 from broker.vocab.files import read_bounded
 from broker.vocab.secret import Secret
 from providers.base import CredentialRequest, MintedCredential
+from providers.registry import provider_classes
 
 MAX_SYSTEM_BUNDLE = 4 * 1024 * 1024
 CA_FILE, BUNDLE_FILE = "ca.pem", "ca-bundle.pem"
-#: The variables clients read for the CAs they trust (all set to the bundle: some replace the system store).
-CA_HINTS = (
-    "SSL_CERT_FILE",
-    "REQUESTS_CA_BUNDLE",
-    "CURL_CA_BUNDLE",
-    "GIT_SSL_CAINFO",
-    "NODE_EXTRA_CA_CERTS",
-    "AWS_CA_BUNDLE",
-    "VAULT_CACERT",
-)
+#: The variables common clients read for the CAs they trust (all set to the bundle: some replace the system
+#: store); each provider type adds its own clients' (``ca_hint_names``).
+CA_HINTS = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO", "NODE_EXTRA_CA_CERTS")
 
 
 def session_interceptor(config: Config, manifest: Manifest) -> Interceptor | None:
@@ -68,13 +64,18 @@ def hold_in_proxy(
         files[name] = content
     interceptor.add(
         Injection(
-            frozenset((h.host, h.port) for h in target.hosts), placeholder, credential.secret, target.upstream_ca_file
+            frozenset((h.host, h.port) for h in target.hosts),
+            placeholder,
+            credential.secret,
+            target.upstream_ca_file,
+            frozenset(header.encode() for header in target.facts.token_headers),
         )
     )
     env = dict(credential.env)
-    if "VAULT_ADDR" in env:
+    address = target.facts.address_env
+    if address is not None and address in env:
         first = target.hosts[0]
-        env["VAULT_ADDR"] = f"https://{first.host}" + ("" if first.port == 443 else f":{first.port}")
+        env[address] = f"https://{first.host}" + ("" if first.port == 443 else f":{first.port}")
     return replace(credential, files=files, env=env)
 
 
@@ -90,8 +91,15 @@ def ca_files(interceptor: Interceptor) -> dict[str, bytes]:
     return {CA_FILE: interceptor.ca.pem, BUNDLE_FILE: ca_bundle(interceptor.ca.pem, system)}
 
 
+@functools.cache
+def ca_hint_names() -> tuple[str, ...]:
+    """``CA_HINTS``, then every provider type's ``ca_env`` (by type name)."""
+    classes = sorted(provider_classes(), key=lambda cls: cls.type_name)
+    return CA_HINTS + tuple(name for cls in classes for name in cls.ca_env)
+
+
 def ca_hints(mount_path: PurePosixPath) -> dict[str, str]:
-    return dict.fromkeys(CA_HINTS, str(mount_path / BUNDLE_FILE))
+    return dict.fromkeys(ca_hint_names(), str(mount_path / BUNDLE_FILE))
 
 
 def require_proxy(manifest: Manifest, interceptor: Interceptor | None) -> None:

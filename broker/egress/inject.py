@@ -5,9 +5,10 @@ as ``ghs_`` or ``hvs.``, then random letters and digits to the same length),
 so clients accept it unchanged. The proxy swaps it for the secret only in
 requests to the credential's own hosts (which it reaches over verified TLS)
 and only in ``Authorization`` (``Bearer``, ``token``, ``Basic`` with any
-user name, the way git sends it) and ``X-Vault-Token``. Anywhere else the
-placeholder goes out as it is. An answer can carry the secret back (Vault's
-``token lookup`` shows the token's id): in the body of every answer from
+user name, the way git sends it) and the headers its provider names as
+holding the token whole (``Injection.token_headers``). Anywhere else the
+placeholder goes out as it is. An answer can carry the secret back (a token
+lookup may show the token's id): in the body of every answer from
 those hosts, asked for without compression, the secret becomes its
 placeholder again (the same length, so the framing holds). Once the session is revoked, the proxy
 refuses every request to those hosts at once, before the provider's own
@@ -55,6 +56,7 @@ class Injection:
     placeholder: Secret
     secret: Secret
     upstream_ca_file: Path | None = None  # what the real hosts' certificates are checked against; None: the system's
+    token_headers: frozenset[bytes] = frozenset()  # lower-case names of headers, beside Authorization, holding it whole
 
 
 class Interceptor:
@@ -77,7 +79,9 @@ class Interceptor:
     def revoke(self) -> None:
         """From now on every request to a credential host is refused, and the secrets are dropped."""
         self._revoked.set()
-        self._injections = [Injection(i.hosts, i.placeholder, Secret(b"")) for i in self._injections]
+        self._injections = [
+            Injection(i.hosts, i.placeholder, Secret(b""), token_headers=i.token_headers) for i in self._injections
+        ]
 
     @property
     def revoked(self) -> bool:
@@ -149,8 +153,9 @@ class Masker:
 
 
 def _swapped(name: bytes, value: bytes, injections: Sequence[Injection]) -> bytes:
-    if name == b"x-vault-token":
-        return _exchange(value, injections) or value
+    whole = [injection for injection in injections if name in injection.token_headers]
+    if whole:
+        return _exchange(value, whole) or value
     if name != b"authorization":
         return value
     scheme, space, credential = value.partition(b" ")

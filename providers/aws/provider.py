@@ -46,6 +46,7 @@ from providers.aws.files import config_file, credentials_file
 from providers.aws.health import health_checks
 from providers.aws.locks import RoleLocks
 from providers.aws.names import generation_names, generation_of
+from providers.aws.reference import REFERENCE
 from providers.aws.request import (
     AWS_MAX_TTL,
     AWS_MIN_TTL,
@@ -81,6 +82,9 @@ class AwsStsProvider(Provider[AwsStsRequest]):
     """Capabilities: ``Warming``, ``FindsMinted`` (by name), ``Reserving``, ``SharesLocks``."""
 
     type_name = "aws_sts"
+    reserved_env = frozenset({"AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE", "AWS_REGION"})
+    ca_env = ("AWS_CA_BUNDLE",)
+    reference = REFERENCE
     sdk = Sdk(("botocore.session", "botocore.config", "botocore.exceptions", "filelock"))
     warm_first = True  # the reservation gates every mint; a revocation's reads precede its write
     search_is_exhaustive = False  # AWS cannot list sessions: find_minted names the planned one

@@ -36,6 +36,7 @@ from providers.base import (
     MintedCredential,
     MintRejected,
     Provider,
+    ProxyFacts,
     RevokeOutcome,
     RevokeTarget,
 )
@@ -43,6 +44,7 @@ from providers.clock import clock_check
 from providers.github.git import check_api_url, git_host, gitconfig
 from providers.github.http import ApiResponse, GitHubApi
 from providers.github.permissions import IMPLICIT_PERMISSION
+from providers.github.reference import REFERENCE
 from providers.github.request import GitHubGrant, GitHubRequest, compile_grant, parse_request
 from providers.warm import Sdk
 
@@ -58,6 +60,9 @@ class GitHubAppProvider(Provider[GitHubRequest]):
     type_name = "github_app"
     max_ttl = 3600  # GitHub's installation tokens live one hour
     fixed_lifetime = 3600  # and cannot be shortened: revoking is the only way to end one early
+    proxy = ProxyFacts(label="GitHub", reference="github_app")
+    reserved_env = frozenset({"GIT_CONFIG_GLOBAL"})
+    reference = REFERENCE
     warm_first = False
     # A token revokes itself: a revocation needs no App JWT.
     sdk = Sdk(("requests", "jwt", "cryptography.hazmat.primitives.serialization"), revoking=("requests",))

@@ -44,6 +44,9 @@ class DynamicRequest(CredentialRequest):
     def scope(self) -> dict[str, Any]:
         return {"kind": self.kind, "role": self.role}
 
+    def proxy_refusal(self) -> str | None:
+        return "only a Vault token (kind: token) can be put in by the proxy"
+
 
 @dataclass(frozen=True)
 class DatabaseRequest(DynamicRequest):

@@ -33,6 +33,7 @@ from providers.base import (
     MintedCredential,
     MintRejected,
     Provider,
+    ProxyFacts,
     RevokeOutcome,
     RevokeTarget,
 )
@@ -43,6 +44,7 @@ from providers.vault.dynamic import DYNAMIC_KINDS, DynamicRequest
 from providers.vault.health import dynamic_checks
 from providers.vault.identity import entity_check, minted_problems
 from providers.vault.leases import Engines
+from providers.vault.reference import REFERENCE
 from providers.vault.request import (
     POLICY_NAME,
     AnyVaultRequest,
@@ -67,6 +69,11 @@ class VaultProvider(Provider[AnyVaultRequest]):
     """Capabilities: ``Warming``, ``FindsMinted`` (a search of token metadata), ``ChecksGrants``, ``Refreshing``."""
 
     type_name = "vault"
+    proxy = ProxyFacts("Vault", "vault token", token_headers=("x-vault-token",), address_env="VAULT_ADDR")
+    # libpq reads its password from the PG ones: a manifest must not point it elsewhere (the broker sets PGPASSFILE).
+    reserved_env = frozenset({"VAULT_ADDR", "PGPASSFILE", "PGPASSWORD", "PGSERVICEFILE", "GIT_SSH_COMMAND"})
+    ca_env = ("VAULT_CACERT",)
+    reference = REFERENCE
     search_is_exhaustive = True
     warm_first = False
     sdk = Sdk(("requests", "hvac", "hvac.exceptions", "hvac.adapters"))

@@ -20,6 +20,7 @@ import pytest
 from devstack.github_app import GitHubAppEmulator
 from devstack.openbao import ROOT_TOKEN, OpenBao
 from providers.aws.overlap import together
+from providers.vault.client import VaultSession
 from providers.vault.provider import VaultProvider
 from tests.fixtures.aws import AwsRole, make_aws_provider
 from tests.fixtures.brokerenv import BrokerEnv
@@ -92,8 +93,10 @@ def test_a_warmed_vault_provider_calls_on_its_connection(openbao: OpenBao, tmp_p
     token.chmod(0o600)
     with slow_proxy(port_of(openbao.addr), 0.0, every_request=True) as proxy:
         provider = VaultProvider(
-            "vault", addr=proxy.addr, token_file=token, approle=None, approle_mount="approle",
-            namespace=None, token_role=None, timeout=5,
+            VaultSession(
+                "vault", addr=proxy.addr, token_file=token, approle=None, approle_mount="approle",
+                namespace=None, token_role=None, timeout=5,
+            )
         )  # fmt: skip
         try:
             provider.warm_up(True)

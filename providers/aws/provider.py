@@ -95,21 +95,18 @@ class AwsStsProvider(Provider[AwsStsRequest]):
 
     def __init__(
         self,
-        name: str,
+        clients: AwsClients,
         *,
-        region: str,
-        endpoint_url: str | None = None,
-        profile: str | None = None,
         revoke: str = "deny-policy",
-        timeout: int = 10,
         settle_seconds: float = 1.0,
         shared_role_writers: bool = False,
     ) -> None:
-        super().__init__(name)
+        """The instance named by its clients (``clients.name``), at their region and endpoint."""
+        super().__init__(clients.name)
         self.revoke_mode = revoke
-        self.clients = AwsClients(name, region=region, endpoint_url=endpoint_url, profile=profile, timeout=timeout)
+        self.clients = clients
         self.roles = Roles(self.clients)
-        self.locks = RoleLocks(endpoint_url)
+        self.locks = RoleLocks(clients.endpoint_url)
         self.reservations = Reservations(self.clients, self.roles, self.locks)
         self.denies = DenyPolicies(
             self.clients,
@@ -126,17 +123,16 @@ class AwsStsProvider(Provider[AwsStsRequest]):
         revoke = fields.string("revoke", required=False, max_len=32) or "deny-policy"
         if revoke not in REVOKE_MODES:
             raise fields.fail("revoke", f"must be one of {', '.join(REVOKE_MODES)}")
-        return cls(
+        clients = AwsClients(
             name,
             region=fields.req_string("region", pattern=REGION, max_len=32, hint="e.g. us-east-1"),
             endpoint_url=fields.string(
                 "endpoint_url", required=False, pattern=ENDPOINT, max_len=512, hint="http(s)://host[:port]"
             ),
             profile=fields.string("profile", required=False, pattern=PROFILE, max_len=64),
-            revoke=revoke,
             timeout=fields.integer("timeout", minimum=1, maximum=300) or 10,
-            shared_role_writers=fields.boolean("shared_role_writers", False),
         )
+        return cls(clients, revoke=revoke, shared_role_writers=fields.boolean("shared_role_writers", False))
 
     @classmethod
     def parse_request(cls, fields: Fields, *, name: str, provider: str, ttl: int | None) -> AwsStsRequest:

@@ -78,33 +78,12 @@ class VaultProvider(Provider[AnyVaultRequest]):
     warm_first = False
     sdk = Sdk(("requests", "hvac", "hvac.exceptions", "hvac.adapters"))
 
-    def __init__(
-        self,
-        name: str,
-        *,
-        addr: str,
-        token_file: Path | None,
-        approle: tuple[Path, Path] | None,
-        approle_mount: str,
-        namespace: str | None,
-        token_role: str | None,
-        timeout: int,
-        mounts: Mapping[str, str] | None = None,
-        dynamic_policies: tuple[str, ...] = (),
-        database_hints: Mapping[str, str] | None = None,
-    ) -> None:
-        super().__init__(name)
-        self.vault = VaultSession(
-            name,
-            addr=addr,
-            token_file=token_file,
-            approle=approle,
-            approle_mount=approle_mount,
-            namespace=namespace,
-            token_role=token_role,
-            timeout=timeout,
-        )
-        self.engines = Engines.configured(self.vault, mounts, dynamic_policies, database_hints)
+    def __init__(self, vault: VaultSession, engines: Engines | None = None) -> None:
+        """The instance named by its session (``vault.name``), with the dynamic-secret engines at their
+        default mounts unless ``engines`` says otherwise."""
+        super().__init__(vault.name)
+        self.vault = vault
+        self.engines = engines or Engines.configured(vault)
 
     # -- configuration -------------------------------------------------------------------
 
@@ -123,7 +102,7 @@ class VaultProvider(Provider[AnyVaultRequest]):
         approle = None
         if role_id is not None and secret_id is not None:
             approle = (config_dir / role_id, config_dir / secret_id)
-        return cls(
+        vault = VaultSession(
             name,
             addr=addr,
             token_file=config_dir / token_file if token_file else None,
@@ -132,8 +111,8 @@ class VaultProvider(Provider[AnyVaultRequest]):
             namespace=fields.string("namespace", required=False, pattern=POLICY_NAME),
             token_role=fields.string("token_role", required=False, pattern=POLICY_NAME),
             timeout=fields.integer("timeout", minimum=1, maximum=300) or 10,
-            **dynamic_config(fields),
         )
+        return cls(vault, Engines.configured(vault, **dynamic_config(fields)))
 
     @classmethod
     def parse_request(

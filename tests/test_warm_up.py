@@ -1,6 +1,6 @@
 """A cold broker opens its provider connections early, and its calls then use exactly those.
 
-``Provider.warm_up`` (started by ``issue`` as soon as it knows the manifest's
+``Warming.warm_up`` (started by ``issue`` as soon as it knows the manifest's
 providers, by ``revoke`` as soon as it knows the session's) opens kept-alive
 connections while the broker does local work; counted at a proxy in front of
 each real server, the calls that follow open none of their own: the

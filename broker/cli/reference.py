@@ -258,10 +258,11 @@ def render() -> str:
     lines = [
         "# Reference",
         "",
-        "Generated from `broker/cli/reference.py` by `scripts/gen-reference`; a test keeps it equal to the",
-        "keys the loaders really read. Do not edit by hand.",
+        "Generated from `broker/cli/reference.py` and each provider type's `reference.py` by",
+        "`scripts/gen-reference`; a test keeps it equal to the keys the loaders really read. Do not edit by hand.",
     ]
-    for part, sections in (("Operator config (TOML)", CONFIG), ("Task manifest", MANIFEST), ("Policy files", POLICY)):
+    config, manifest, policy = _sections()  # the provider types registered now
+    for part, sections in (("Operator config (TOML)", config), ("Task manifest", manifest), ("Policy files", policy)):
         lines += ["", f"## {part}"]
         for section in sections:
             lines += ["", f"### {section.title}", ""]

@@ -95,17 +95,16 @@ def deny_budgets(
     store: SessionStore, providers: Mapping[str, Provider[Any]], records: list[CredentialRecord], now: datetime
 ) -> dict[tuple[str, str], DenyBudget]:
     """The deny budget of every role ``records`` draw on, by (provider, role)."""
+    reserving = {name: provider for name, provider in providers.items() if isinstance(provider, Reserving)}
     roles: dict[str, set[str]] = {}
     for record in records:
-        provider = providers.get(record.provider)
-        role = provider.budget_role(record.reference) if isinstance(provider, Reserving) else None
+        provider = reserving.get(record.provider)
+        role = provider.budget_role(record.reference) if provider is not None else None
         if provider is not None and role is not None:
             roles.setdefault(provider.name, set()).add(role)
     budgets: dict[tuple[str, str], DenyBudget] = {}
     for name, wanted in sorted(roles.items()):
         live = [RevokeTarget(c.name, c.reference, c.expires_at) for c in store.live_credentials(name, now)]
-        reserving = providers[name]
-        assert isinstance(reserving, Reserving)  # only its records name a role
-        for budget in reserving.deny_budgets(wanted, live, now):
+        for budget in reserving[name].deny_budgets(wanted, live, now):
             budgets[(name, budget.role)] = budget
     return budgets

@@ -9,7 +9,7 @@ A provider type knows four things about its credentials:
 and declares its facts: what bounds their lifetime (``max_ttl``,
 ``min_ttl``, ``fixed_lifetime``), how the egress proxy puts its secrets in
 (``proxy``), the environment names it owns (``reserved_env``, ``ca_env``)
-and its reference (``reference``). ``health`` and ``close`` have defaults. Everything a
+and its reference (``reference()``). ``health`` and ``close`` have defaults. Everything a
 provider may do beyond that (warm up, find what a crash left minted, hold a
 deny budget, share locks, check its grants, refresh its login) is a protocol
 in ``providers.capabilities`` that the core checks with ``isinstance``.
@@ -28,13 +28,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path, PurePosixPath
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from broker.vocab.checks import Check
 from broker.vocab.errors import BrokerError, ProviderError
 from broker.vocab.fields import Fields
-from broker.vocab.reference import ProviderReference
 from broker.vocab.secret import Secret
+
+if TYPE_CHECKING:
+    from broker.vocab.reference import ProviderReference
 
 __all__ = [
     "CredentialRequest",
@@ -213,8 +215,6 @@ class Provider(ABC, Generic[RequestT]):
     reserved_env: ClassVar[frozenset[str]] = frozenset()
     #: Variables its clients read for the CAs they trust (pointed at a proxied session's CA bundle too).
     ca_env: ClassVar[tuple[str, ...]] = ()
-    #: What docs/reference.md says of the type: the keys its loaders read, the hints it sets.
-    reference: ClassVar[ProviderReference]
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -233,6 +233,13 @@ class Provider(ABC, Generic[RequestT]):
     @abstractmethod
     def compile_grant(cls, fields: Fields, *, provider: str, max_ttl: int | None) -> Grant[RequestT]:
         """Read and compile the provider-specific fields of one policy grant."""
+
+    @classmethod
+    @abstractmethod
+    def reference(cls) -> ProviderReference:
+        """What docs/reference.md says of the type: the keys its loaders read, the hints its credentials set,
+        the table ``broker init`` writes. Kept in the provider's package and imported here, when asked: no
+        command but ``gen-reference`` and ``init`` needs it."""
 
     @abstractmethod
     def mint(self, request: RequestT, context: MintContext) -> MintedCredential:

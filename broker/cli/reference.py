@@ -1,7 +1,7 @@
 """The config, manifest and policy reference: one table per section, rendered to docs/reference.md.
 
 Every key a loader reads is listed here or in its provider type's own
-declaration (``Provider.reference``, in the provider's package), and nothing
+declaration (``Provider.reference()``, in the provider's package), and nothing
 else: a test loads documents through the real loaders, records the keys they
 read, and compares them with these tables; another test regenerates
 docs/reference.md and compares it with the committed file. So neither the
@@ -212,12 +212,12 @@ PROXY_KEYS = (
 
 
 def _provider_config(cls: type[Provider[Any]]) -> Section:
-    type_row = Key("type", f'"{cls.type_name}"', True, cls.reference.summary)
+    type_row = Key("type", f'"{cls.type_name}"', True, cls.reference().summary)
     proxy = PROXY_KEYS if cls.proxy is not None else ()
     return Section(
         f'Config: [providers.NAME] type = "{cls.type_name}"',
         f"providers.{cls.type_name}",
-        (type_row, *cls.reference.config, *proxy),
+        (type_row, *cls.reference().config, *proxy),
     )
 
 
@@ -239,13 +239,13 @@ def _inject_key() -> Key:
 def _sections() -> tuple[tuple[Section, ...], tuple[Section, ...], tuple[Section, ...]]:
     """The config, manifest and policy sections: the core's, with each registered provider type's keys."""
     classes = provider_classes()
-    manifest_keys = (_inject_key(), *(key for cls in classes for key in cls.reference.manifest))
-    grant_keys = tuple(key for cls in classes for key in cls.reference.grant)
+    manifest_keys = (_inject_key(), *(key for cls in classes for key in cls.reference().manifest))
+    grant_keys = tuple(key for cls in classes for key in cls.reference().grant)
     config = (*CORE_CONFIG, *(_provider_config(cls) for cls in classes))
     manifest = (
         *CORE_MANIFEST[:-1],
         _with_provider_keys(CORE_MANIFEST[-1], manifest_keys),
-        *(section for cls in classes for section in cls.reference.sections),
+        *(section for cls in classes for section in cls.reference().sections),
     )
     policy = (*CORE_POLICY[:-1], _with_provider_keys(CORE_POLICY[-1], grant_keys))
     return config, manifest, policy

@@ -19,7 +19,7 @@ CORE_HINTS = (Hint("BROKER_SESSION", "every session", "The session id."),)
 
 def hints() -> tuple[Hint, ...]:
     """Every hint: the core's, then each registered provider type's."""
-    return CORE_HINTS + tuple(hint for cls in provider_classes() for hint in cls.reference.hints)
+    return CORE_HINTS + tuple(hint for cls in provider_classes() for hint in cls.reference().hints)
 
 
 def render_hints() -> list[str]:

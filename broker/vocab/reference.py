@@ -2,7 +2,7 @@
 
 ``broker.cli.reference`` renders the document from the core's own tables
 and from what each provider type declares of itself (``ProviderReference``,
-``Provider.reference``): a new provider type documents its keys in its own
+``Provider.reference()``): a new provider type documents its keys in its own
 package, and a test keeps every table equal to what the loaders really read.
 """
 

@@ -32,7 +32,7 @@ import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from broker.vocab.checks import Check
 from broker.vocab.errors import ProviderError
@@ -46,7 +46,6 @@ from providers.aws.files import config_file, credentials_file
 from providers.aws.health import health_checks
 from providers.aws.locks import RoleLocks
 from providers.aws.names import generation_names, generation_of
-from providers.aws.reference import REFERENCE
 from providers.aws.request import (
     AWS_MAX_TTL,
     AWS_MIN_TTL,
@@ -69,6 +68,9 @@ from providers.base import (
 from providers.capabilities import DenyBudget, FleetState
 from providers.warm import Sdk
 
+if TYPE_CHECKING:
+    from broker.vocab.reference import ProviderReference
+
 REGION = re.compile(r"[a-z]{2}(-[a-z0-9]+){1,3}", re.ASCII)
 ENDPOINT = re.compile(r"https?://[A-Za-z0-9.\-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~/-]*)?", re.ASCII)
 PROFILE = re.compile(r"[\w+=,.@-]{1,64}", re.ASCII)
@@ -84,7 +86,6 @@ class AwsStsProvider(Provider[AwsStsRequest]):
     type_name = "aws_sts"
     reserved_env = frozenset({"AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE", "AWS_REGION"})
     ca_env = ("AWS_CA_BUNDLE",)
-    reference = REFERENCE
     sdk = Sdk(("botocore.session", "botocore.config", "botocore.exceptions", "filelock"))
     warm_first = True  # the reservation gates every mint; a revocation's reads precede its write
     search_is_exhaustive = False  # AWS cannot list sessions: find_minted names the planned one
@@ -141,6 +142,12 @@ class AwsStsProvider(Provider[AwsStsRequest]):
     @classmethod
     def compile_grant(cls, fields: Fields, *, provider: str, max_ttl: int | None) -> AwsStsGrant:
         return compile_aws_grant(fields, provider=provider, max_ttl=max_ttl)
+
+    @classmethod
+    def reference(cls) -> ProviderReference:
+        from providers.aws.reference import REFERENCE
+
+        return REFERENCE
 
     # -- capabilities ----------------------------------------------------------------------
 

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from broker.vocab.checks import Check
@@ -44,9 +44,11 @@ from providers.clock import clock_check
 from providers.github.git import check_api_url, git_host, gitconfig
 from providers.github.http import ApiResponse, GitHubApi
 from providers.github.permissions import IMPLICIT_PERMISSION
-from providers.github.reference import REFERENCE
 from providers.github.request import GitHubGrant, GitHubRequest, compile_grant, parse_request
 from providers.warm import Sdk
+
+if TYPE_CHECKING:
+    from broker.vocab.reference import ProviderReference
 
 __all__ = ["GitHubAppProvider", "GitHubGrant", "GitHubRequest"]
 
@@ -62,7 +64,6 @@ class GitHubAppProvider(Provider[GitHubRequest]):
     fixed_lifetime = 3600  # and cannot be shortened: revoking is the only way to end one early
     proxy = ProxyFacts(label="GitHub", reference="github_app")
     reserved_env = frozenset({"GIT_CONFIG_GLOBAL"})
-    reference = REFERENCE
     warm_first = False
     # A token revokes itself: a revocation needs no App JWT.
     sdk = Sdk(("requests", "jwt", "cryptography.hazmat.primitives.serialization"), revoking=("requests",))
@@ -123,6 +124,12 @@ class GitHubAppProvider(Provider[GitHubRequest]):
     @classmethod
     def compile_grant(cls, fields: Fields, *, provider: str, max_ttl: int | None) -> GitHubGrant:
         return compile_grant(fields, provider=provider, max_ttl=max_ttl)
+
+    @classmethod
+    def reference(cls) -> ProviderReference:
+        from providers.github.reference import REFERENCE
+
+        return REFERENCE
 
     # -- provider calls ------------------------------------------------------------------
 

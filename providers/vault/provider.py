@@ -44,7 +44,6 @@ from providers.vault.dynamic import DYNAMIC_KINDS, DynamicRequest
 from providers.vault.health import dynamic_checks
 from providers.vault.identity import entity_check, minted_problems
 from providers.vault.leases import Engines
-from providers.vault.reference import REFERENCE
 from providers.vault.request import (
     POLICY_NAME,
     AnyVaultRequest,
@@ -61,6 +60,8 @@ if TYPE_CHECKING:
 
     import hvac
 
+    from broker.vocab.reference import ProviderReference
+
 ADDR = re.compile(r"https?://([A-Za-z0-9.\-]+|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?/?")
 _UNSEEN = "it cannot be looked up (the broker needs update on auth/token/lookup-accessor)"
 
@@ -73,7 +74,6 @@ class VaultProvider(Provider[AnyVaultRequest]):
     # libpq reads its password from the PG ones: a manifest must not point it elsewhere (the broker sets PGPASSFILE).
     reserved_env = frozenset({"VAULT_ADDR", "PGPASSFILE", "PGPASSWORD", "PGSERVICEFILE", "GIT_SSH_COMMAND"})
     ca_env = ("VAULT_CACERT",)
-    reference = REFERENCE
     search_is_exhaustive = True
     warm_first = False
     sdk = Sdk(("requests", "hvac", "hvac.exceptions", "hvac.adapters"))
@@ -123,6 +123,12 @@ class VaultProvider(Provider[AnyVaultRequest]):
     @classmethod
     def compile_grant(cls, fields: Fields, *, provider: str, max_ttl: int | None) -> VaultGrant:
         return compile_vault_grant(fields, provider=provider, max_ttl=max_ttl)
+
+    @classmethod
+    def reference(cls) -> ProviderReference:
+        from providers.vault.reference import REFERENCE
+
+        return REFERENCE
 
     # -- provider calls ------------------------------------------------------------------
 

@@ -48,13 +48,16 @@ class MemoryGrant(Grant[MemoryRequest]):
 
 class MemoryProvider(Provider[MemoryRequest]):
     type_name = "memory"
-    reference = ProviderReference(
-        summary="Tokens held in the broker's own memory (tests).",
-        config=(),
-        manifest=(Key("label", "string", False, "memory: what the token is for."),),
-        grant=(Key("labels", "list", False, "memory: the labels a token may carry."),),
-        example='# [providers.memory]\n# type = "memory"',
-    )
+
+    @classmethod
+    def reference(cls) -> ProviderReference:
+        return ProviderReference(
+            summary="Tokens held in the broker's own memory (tests).",
+            config=(),
+            manifest=(Key("label", "string", False, "memory: what the token is for."),),
+            grant=(Key("labels", "list", False, "memory: the labels a token may carry."),),
+            example='# [providers.memory]\n# type = "memory"',
+        )
 
     @classmethod
     def from_config(cls, name: str, fields: Fields, config_dir: Path) -> MemoryProvider:

@@ -40,6 +40,7 @@ FIGURES = (
     "fleetlog",
     "latency",
     "fleet",
+    "operations",
 )
 #: egress, dynamic and daemon start what they need themselves (a proxy, OpenBao + PostgreSQL, OpenBao + a daemon).
 NEEDS_STACK = {

@@ -4,6 +4,7 @@ pytest_plugins = [
     "tests.fixtures.brokerenv",
     "tests.fixtures.openbao",
     "tests.fixtures.aws",
+    "tests.fixtures.aws_iam",
     "tests.fixtures.github",
     "tests.fixtures.stack",
     "tests.fixtures.postgres",

@@ -25,7 +25,7 @@ import pytest
 
 from broker.vocab.errors import BrokerError, ManifestError, PolicyFileError, ProviderError
 from broker.vocab.fields import Fields
-from broker.vocab.globs import glob_match
+from broker.vocab.globs import glob_match, glob_within
 from broker.vocab.secret import Secret
 from providers.aws.deny import (
     POLICY_NAME,
@@ -42,7 +42,6 @@ from providers.aws.errors import AwsErrors
 from providers.aws.names import role_session_name
 from providers.aws.provider import AwsStsProvider
 from providers.aws.request import AwsStsGrant, AwsStsRequest
-from providers.aws.session_policy import pattern_within
 from providers.base import MintContext, MintedCredential, MintRejected, RevokeOutcome, RevokeTarget
 from providers.registry import provider_class
 from tests.fixtures.aws import (
@@ -61,7 +60,7 @@ S3_READ = {
 
 
 def parse(body: dict[str, Any], ttl: int | None = None) -> AwsStsRequest:
-    """Parse one manifest credential the way ``broker.core.manifest`` does (generic keys read first)."""
+    """Parse one manifest credential the way ``broker.core.inputs.manifest`` does (generic keys read first)."""
     data = {"name": "artifacts", "provider": "aws", **body}
     fields = Fields(data, "credentials[0]", ManifestError)
     for key in ("name", "provider", "ttl"):
@@ -305,8 +304,8 @@ def test_parse_refuses_bad_requests(body: dict[str, Any], ttl: int | None, messa
 
 def test_manifest_and_config_wire_the_provider(tmp_path: Path) -> None:
     """The SPEC example's AWS credential through the real config and manifest loaders."""
-    from broker.core.config import parse_config
-    from broker.core.manifest import parse_manifest
+    from broker.core.inputs.config import parse_config
+    from broker.core.inputs.manifest import parse_manifest
 
     config = parse_config({"providers": {"aws": {"type": "aws_sts", "region": REGION}}}, tmp_path / "b.toml")
     manifest = parse_manifest(
@@ -357,8 +356,8 @@ credentials:
         ("**", "*", False, True),
     ],
 )
-def test_pattern_within(requested: str, granted: str, ignore_case: bool, within: bool) -> None:
-    assert pattern_within(requested, granted, ignore_case=ignore_case) is within
+def test_glob_within(requested: str, granted: str, ignore_case: bool, within: bool) -> None:
+    assert glob_within(requested, granted, ignore_case=ignore_case) is within
 
 
 def test_pattern_within_agrees_with_brute_force() -> None:
@@ -368,7 +367,7 @@ def test_pattern_within_agrees_with_brute_force() -> None:
     matched = {p: frozenset(s for s in strings if glob_match(p, s, cross_slash=True)) for p in patterns}
     for requested, granted in itertools.product(patterns, repeat=2):
         expected = matched[requested] <= matched[granted]
-        assert pattern_within(requested, granted) is expected, (requested, granted)
+        assert glob_within(requested, granted) is expected, (requested, granted)
 
 
 def request_with(session_policy: dict[str, Any] | None = None, **body: Any) -> AwsStsRequest:

@@ -39,6 +39,7 @@ CHECKS = [
     "network",
     "egress",
     "syscalls-refused",
+    "socket-families",
 ]
 SYSCALL_PROBES = [
     "ptrace(PTRACE_TRACEME)",
@@ -52,6 +53,9 @@ SYSCALL_PROBES = [
     "bpf",
     "perf_event_open",
     "userfaultfd",
+    "io_uring_setup",
+    "io_uring_enter",
+    "io_uring_register",
 ]
 LINE = re.compile(r"^(PASS|FAIL|SKIP) ([a-z-]+): (.*)$")
 CANARY = "canary-7Qz9xW2vLk4pR8sT1yU6"
@@ -249,6 +253,14 @@ def run_sandboxed(
         return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False, pass_fds=(fd,))
 
 
+def vsock_available() -> bool:
+    try:
+        socket.socket(socket.AF_VSOCK, socket.SOCK_STREAM).close()
+    except OSError:
+        return False
+    return True
+
+
 def explain(result: subprocess.CompletedProcess[str]) -> str:
     return f"exit {result.returncode}\n--- stdout\n{result.stdout}--- stderr\n{result.stderr}"
 
@@ -269,6 +281,11 @@ def test_boundary_holds_in_bwrap(
     refused = checks["syscalls-refused"][1].split(", ")
     assert all(probe.endswith(" EPERM") for probe in refused if not probe.startswith("clone3")), refused
     assert "clone3 ENOSYS" in refused and len(refused) == len(SYSCALL_PROBES)
+    assert "io_uring_setup EPERM" in refused
+    families = checks["socket-families"][1]
+    for family in ("netlink", "packet", "alg", "vsock", "socketpair(netlink)"):
+        assert f"{family} EAFNOSUPPORT" in families, families
+    assert families.endswith("open: unix, inet, inet6"), families
 
 
 @sandboxed
@@ -287,8 +304,17 @@ def test_without_the_seccomp_filter_every_syscall_probe_fails(
     assert list(outcomes) == SYSCALL_PROBES, detail
     for probe in ("ptrace(PTRACE_TRACEME)", "unshare(CLONE_NEWUSER)", "clone(CLONE_NEWUSER)", "userfaultfd"):
         assert outcomes[probe] == "succeeded", detail
+    if Path("/proc/sys/kernel/io_uring_disabled").read_text().strip() == "0":
+        assert outcomes["io_uring_setup"] == "succeeded", detail
     assert all(o == "succeeded" or o.startswith("reached the kernel") for o in outcomes.values()), detail
-    others = {name: status for name, (status, _) in checks.items() if name not in ("syscalls-refused", "egress")}
+    # netlink opens in any network namespace; vsock wherever the kernel has it (this machine's does, a VM's guest)
+    status, detail = checks["socket-families"]
+    assert status == "FAIL" and "netlink succeeded" in detail and "socketpair(netlink) reached the kernel" in detail
+    if vsock_available():
+        assert "vsock succeeded" in detail, detail
+    assert detail.endswith("open: unix, inet, inet6"), detail
+    unfiltered = ("syscalls-refused", "socket-families", "egress")
+    others = {name: status for name, (status, _) in checks.items() if name not in unfiltered}
     assert set(others.values()) == {"PASS"}, explain(result)
 
 

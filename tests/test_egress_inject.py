@@ -125,7 +125,12 @@ def stack(tmp_path: Path, github_emulator: GitHubAppEmulator, openbao: OpenBao) 
         )
         interceptor.add(
             Injection(
-                frozenset({(VAULT, ports[VAULT])}), vault_placeholder, vault_token, test_ca.cert_file, VAULT_HEADERS
+                frozenset({(VAULT, ports[VAULT])}),
+                vault_placeholder,
+                vault_token,
+                test_ca.cert_file,
+                VAULT_HEADERS,
+                vault=True,
             )
         )
 
@@ -245,6 +250,40 @@ def test_requests_reaches_openbao_and_github_with_the_hints_alone(
         timeout=20,
     )
     assert answer.status_code == 200, answer.text
+
+
+def test_a_wrapped_lookup_self_never_carries_the_session_token_out(stack: Stack) -> None:
+    """Response wrapping asked for through the proxy: OpenBao answers unwrapped, so no wrapping token exists that
+    would unwrap, outside the sandbox, to the real token (``auth/token/lookup-self`` shows the token's id)."""
+    vault_url = stack.url(VAULT, "/v1/auth/token/lookup-self")
+    for wrapping in ({"X-Vault-Wrap-TTL": "300"}, {"x-vault-wrap-ttl": "5m", "X-Vault-Wrap-Format": "jwt"}):
+        result = curl(
+            stack,
+            vault_url,
+            f"X-Vault-Token: {stack.vault_placeholder.reveal()}",
+            *(f"{name}: {value}" for name, value in wrapping.items()),
+        )
+        body, _, status = result.stdout.rpartition("\n")
+        answer = json.loads(body)
+        wrap = answer.get("wrap_info") or {}
+        unwrapped = requests.post(  # what the sandbox would do elsewhere with a wrapping token, had it got one
+            stack.openbao.addr + "/v1/sys/wrapping/unwrap", headers={"X-Vault-Token": wrap.get("token", "")}, timeout=10
+        )
+        assert stack.vault_token.reveal() not in unwrapped.text
+        assert status == "200", result.stderr
+        assert answer["wrap_info"] is None
+        assert answer["data"]["id"] == stack.vault_placeholder.reveal()  # the echo masked, as always
+    # Wrapping data the sandbox names needs the wrapping header too: without it OpenBao wraps nothing.
+    wrapped = requests.post(
+        stack.url(VAULT, "/v1/sys/wrapping/wrap"),
+        headers={"X-Vault-Token": stack.vault_placeholder.reveal(), "X-Vault-Wrap-TTL": "300"},
+        json={"token": stack.vault_placeholder.reveal()},
+        proxies={"https": stack.env["HTTPS_PROXY"]},
+        verify=stack.env["REQUESTS_CA_BUNDLE"],
+        timeout=20,
+    )
+    assert wrapped.status_code == 400, wrapped.text
+    assert "wrap_info" not in wrapped.json()
 
 
 def test_git_clones_with_basic_auth_from_its_credential_helper(stack: Stack, tmp_path: Path) -> None:

@@ -12,8 +12,8 @@ import pytest
 
 from broker.audit.keys import load_fingerprint_keys, load_or_create_keys, load_signing_keys
 from broker.cli.ops import FIX_MARK
-from broker.core.config import load_config
-from broker.core.install import DEFAULT_POLICY
+from broker.core.inputs.config import load_config
+from broker.core.setup.install import DEFAULT_POLICY
 from broker.vocab.checks import Check
 from devstack.github_app import GitHubAppEmulator
 from providers.clock import clock_check

@@ -1,7 +1,8 @@
 """The seccomp filter of ``exec --sandbox bwrap``, loaded into a real process on this kernel.
 
 The filter under test answers refused calls with EHWPOISON (133) instead of EPERM,
-an errno no kernel path gives these calls, so every refusal seen here is the
+and sockets of a refused family with EKEYREJECTED (129) instead of EAFNOSUPPORT:
+errnos no kernel path gives these calls, so every refusal seen here is the
 filter's and not the kernel's. The probing process has no capabilities (as
 root: an empty bounding set): had the filter let a call through, the kernel
 would refuse the privileged ones.
@@ -19,6 +20,7 @@ import struct
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,6 +29,24 @@ from broker.host import seccomp
 from broker.host.sandbox import SETPRIV
 
 MARK = 133  # EHWPOISON (memory page has hardware error)
+FAMILY_MARK = 129  # EKEYREJECTED (key was rejected by service)
+AF_VSOCK, AF_NETLINK, AF_PACKET, AF_ALG = 40, 16, 17, 38
+HIGH = 1 << 32  # the family is an int: the kernel reads the low 32 bits of the argument, and so must the filter
+SOCK_STREAM, SOCK_DGRAM, SOCK_RAW, SOCK_SEQPACKET = 1, 2, 3, 5
+FAMILIES = {  # socket(family, type, protocol)
+    "unix": (seccomp.AF_UNIX, SOCK_STREAM, 0),
+    "inet": (seccomp.AF_INET, SOCK_STREAM, 0),
+    "inet6": (seccomp.AF_INET6, SOCK_DGRAM, 0),
+    "inet-high-bits": (HIGH | seccomp.AF_INET, SOCK_STREAM, 0),
+    "vsock": (AF_VSOCK, SOCK_STREAM, 0),
+    "vsock-high-bits": (HIGH | AF_VSOCK, SOCK_STREAM, 0),
+    "netlink": (AF_NETLINK, SOCK_RAW, 0),
+    "packet": (AF_PACKET, SOCK_DGRAM, 0),
+    "alg": (AF_ALG, SOCK_SEQPACKET, 0),
+    "unspec": (0, SOCK_STREAM, 0),
+    "unassigned": (45, SOCK_STREAM, 0),
+}
+REFUSED_FAMILIES = {"vsock", "vsock-high-bits", "netlink", "packet", "alg", "unspec", "unassigned"}
 ARCH = next((a for a in seccomp.ARCHES if a.name == platform.machine()), None)
 needs_known_arch = pytest.mark.skipif(ARCH is None, reason=f"no syscall table for {platform.machine()}")
 
@@ -52,10 +72,27 @@ CHILD = textwrap.dedent(
     assert libc.prctl(22, 2, ctypes.byref(program), 0, 0) == 0, ctypes.get_errno()  # SECCOMP_MODE_FILTER
 
     out = {"refused": {name: call(number, -1, -1, -1, -1, -1, -1) for name, number in numbers["refused"].items()}}
-    out["clone_newuser"] = call(numbers["clone"], 0x10000000 | 17, 0, 0, 0, 0)
+    out["clone_newuser"] = call(numbers["clone"], 0x10000000 | 17, 0, 0, 0, 0) if numbers["refused"] else None
     out["clone3"] = call(numbers["clone3"], 0, 0)
     out["x32_getpid"] = call(0x40000000 | 39, 0) if numbers["x32"] else None
     out["getpid"] = call(numbers["getpid"]) == "ok"
+
+    pair = (ctypes.c_int * 2)()
+    def opened(number, *args):  # a call that returns descriptors: close what it opened
+        ctypes.set_errno(0)
+        result = libc.syscall(ctypes.c_long(number), *[ctypes.c_long(a) for a in args])
+        if result == -1:
+            return ctypes.get_errno()
+        for fd in (pair[0], pair[1]) if number == numbers["socketpair"] else (result,):
+            os.close(fd)
+        return "ok"
+
+    sockets = numbers["families"].items()
+    out["socket"] = {name: opened(numbers["socket"], *args) for name, args in sockets}
+    pairs = {name: args for name, args in sockets if name in ("unix", "inet", "netlink", "vsock")}
+    out["socketpair"] = {name: opened(numbers["socketpair"], *a, ctypes.addressof(pair)) for name, a in pairs.items()}
+    params = ctypes.create_string_buffer(120)  # struct io_uring_params, zeroed
+    out["io_uring_setup"] = opened(numbers["io_uring_setup"], 4, ctypes.addressof(params))
     pid = os.fork()
     if pid == 0:
         os._exit(7)
@@ -71,13 +108,23 @@ CHILD = textwrap.dedent(
 )
 
 
-def run_filtered(program: bytes, arch: seccomp.Arch) -> dict[str, Any]:
+def run_filtered(program: bytes, arch: seccomp.Arch, *, refused: bool = True) -> dict[str, Any]:
+    """What the probes got under ``program``; ``refused=False``: not the refused calls (unfiltered, a clone
+    into a new user namespace would succeed and run the rest twice)."""
     numbers = {
-        "refused": {name: pair[arch.column] for name, pair in seccomp.REFUSED.items() if pair[arch.column] is not None},
+        "refused": {
+            name: pair[arch.column]
+            for name, pair in seccomp.REFUSED.items()
+            if pair[arch.column] is not None and refused
+        },
         "clone": seccomp.CLONE[arch.column],
         "clone3": seccomp.CLONE3[arch.column],
         "getpid": {"x86_64": 39, "aarch64": 172}[arch.name],
         "x32": arch.x32_bit,
+        "socket": seccomp.SOCKET[arch.column],
+        "socketpair": seccomp.SOCKETPAIR[arch.column],
+        "io_uring_setup": seccomp.REFUSED["io_uring_setup"][arch.column],
+        "families": FAMILIES,
     }
     no_caps = [SETPRIV, "--bounding-set=-all", "--inh-caps=-all"] if os.geteuid() == 0 else []
     result = subprocess.run(
@@ -105,6 +152,41 @@ def test_every_refused_call_is_answered_by_the_filter_and_ordinary_work_goes_on(
         assert out["x32_getpid"] == errno.ENOSYS  # the x32 syscall table is no way around the filter
     assert out["getpid"] is True
     assert (out["fork"], out["thread"], out["subprocess"]) == (7, [1], 3)
+
+
+@needs_known_arch
+def test_io_uring_and_every_socket_family_but_unix_and_inet_are_refused_by_the_filter() -> None:
+    """vsock is no network-namespace resource: only the filter keeps a sandbox from the hypervisor's sockets."""
+    assert ARCH is not None
+    out = run_filtered(seccomp.filter_program(refused_errno=MARK, family_errno=FAMILY_MARK), ARCH)
+    assert out["io_uring_setup"] == MARK
+    assert {name for name, result in out["socket"].items() if result == FAMILY_MARK} == REFUSED_FAMILIES
+    assert {name: out["socket"][name] for name in ("unix", "inet", "inet6", "inet-high-bits")} == dict.fromkeys(
+        ("unix", "inet", "inet6", "inet-high-bits"), "ok"
+    )
+    assert out["socketpair"]["unix"] == "ok"
+    assert out["socketpair"]["netlink"] == out["socketpair"]["vsock"] == FAMILY_MARK
+    assert out["socketpair"]["inet"] == errno.EOPNOTSUPP  # allowed by the filter, refused by the kernel as ever
+
+
+@needs_known_arch
+def test_without_the_filter_the_same_probes_reach_the_kernel() -> None:
+    """The control: on this kernel netlink sockets and (unless disabled) io_uring work for anyone."""
+    assert ARCH is not None
+    allow_all = struct.pack("=HBBI", seccomp.BPF_RET_K, 0, 0, seccomp.SECCOMP_RET_ALLOW)
+    out = run_filtered(allow_all, ARCH, refused=False)
+    assert out["socket"]["netlink"] == "ok" and out["socketpair"]["unix"] == "ok"
+    assert FAMILY_MARK not in out["socket"].values() and out["socketpair"]["netlink"] == errno.EOPNOTSUPP
+    if Path("/proc/sys/kernel/io_uring_disabled").read_text().strip() == "0":
+        assert out["io_uring_setup"] == "ok"
+
+
+@needs_known_arch
+def test_the_production_filter_refuses_a_socket_family_with_eafnosupport() -> None:
+    assert ARCH is not None
+    out = run_filtered(seccomp.filter_program(), ARCH)
+    assert {out["socket"][name] for name in REFUSED_FAMILIES} == {errno.EAFNOSUPPORT}
+    assert out["io_uring_setup"] == errno.EPERM
 
 
 @needs_known_arch
@@ -159,6 +241,14 @@ def test_the_program_for_each_architecture(arch: seccomp.Arch) -> None:
     for allowed in (0, 1, 2, 3, 63, 64, 93, 172, 221, 222):  # read, write, exit, getpid, execve... on both
         if allowed not in {pair[arch.column] for pair in seccomp.REFUSED.values()} | {clone}:
             assert interpret(program, allowed, arch.audit) == seccomp.SECCOMP_RET_ALLOW, allowed
+    eafnosupport = seccomp.SECCOMP_RET_ERRNO | errno.EAFNOSUPPORT
+    for call in (seccomp.SOCKET[arch.column], seccomp.SOCKETPAIR[arch.column]):
+        for family in range(64):
+            expected = seccomp.SECCOMP_RET_ALLOW if family in (1, 2, 10) else eafnosupport
+            assert interpret(program, call, arch.audit, family) == expected, (call, family)
+            assert interpret(program, call, arch.audit, HIGH | family) == expected, (call, family)
+    for name in ("io_uring_setup", "io_uring_enter", "io_uring_register"):
+        assert interpret(program, seccomp.REFUSED[name][arch.column] or -1, arch.audit) == eperm, name
 
 
 def test_an_unknown_abi_is_killed() -> None:
@@ -177,4 +267,6 @@ def test_the_program_fd_is_sealed_and_reads_from_the_start() -> None:
 def test_the_calls_the_contract_names_are_in_the_filter() -> None:
     named = {"ptrace", "mount", "umount2", "unshare", "setns", "keyctl", "add_key", "request_key", "bpf"}
     named |= {"perf_event_open", "userfaultfd", "pivot_root", "kexec_load", "init_module", "finit_module"}
+    named |= {"io_uring_setup", "io_uring_enter", "io_uring_register"}
     assert named <= set(seccomp.REFUSED)
+    assert seccomp.SOCKET_FAMILIES == (1, 2, 10)  # AF_UNIX, AF_INET, AF_INET6: an allow-list

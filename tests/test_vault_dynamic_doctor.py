@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from tests.fixtures.brokerenv import BrokerEnv
-from tests.fixtures.vault_engines import DYNAMIC_GRANTS, Engines
+from tests.fixtures.vault_engines import DYNAMIC_GRANTS, NO_KEY_ID_ROLE, Engines
 from tests.test_ops import lines_by_name
 
 pytestmark = pytest.mark.server
@@ -36,6 +36,7 @@ def test_doctor_passes_the_dynamic_kinds_the_holder_and_the_broker_may_mint(
     assert "may update pki/issue/agent" in lines["providers.vault.dynamic.pki"]
     assert lines["providers.vault.dynamic.ssh"].startswith("✓ ")
     assert "broker's token may update ssh/sign/agent" in lines["providers.vault.dynamic.ssh"]
+    assert "allow_user_key_ids is set on ssh/roles/agent" in lines["providers.vault.dynamic.ssh"]
     assert set(engines.openbao.accessors()) == before  # the probe holder is gone again
 
 
@@ -89,3 +90,17 @@ def test_doctor_has_no_dynamic_lines_without_dynamic_grants(dynamic_env: BrokerE
     lines = doctor_lines(dynamic_env)
     assert "providers.vault.login" in lines
     assert not [name for name in lines if ".dynamic." in name]
+
+
+@pytest.mark.parametrize("granted", [f'["agent", "{NO_KEY_ID_ROLE}"]', '["agent*"]'], ids=["named", "glob"])
+def test_doctor_names_a_granted_ssh_role_without_allow_user_key_ids(
+    dynamic_env: BrokerEnv, engines: Engines, granted: str
+) -> None:
+    """A glob grant is checked on every role it matches (listed), since each may be asked for."""
+    dynamic_env.write_policy(EXACT_ROLES.replace('ssh_roles: ["agent"]', f"ssh_roles: {granted}"))
+    result = dynamic_env.run("doctor")
+    line = lines_by_name(result)["providers.vault.dynamic.ssh"]
+    assert result.code != 0
+    assert line.startswith("✗ ") and f"allow_user_key_ids is not set on ssh/roles/{NO_KEY_ID_ROLE}" in line
+    assert "ssh/roles/agent," not in line and not line.endswith("ssh/roles/agent")  # the other role sets it
+    assert f"— fix: set allow_user_key_ids=true on ssh/roles/{NO_KEY_ID_ROLE}" in line

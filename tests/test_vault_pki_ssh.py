@@ -27,7 +27,7 @@ from cryptography.x509.oid import NameOID
 
 from broker.cli.reference_env import hints
 from tests.fixtures.brokerenv import BrokerEnv
-from tests.fixtures.vault_engines import DYNAMIC_GRANTS, Engines, lease_exists
+from tests.fixtures.vault_engines import DYNAMIC_GRANTS, NO_KEY_ID_ROLE, Engines, lease_exists
 
 pytestmark = pytest.mark.server
 
@@ -226,3 +226,18 @@ def test_revoke_reports_that_an_ssh_certificate_stays_valid_until_expiry(dynamic
         {"name": "build-host", "provider": "vault", "outcome": "valid-until-expiry"}
     ]
     assert dynamic_env.session_dirs() == []
+
+
+def test_an_ssh_role_without_allow_user_key_ids_fails_issue_with_what_to_set(
+    dynamic_env: BrokerEnv, engines: Engines
+) -> None:
+    dynamic_env.write_policy(DYNAMIC_GRANTS.replace('ssh_roles: ["agent"]', 'ssh_roles: ["agent*"]'))
+    task = dynamic_env.write_task(SSH_TASK.replace("role: agent", f"role: {NO_KEY_ID_ROLE}"))
+    result = dynamic_env.run("issue", "--task", str(task), "--json")
+    assert result.code == 4, result.stderr
+    assert len(result.stderr.splitlines()) == 1
+    assert f"ssh role '{NO_KEY_ID_ROLE}' does not set allow_user_key_ids" in result.stderr
+    assert f"set allow_user_key_ids=true on ssh/roles/{NO_KEY_ID_ROLE}" in result.stderr
+    assert "key_id is not allowed" not in result.stderr  # Vault's own text is not what the operator reads
+    assert dynamic_env.session_dirs() == []
+    assert dynamic_env.run("status", "--json").json() == []

@@ -9,7 +9,7 @@ every name they set is in this table.
 
 from __future__ import annotations
 
-from broker.core.manifest import RESERVED_ENV_PREFIX, reserved_env
+from broker.core.inputs.manifest import RESERVED_ENV_PREFIX, reserved_env
 from broker.vocab.reference import Hint
 from providers.registry import provider_classes
 

@@ -17,6 +17,12 @@ is working on are skipped (their session lock is held). In order:
    reported as ``foreign`` and left alone, since ``runtime_dir`` may be shared
    with something the broker knows nothing about;
 6. checkpoints the witness has not received yet (an outage): sent again.
+
+A row of the store that fails its checks (``broker.core.store.rows``: a
+session id that is no session id, a state or host no broker writes) is
+skipped, and so is anything it names; the sweep goes on with every other
+session, reports the row under ``malformed`` and records it once in the
+issuance log (``store.malformed``, at most MAX_RECORDS a sweep).
 """
 
 from __future__ import annotations
@@ -28,13 +34,16 @@ from typing import Any
 
 from broker.core.broker import Broker
 from broker.core.credential.revoke import revoke_credential
-from broker.core.locks import remove_session_lock, sweep_lock, try_lock
 from broker.core.revoking import RevokeReport, revoke_locked
-from broker.core.store import LIVE_SESSION_STATES, CredentialState, SessionRecord, SessionState
+from broker.core.store.interface import LIVE_SESSION_STATES, CredentialState, SessionRecord, SessionState
+from broker.core.store.locks import remove_session_lock, sweep_lock, try_lock
+from broker.core.store.rows import MalformedRow
 from broker.host.keepsafe import KEEP_DIR
 from broker.host.sessiondir import is_broker_session_dir, remove_session_path
 from broker.vocab.holding import holding
 from broker.vocab.session_ids import is_session_id
+
+MAX_RECORDS = 32  # store.malformed records one sweep appends; the rest wait for the next sweeps
 
 
 @dataclass
@@ -46,6 +55,7 @@ class SweepReport:
     busy: list[str] = field(default_factory=list)
     orphans_removed: list[str] = field(default_factory=list)
     foreign: list[str] = field(default_factory=list)
+    malformed: list[dict[str, Any]] = field(default_factory=list)
     witness_pending: int = 0
 
     @property
@@ -61,6 +71,7 @@ class SweepReport:
             "busy": self.busy,
             "orphans_removed": self.orphans_removed,
             "foreign": self.foreign,
+            "malformed": self.malformed,
             "witness_pending": self.witness_pending,
         }
 
@@ -73,7 +84,8 @@ def sweep(broker: Broker, progress: Progress | None = None) -> SweepReport:
     report = SweepReport()
     with holding(sweep_lock(broker.config.state_dir), "sweep", timeout=300):
         now = broker.clock()
-        live = broker.store.sessions(states=LIVE_SESSION_STATES)
+        mark = broker.store.malformed.mark()
+        live = broker.store.sessions(states=LIVE_SESSION_STATES, unknown_states=True)
         live_ids = {s.id for s in live}
         unsettled = sorted({c.session_id for c in broker.store.unsettled_credentials()} - live_ids)
         total = len(live) + len(unsettled)
@@ -88,6 +100,7 @@ def sweep(broker: Broker, progress: Progress | None = None) -> SweepReport:
             if progress:
                 progress(done, total)
         _remove_orphans(broker, report)
+        _report_malformed(broker, broker.store.malformed.since(mark), report)
         witnessed = broker.witness()
         report.witness_pending = witnessed.pending if witnessed is not None else 0
     return report
@@ -99,7 +112,10 @@ def _sweep_session(broker: Broker, session: SessionRecord, now: Any, report: Swe
         report.busy.append(session.id)
         return
     try:
-        current = broker.store.get_session(session.id) or session
+        current, malformed = _reread(broker, session.id)
+        if malformed:
+            return  # its row went bad since it was listed: skipped, and reported as malformed
+        current = current or session
         if current.state == SessionState.ISSUING:
             result = revoke_locked(broker, current, reason="crash recovery")
             report.recovered.append(current.id)
@@ -169,7 +185,9 @@ def _remove_orphans(broker: Broker, report: SweepReport) -> None:
 def _remove_orphan(broker: Broker, name: str, report: SweepReport) -> None:
     """Remove ``runtime_dir/name`` (its session lock held) when it is provably the broker's own."""
     runtime_dir = broker.config.runtime_dir
-    known = broker.store.get_session(name)
+    known, malformed = _reread(broker, name)
+    if malformed:
+        return  # its row is malformed: nothing it names is touched
     if known is not None and known.state in LIVE_SESSION_STATES:
         return  # issued after the listing above
     if known is None and not is_broker_session_dir(runtime_dir, name):
@@ -177,3 +195,25 @@ def _remove_orphan(broker: Broker, name: str, report: SweepReport) -> None:
         return
     if remove_session_path(runtime_dir, name):
         report.orphans_removed.append(name)
+
+
+def _reread(broker: Broker, session_id: str) -> tuple[SessionRecord | None, bool]:
+    """The session as the store has it now, and whether its row is there but malformed (then: None, True)."""
+    mark = broker.store.malformed.mark()
+    record = broker.store.get_session(session_id)
+    malformed = record is None and any(row.session_id == session_id for row in broker.store.malformed.since(mark))
+    return record, malformed
+
+
+def _report_malformed(broker: Broker, rows: list[MalformedRow], report: SweepReport) -> None:
+    """Report what this sweep skipped; record each row once (for the fleet) in the issuance log."""
+    report.malformed = [row.to_json() for row in rows]
+    recorded = 0
+    for row in rows:
+        if recorded >= MAX_RECORDS:
+            break
+        if broker.store.claim_report(row.digest):
+            broker.log.append(
+                "store.malformed", session=None, task=None, requester=str(broker.requester), **row.to_json()
+            )
+            recorded += 1

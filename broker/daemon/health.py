@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import stat
 
-from broker.core.config import Config
+from broker.core.inputs.config import Config
 from broker.daemon.server import SOCKET_MODE, socket_gid
 from broker.vocab.checks import Check
 from broker.vocab.errors import BrokerError

@@ -31,12 +31,17 @@ HOP_BY_HOP = frozenset(
 
 
 class Refused(Exception):
-    """A request the proxy answers itself, with ``status`` and a one-line reason."""
+    """A request the proxy answers itself, with ``status`` and a one-line reason.
 
-    def __init__(self, status: int, reason: str) -> None:
+    ``why`` names a refusal of a request to a credential host (an ``egress.refused`` record counts it); a
+    destination that is not allowed is counted apart, as a denial.
+    """
+
+    def __init__(self, status: int, reason: str, why: str | None = None) -> None:
         super().__init__(reason)
         self.status = status
         self.reason = reason
+        self.why = why
 
 
 def _address(text: str) -> IPAddress | None:

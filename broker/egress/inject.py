@@ -12,7 +12,8 @@ lookup may show the token's id): in the body of every answer from
 those hosts, asked for without compression, the secret becomes its
 placeholder again (the same length, so the framing holds). Once the session is revoked, the proxy
 refuses every request to those hosts at once, before the provider's own
-revocation lands.
+revocation lands. What a request to those hosts must be (its own ``Host``;
+for Vault's hosts, no response wrapping) is ``broker.egress.guards``.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import ssl
 import string
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from broker.egress.ca import SessionCA
@@ -57,6 +58,7 @@ class Injection:
     secret: Secret
     upstream_ca_file: Path | None = None  # what the real hosts' certificates are checked against; None: the system's
     token_headers: frozenset[bytes] = frozenset()  # lower-case names of headers, beside Authorization, holding it whole
+    vault: bool = False  # Vault's hosts: response wrapping is stripped and refused (``broker.egress.guards``)
 
 
 class Interceptor:
@@ -76,12 +78,18 @@ class Interceptor:
     def intercepts(self, host: str, port: int) -> bool:
         return any((host, port) in injection.hosts for injection in self._injections)
 
+    def is_vault(self, host: str, port: int) -> bool:
+        """Whether ``host``:``port`` is a Vault credential's host (its answers are checked for wrapping tokens)."""
+        return any((host, port) in injection.hosts and injection.vault for injection in self._injections)
+
+    def credential_ports(self, host: str) -> list[int]:
+        """The ports ``host`` (canonical) is a credential host on, whichever port it is asked for on."""
+        return sorted({p for injection in self._injections for h, p in injection.hosts if h == host})
+
     def revoke(self) -> None:
         """From now on every request to a credential host is refused, and the secrets are dropped."""
         self._revoked.set()
-        self._injections = [
-            Injection(i.hosts, i.placeholder, Secret(b""), token_headers=i.token_headers) for i in self._injections
-        ]
+        self._injections = [replace(i, secret=Secret(b"")) for i in self._injections]
 
     @property
     def revoked(self) -> bool:

@@ -6,7 +6,10 @@ resolves to a loopback, link-local or private address is refused unless
 that address is itself listed. A refused request gets a 403 and nothing is
 sent upstream: no connection is even opened. Each refused destination is
 counted (bounded), for one ``egress.denied`` record per destination when the
-session ends. Memory and connections are bounded: at most
+session ends. A request to a credential host that is refused (plain HTTP, or
+what ``broker.egress.guards`` refuses inside an intercepted tunnel) is
+counted by destination and reason the same way, for the ``egress.refused``
+records. Memory and connections are bounded: at most
 ``max_connections`` at once, request heads of at most ``max_head_bytes``,
 and buffers of ``chunk`` bytes with back-pressure in each direction; an
 open tunnel is copied by the kernel (``broker.egress.splice``). Plain
@@ -30,6 +33,15 @@ import h11
 from broker.egress import splice
 from broker.egress.destinations import Destination, IPAddress, allowed, canonical_host
 from broker.egress.exchange import HOP_BY_HOP, Refused, _address, _answer, _close, _printable, parse_authority
+from broker.egress.guards import (
+    HeldAnswer,
+    Refusal,
+    RefusedRequest,
+    checked_headers,
+    held_back,
+    tunnel_authority,
+    without_wrapping,
+)
 
 if TYPE_CHECKING:  # cryptography (for the session CA) loads only where a credential is intercepted
     from broker.egress.inject import Interceptor, Masker
@@ -48,7 +60,8 @@ class ProxyLimits:
     connect_timeout: float = 10.0
     head_timeout: float = 30.0
     idle_timeout: float = 900.0
-    max_denied_destinations: int = 256
+    max_denied_destinations: int = 256  # distinct refused destinations, and distinct refused requests, counted
+    max_checked_answer: int = 1024 * 1024  # a Vault JSON answer held back and checked for a wrapping token
 
 
 async def system_resolver(host: str, port: int) -> Sequence[str]:
@@ -57,7 +70,7 @@ async def system_resolver(host: str, port: int) -> Sequence[str]:
 
 
 class EgressProxy:
-    """The proxy of one session: ``allow`` decides, ``denials`` counts what was refused."""
+    """The proxy of one session: ``allow`` decides; ``denials`` and ``refusals`` count what was refused."""
 
     def __init__(
         self,
@@ -71,6 +84,7 @@ class EgressProxy:
         self.limits = limits or ProxyLimits()
         self.resolver = resolver or system_resolver
         self.denials: dict[str, int] = {}
+        self.refusals: dict[RefusedRequest, int] = {}
         self.active = 0
         self.refusing = False  # the session was revoked: nothing more gets through
         self._listed = {(e.address, e.port) for e in allow if e.address is not None}
@@ -78,11 +92,17 @@ class EgressProxy:
     # -- deciding ------------------------------------------------------------------------
 
     def _deny(self, host: str, port: int) -> Refused:
-        destination = _printable(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+        destination = _destination(host, port)
         if destination not in self.denials and len(self.denials) >= self.limits.max_denied_destinations:
             destination = OTHER_DESTINATIONS
         self.denials[destination] = self.denials.get(destination, 0) + 1
         return Refused(403, f"egress to {destination} is not allowed for this session")
+
+    def _count_refusal(self, host: str, port: int, reason: Refusal) -> None:
+        key = RefusedRequest(_destination(host, port), reason)
+        if key not in self.refusals and len(self.refusals) >= self.limits.max_denied_destinations:
+            key = RefusedRequest(OTHER_DESTINATIONS, reason)
+        self.refusals[key] = self.refusals.get(key, 0) + 1
 
     async def vetted_addresses(self, host: str, port: int) -> list[IPAddress]:
         """The addresses the proxy may connect to for ``host``:``port``; ``Refused`` (403) when none."""
@@ -200,6 +220,15 @@ class EgressProxy:
             host, port = canonical_host(url.hostname or ""), url.port or 80
         except ValueError:
             raise Refused(400, "the URL's port is not valid") from None
+        ports = self.interceptor.credential_ports(host) if self.interceptor is not None else []
+        if ports:
+            self._count_refusal(host, port, Refusal.PLAIN_HTTP)
+            https = tunnel_authority(host, ports[0]).decode()
+            raise Refused(
+                403,
+                f"plain HTTP to {_destination(host, port)} is refused: a credential of this session goes there"
+                f" only over verified TLS; use https://{https}",
+            )
         headers = [(k, v) for k, v in request.headers if k not in HOP_BY_HOP and k != b"host"]
         headers = [(b"host", url.netloc.encode("ascii")), *headers, (b"connection", b"close")]
         origin = (url.path or "/") + (f"?{url.query}" if url.query else "")
@@ -228,28 +257,33 @@ class EgressProxy:
                 return
             if interceptor.revoked:
                 raise Refused(403, "this session has been revoked")
-            target = request.target.decode("ascii", "replace")
-            if not target.startswith("/"):
-                raise Refused(400, "a request inside the tunnel names a path")
+            vault = interceptor.is_vault(host, port)
+            checked = checked_headers(request, host, port)  # the tunnel's own host, or 400
+            if vault:
+                checked = without_wrapping(checked)
             # No compression: the answer's body is checked for the secret (``Masker``).
-            kept = [(k, v) for k, v in request.headers if k not in HOP_BY_HOP and k != b"accept-encoding"]
+            kept = [(k, v) for k, v in checked if k not in HOP_BY_HOP and k != b"accept-encoding"]
             swapped = interceptor.swap(host, port, kept)
             headers = [*swapped, (b"connection", b"close")]
             upstream_reader, upstream_writer = await self._open(host, port, interceptor.upstream_context(host, port))
             await self._exchange(
                 conn,
                 request.method,
-                target,
+                request.target.decode("ascii"),
                 headers,
                 reader,
                 writer,
                 upstream_reader,
                 upstream_writer,
                 interceptor.masker(host, port, kept, swapped),
+                vault,
             )
         except Refused as refused:
+            if refused.why is not None:
+                self._count_refusal(host, port, Refusal(refused.why))
             _answer(conn, writer, refused.status, refused.reason)
         except h11.RemoteProtocolError:
+            self._count_refusal(host, port, Refusal.MALFORMED)
             _answer(conn, writer, 400, "malformed request")
 
     async def _exchange(
@@ -263,6 +297,7 @@ class EgressProxy:
         upstream_reader: asyncio.StreamReader,
         upstream_writer: asyncio.StreamWriter,
         masker: Masker | None = None,
+        vault: bool = False,
     ) -> None:
         """Send one request upstream (its body from the client), relay the answer, close upstream."""
         try:
@@ -281,7 +316,7 @@ class EgressProxy:
                 else:
                     return
             await upstream_writer.drain()
-            await self._relay_response(conn, upstream, upstream_reader, writer, masker)
+            await self._relay_response(conn, upstream, upstream_reader, writer, masker, vault)
         finally:
             await _close(upstream_writer)
 
@@ -292,7 +327,10 @@ class EgressProxy:
         upstream_reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
         masker: Masker | None,
+        vault: bool = False,
     ) -> None:
+        """Relay the answer; a Vault host's JSON answer is held back whole and checked first (``HeldAnswer``)."""
+        held: HeldAnswer | None = None
         while True:
             event = await _next_event(upstream, upstream_reader, self.limits.idle_timeout, self.limits.chunk)
             if isinstance(event, h11.InformationalResponse):
@@ -303,17 +341,24 @@ class EgressProxy:
                     raise Refused(502, "the upstream sent a compressed answer, which cannot be checked for the secret")
                 headers = [(k, mask(v)) for k, v in event.headers if k not in HOP_BY_HOP]
                 headers.append((b"connection", b"close"))
-                reason = mask(event.reason)
-                writer.write(
-                    conn.send(h11.Response(status_code=event.status_code, headers=headers, reason=reason)) or b""
-                )
+                response = h11.Response(status_code=event.status_code, headers=headers, reason=mask(event.reason))
+                if vault and held_back(event.headers):
+                    held = HeldAnswer(response, self.limits.max_checked_answer)
+                else:
+                    writer.write(conn.send(response) or b"")
             elif isinstance(event, h11.Data):
                 data = masker.feed(event.data) if masker is not None else event.data
-                if data:
+                if held is not None:
+                    held.add(data)
+                elif data:
                     writer.write(conn.send(h11.Data(data=data)) or b"")
                     await writer.drain()
             elif isinstance(event, h11.EndOfMessage):
                 rest = masker.flush() if masker is not None else b""
+                if held is not None:
+                    held.add(rest)
+                    rest = held.check()  # refused when it holds a wrapping token: nothing of it was sent
+                    writer.write(conn.send(held.response) or b"")
                 if rest:
                     writer.write(conn.send(h11.Data(data=rest)) or b"")
                 writer.write(conn.send(h11.EndOfMessage()) or b"")
@@ -321,6 +366,10 @@ class EgressProxy:
                 return
             else:
                 raise Refused(502, "the upstream closed the connection before answering")
+
+
+def _destination(host: str, port: int) -> str:
+    return _printable(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
 
 
 def _compressed(headers: Sequence[tuple[bytes, bytes]]) -> bool:

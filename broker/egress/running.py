@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from broker.egress.destinations import Destination
+from broker.egress.guards import RefusedRequest
 from broker.egress.proxy import EgressProxy, ProxyLimits, Resolver
 
 if TYPE_CHECKING:  # cryptography (for the session CA) loads only where a credential is intercepted
@@ -62,9 +63,15 @@ class RunningProxy:
         self.port = int(server.sockets[0].getsockname()[1])
         return self.port
 
-    def denials(self) -> dict[str, int]:
-        async def read() -> dict[str, int]:
-            return dict(self.proxy.denials)
+    def denials(self) -> dict[str | RefusedRequest, int]:
+        """What the proxy refused so far: each destination not allowed (its ``HOST:PORT``) and each kind of refused
+        request to a credential host (``RefusedRequest``), with how often; what ``log_denials`` records."""
+
+        async def read() -> dict[str | RefusedRequest, int]:
+            merged: dict[str | RefusedRequest, int] = {}
+            merged.update(self.proxy.denials.items())
+            merged.update(self.proxy.refusals.items())
+            return merged
 
         return self._call(read())
 

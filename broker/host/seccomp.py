@@ -7,9 +7,20 @@ Refused with EPERM: debugging other processes (``ptrace``,
 namespace), the kernel keyring (``keyctl``, ``add_key``, ``request_key``),
 ``bpf``, ``perf_event_open``, ``userfaultfd``, kernel modules and kexec,
 ``open_by_handle_at``, swap, reboot, ``acct``, ``quotactl``, ``syslog``,
-``iopl``/``ioperm``. ``clone3`` passes its flags in memory a filter cannot
-read, so it gets ENOSYS and the C library falls back to ``clone`` (as
-Docker and Flatpak do). Everything else is allowed.
+``iopl``/``ioperm``, and io_uring (``io_uring_setup/enter/register``: a
+second way into the kernel whose operations, sockets included, no filter
+sees; EPERM is also what the kernel's own ``io_uring_disabled`` answers).
+``clone3`` passes its flags in memory a filter cannot read, so it gets
+ENOSYS and the C library falls back to ``clone`` (as Docker and Flatpak do).
+
+Sockets are an allow-list: ``socket()`` and ``socketpair()`` work for
+``AF_UNIX``, ``AF_INET`` and ``AF_INET6`` only; every other family
+(``AF_VSOCK``, which no network namespace confines, ``AF_NETLINK``,
+``AF_PACKET``, ``AF_ALG``... and the ones a kernel module would be loaded
+for) gets EAFNOSUPPORT, as from a kernel built without it, so the C library
+falls back as it does there (``getaddrinfo`` without netlink assumes both
+address families). The family is an ``int``: the kernel reads only the low
+32 bits of the argument, and so does the filter. Everything else is allowed.
 
 The program is classic BPF built here (``struct sock_filter``, 8 bytes per
 instruction) rather than through libseccomp: the only PyPI binding
@@ -102,9 +113,16 @@ REFUSED: dict[str, tuple[int | None, int | None]] = {
     "fanotify_init": (300, 262),
     "iopl": (172, None),
     "ioperm": (173, None),
+    "io_uring_setup": (425, 425),
+    "io_uring_enter": (426, 426),
+    "io_uring_register": (427, 427),
 }
 CLONE = (56, 220)
 CLONE3 = (435, 435)
+SOCKET = (41, 198)
+SOCKETPAIR = (53, 199)
+AF_UNIX, AF_INET, AF_INET6 = 1, 2, 10
+SOCKET_FAMILIES = (AF_UNIX, AF_INET, AF_INET6)  # the only families a sandboxed command may open
 
 
 @dataclass(frozen=True)
@@ -137,10 +155,11 @@ def _ret(value: int) -> _Insn:
     return _Insn(BPF_RET_K, value)
 
 
-def _section(arch: Arch, refused_errno: int) -> list[tuple[str | None, _Insn]]:
+def _section(arch: Arch, refused_errno: int, family_errno: int) -> list[tuple[str | None, _Insn]]:
     """The checks of one architecture; its first instruction is labelled with its name."""
     out: list[tuple[str | None, _Insn]] = [(arch.name, _ld(OFFSET_NR))]
     deny, nosys, clone = f"{arch.name}-deny", f"{arch.name}-nosys", f"{arch.name}-clone"
+    family, allow = f"{arch.name}-family", f"{arch.name}-family-allowed"
     if arch.x32_bit:
         out.append((None, _Insn(BPF_JSET_K, X32_SYSCALL_BIT, nosys, None)))
     for numbers in REFUSED.values():
@@ -149,10 +168,16 @@ def _section(arch: Arch, refused_errno: int) -> list[tuple[str | None, _Insn]]:
             out.append((None, _Insn(BPF_JEQ_K, number, deny, None)))
     out.append((None, _Insn(BPF_JEQ_K, CLONE3[arch.column], nosys, None)))
     out.append((None, _Insn(BPF_JEQ_K, CLONE[arch.column], clone, None)))
+    out.append((None, _Insn(BPF_JEQ_K, SOCKET[arch.column], family, None)))
+    out.append((None, _Insn(BPF_JEQ_K, SOCKETPAIR[arch.column], family, None)))
     out.append((None, _ret(SECCOMP_RET_ALLOW)))
     out.append((clone, _ld(OFFSET_ARG0_LOW)))
     out.append((None, _Insn(BPF_JSET_K, CLONE_NAMESPACES, deny, None)))
     out.append((None, _ret(SECCOMP_RET_ALLOW)))
+    out.append((family, _ld(OFFSET_ARG0_LOW)))  # the family: an int, the low half of the argument
+    out += [(None, _Insn(BPF_JEQ_K, allowed, allow, None)) for allowed in SOCKET_FAMILIES]
+    out.append((None, _ret(SECCOMP_RET_ERRNO | family_errno)))
+    out.append((allow, _ret(SECCOMP_RET_ALLOW)))
     out.append((deny, _ret(SECCOMP_RET_ERRNO | refused_errno)))
     out.append((nosys, _ret(SECCOMP_RET_ERRNO | errno.ENOSYS)))
     return out
@@ -172,18 +197,19 @@ def _assemble(listing: list[tuple[str | None, _Insn]]) -> bytes:
     return bytes(program)
 
 
-def filter_program(refused_errno: int = errno.EPERM) -> bytes:
+def filter_program(refused_errno: int = errno.EPERM, family_errno: int = errno.EAFNOSUPPORT) -> bytes:
     """The compiled filter: ``struct sock_filter[]`` in the host's byte order.
 
-    ``refused_errno`` is what a refused call returns (tests pick one no
-    kernel path returns, to tell the filter's answer from the kernel's).
+    ``refused_errno`` is what a refused call returns, ``family_errno`` what a
+    socket of a refused family gets (tests pick ones no kernel path returns,
+    to tell the filter's answer from the kernel's).
     """
     listing: list[tuple[str | None, _Insn]] = [(None, _ld(OFFSET_ARCH))]
     for arch in ARCHES:
         listing.append((None, _Insn(BPF_JEQ_K, arch.audit, arch.name, None)))
     listing.append((None, _ret(SECCOMP_RET_KILL_PROCESS)))  # an ABI the filter does not know
     for arch in ARCHES:
-        listing += _section(arch, refused_errno)
+        listing += _section(arch, refused_errno, family_errno)
     return _assemble(listing)
 
 

@@ -18,13 +18,12 @@ from typing import Any
 
 from broker.vocab.durations import format_duration
 from broker.vocab.fields import Fields, shown
-from broker.vocab.globs import any_match
+from broker.vocab.globs import any_match, glob_within
 from providers.aws.session_policy import (
     ACTION,
     RESOURCE,
     SessionPolicy,
     parse_session_policy,
-    pattern_within,
     variables_as_wildcards,
 )
 from providers.base import CredentialRequest, Grant
@@ -148,13 +147,13 @@ class AwsStsGrant(Grant[AwsStsRequest]):
             if statement.effect != "Allow":
                 continue  # a Deny only narrows
             for action in statement.actions:
-                if not any(pattern_within(action, g, ignore_case=True) for g in self.actions):
+                if not any(glob_within(action, g, ignore_case=True) for g in self.actions):
                     reasons.append(f"{where}: action {action} is outside the grant's actions")
             if self.resources is None:
                 continue
             for resource in statement.resources:
                 wanted = variables_as_wildcards(resource)
-                if not any(pattern_within(wanted, g) for g in self.resources):
+                if not any(glob_within(wanted, g) for g in self.resources):
                     reasons.append(f"{where}: resource {shown(resource, 120)} is outside the grant's resources")
         return reasons
 

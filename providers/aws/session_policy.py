@@ -8,16 +8,14 @@ so they parse and are kept: the grant check denies them (``aws_request``), so
 the attempt reaches the issuance log. Its compact JSON is exactly what
 ``AssumeRole`` receives and what the policy digest covers.
 
-``pattern_within`` decides whether every string one IAM-style glob (``*`` any
-run of characters, ``?`` one character) matches is also matched by another,
-which is what a grant check needs when a request itself holds wildcards.
+Whether a requested glob lies within a granted one is ``broker.vocab.globs.glob_within``
+(the same containment the egress operations use).
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -40,8 +38,6 @@ REFUSED_KEYS = {
     "NotPrincipal": "a session policy takes no NotPrincipal",
 }
 POLICY_VARIABLE = re.compile(r"\$\{[^}]*\}")
-#: Containment gives up (answers "not contained") beyond this many explored states.
-MAX_CONTAINMENT_STATES = 200_000
 
 
 @dataclass(frozen=True)
@@ -192,65 +188,3 @@ def _condition_scalar(body: Fields, where: str, value: object) -> str | int | bo
 def variables_as_wildcards(pattern: str) -> str:
     """A resource with policy variables (``${aws:username}``) as a glob: a variable may expand to anything."""
     return POLICY_VARIABLE.sub("*", pattern)
-
-
-def pattern_within(requested: str, granted: str, *, ignore_case: bool = False) -> bool:
-    """Whether every string matched by the glob ``requested`` is matched by the glob ``granted``.
-
-    Both are IAM-style globs (``*`` any run, ``?`` one character, nothing else
-    special). Decided exactly by exploring ``requested``'s automaton against the
-    subset construction of ``granted``'s, over the characters either pattern
-    names plus one symbol standing for every other character.
-    """
-    if ignore_case:
-        requested, granted = requested.lower(), granted.lower()
-    if requested == granted or (granted and not granted.strip("*")):
-        return True
-    symbols = [*sorted({c for c in requested + granted if c not in "*?"}), ""]  # "" = any other char
-    end_p, end_g = len(requested), len(granted)
-    start = frozenset(_closure(granted, {0}))
-    queue: deque[tuple[int, frozenset[int]]] = deque((p, start) for p in _closure(requested, {0}))
-    seen = set(queue)
-    while queue:
-        p, states = queue.popleft()
-        if p == end_p:
-            if end_g not in states:
-                return False
-            continue
-        char = requested[p]
-        step_to = p if char == "*" else p + 1
-        for symbol in symbols if char in "*?" else [char]:
-            after = frozenset(_step(granted, states, symbol))
-            for q in _closure(requested, {step_to}):
-                pair = (q, after)
-                if pair not in seen:
-                    if len(seen) >= MAX_CONTAINMENT_STATES:
-                        return False  # fail closed
-                    seen.add(pair)
-                    queue.append(pair)
-    return True
-
-
-def _closure(pattern: str, states: set[int]) -> set[int]:
-    """Add the states reachable without consuming a character (a ``*`` may match nothing)."""
-    result = set(states)
-    pending = list(states)
-    while pending:
-        state = pending.pop()
-        if state < len(pattern) and pattern[state] == "*" and state + 1 not in result:
-            result.add(state + 1)
-            pending.append(state + 1)
-    return result
-
-
-def _step(pattern: str, states: frozenset[int], symbol: str) -> set[int]:
-    following: set[int] = set()
-    for state in states:
-        if state == len(pattern):
-            continue
-        char = pattern[state]
-        if char == "*":
-            following.add(state)
-        elif char == "?" or char == symbol:
-            following.add(state + 1)
-    return _closure(pattern, following)

@@ -7,21 +7,25 @@ with ``dynamic_policies``; plus the default policy, for
 ``sys/capabilities-self`` alone; 60 s, no lease, revoked at once) and asks
 Vault what it may do on ``<mount>/creds/<role>`` and ``<mount>/issue/<role>``
 for every role the grants name. SSH certificates are signed with the
-broker's own token, so ``<mount>/sign/<role>`` is asked of that. A role glob
-is asked as the literal path: only a Vault policy path with the same or a
-wider glob covers every role the grant allows. One line per kind, with a fix.
+broker's own token, so ``<mount>/sign/<role>`` is asked of that, and each
+granted SSH role (a glob: every role it matches, listed) is read to see that
+it sets ``allow_user_key_ids``, which the certificates' key ids need. A role
+glob is asked as the literal path: only a Vault policy path with the same or
+a wider glob covers every role the grant allows. One line per kind, with a fix.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from broker.vocab.checks import Check
 from broker.vocab.errors import BrokerError
+from broker.vocab.globs import any_match
 from providers.vault.dynamic import DynamicGrant
-from providers.vault.leases import Engines, as_holder, create_holder
+from providers.vault.leases import Engines, as_holder, create_holder, key_id_fix
 
 if TYPE_CHECKING:
     import hvac
@@ -42,7 +46,39 @@ def dynamic_checks(engines: Engines, grants: Sequence[DynamicGrant]) -> list[Che
     held = [path for kind, found in paths.items() if PATHS[kind][2] for path in found]
     holder: Answer = _ask_holder(engines, held) if held else {}
     broker: Answer = _ask(engines, engines.vault.client(), paths["ssh"], "the broker's token") if "ssh" in paths else {}
-    return [_line(engines, kind, found, holder if PATHS[kind][2] else broker) for kind, found in paths.items()]
+    lines = [_line(engines, kind, found, holder if PATHS[kind][2] else broker) for kind, found in paths.items()]
+    ssh_roles = sorted({role for grant in grants for role in grant.ssh_roles})
+    return [_key_ids(engines, line, ssh_roles) if line.name == "dynamic.ssh" and line.ok else line for line in lines]
+
+
+def _key_ids(engines: Engines, line: Check, roles: list[str]) -> Check:
+    """The SSH line, failed when a granted role does not set allow_user_key_ids (or noting what was unreadable)."""
+    mount, client = engines.mounts["ssh"], engines.vault.client()
+    names, unread = [role for role in roles if not any(c in role for c in "*?")], []
+    if len(names) < len(roles):  # globs: the roles they match
+        try:
+            with engines.vault.errors(f"list {mount}/roles"):
+                listed = ((client.list(f"{mount}/roles") or {}).get("data") or {}).get("keys") or []
+            names += [str(name) for name in listed if any_match(tuple(roles), str(name))]
+        except BrokerError:
+            unread.append(f"{mount}/roles (list)")
+    lacking = []
+    for name in sorted(set(names)):
+        try:
+            with engines.vault.errors(f"read {mount}/roles/{name}"):
+                role = (client.read(f"{mount}/roles/{name}") or {}).get("data")
+        except BrokerError:
+            unread.append(f"{mount}/roles/{name}")
+            continue
+        if isinstance(role, dict) and role.get("allow_user_key_ids") is not True:
+            lacking.append(name)
+    paths = ", ".join(f"{mount}/roles/{name}" for name in (lacking or sorted(set(names))))
+    if lacking:
+        return Check(line.name, False, f"allow_user_key_ids is not set on {paths}", key_id_fix(engines, lacking[0]))
+    if unread:
+        detail = f"allow_user_key_ids not checked: the broker's token may not read {', '.join(unread)}"
+        return replace(line, detail=f"{line.detail}; {detail}")
+    return replace(line, detail=f"{line.detail}; allow_user_key_ids is set on {paths}") if names else line
 
 
 def _ask_holder(engines: Engines, paths: list[str]) -> Answer:

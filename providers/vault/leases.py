@@ -12,9 +12,12 @@ token's (``find_minted``), and revoking the holder revokes the lease; and
 the database user's name shows the holder's display name. Revocation revokes
 the lease (``sys/leases/revoke``), then the holder. SSH certificates have no
 lease: they are signed for at most the session's remaining life, the key
-pair is made here and never leaves the broker but for the sandbox's files.
-``Engines``, which the provider holds, is the way in: ``mint`` and ``revoke``
-through the broker's own ``VaultSession``.
+pair is made here and never leaves the broker but for the sandbox's files,
+and each names its session in its key id (``broker-<session>-<name>``, so
+sshd's log does): a role that does not set ``allow_user_key_ids`` is named,
+with that fix, instead of Vault's refusal. ``Engines``, which the provider
+holds, is the way in: ``mint`` and ``revoke`` through the broker's own
+``VaultSession``.
 """
 
 from __future__ import annotations
@@ -67,6 +70,17 @@ class Engines:
 
     def revoke(self, target: RevokeTarget, now: datetime) -> RevokeOutcome:
         return revoke_dynamic(self, target, now)
+
+
+KEY_ID_REFUSED = "key_id is not allowed by role"  # Vault's and OpenBao's answer when allow_user_key_ids is unset
+
+
+def key_id_fix(engines: Engines, role: str) -> str:
+    """What to set on an SSH role so the broker may name the session in a certificate's key id."""
+    return (
+        f"set allow_user_key_ids=true on {engines.mounts['ssh']}/roles/{role}: each certificate's key id names"
+        " its session (broker-<session>-<credential>)"
+    )
 
 
 def remaining_ttl(context: MintContext) -> int:
@@ -271,8 +285,19 @@ def _mint_ssh(engines: Engines, request: SshRequest, context: MintContext) -> Mi
         "key_id": f"broker-{context.session_id}-{request.name}",
     }
     client = engines.vault.client()
+    import hvac.exceptions
+
     with engines.vault.errors(f"write {path}"):
-        response = client.write_data(path, data=body)
+        try:
+            response = client.write_data(path, data=body)
+        except hvac.exceptions.InvalidRequest as exc:
+            if any(KEY_ID_REFUSED in str(error) for error in exc.errors or ()):
+                raise ProviderError(
+                    f"vault {engines.name}: ssh role {request.role!r} does not set allow_user_key_ids;"
+                    f" {key_id_fix(engines, request.role)}",
+                    retryable=False,
+                ) from None
+            raise
     data = (response or {}).get("data") or {}
     signed, serial = str(data.get("signed_key") or "").strip(), str(data.get("serial_number") or "")
     if not signed or not serial:

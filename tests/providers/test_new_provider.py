@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from broker.cli.reference import render
-from broker.core.install import render_config
-from broker.core.manifest import reserved_env
-from broker.core.proxied import ca_hint_names
+from broker.core.credential.proxied import ca_hint_names
+from broker.core.inputs.manifest import reserved_env
+from broker.core.setup.install import render_config
 from providers import capabilities
 from providers.registry import PROVIDER_TYPES, provider_class
 from tests.fixtures.brokerenv import BrokerEnv

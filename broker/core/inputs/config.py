@@ -1,0 +1,318 @@
+"""Operator configuration: the TOML file named by ``--config`` / ``BROKER_CONFIG``.
+
+Loading validates every field and builds every provider instance (cheaply:
+no network, no SDK import), so a broken config fails before any work starts.
+Relative paths are taken relative to the config file's directory.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import re
+import socket
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from broker.audit.witness import DEFAULT_WITNESS_RETENTION, WitnessConfig, parse_witness_url
+from broker.core.inputs.store_url import SHAPE, store_url_problem
+from broker.egress.destinations import Destination, DestinationError, parse_destination
+from broker.vocab.errors import ConfigError
+from broker.vocab.fields import Fields, shown
+from broker.vocab.files import read_regular_file, shown_path
+from providers.registry import known_types, provider_class
+
+if TYPE_CHECKING:
+    from providers.base import Provider, ProxyFacts
+
+DEFAULT_CONFIG_PATH = Path("/etc/broker/broker.toml")
+CONFIG_ENV = "BROKER_CONFIG"
+MAX_CONFIG_BYTES = 256 * 1024
+INSTANCE_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
+HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+MOUNT_MODES = ("auto", "always", "never")
+# Directories other software shares: sweep empties what it finds in runtime_dir, so neither may be one.
+SHARED_DIRECTORIES = ("/", "/run", "/tmp", "/var/run", "/dev/shm", "/var/tmp", "/home", "/root")
+FIRST_USER_UID = 1000
+NOBODY_UID = 65534
+
+
+LONG_DURATION = re.compile(r"([0-9]{1,6})([smhd])")
+LONG_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+DEFAULT_SWEEP_INTERVAL = 60
+DAEMON_SOCKET_NAME = "broker.sock"
+
+
+@dataclass(frozen=True)
+class ProxyTarget:
+    """``proxy_hosts`` and ``upstream_ca_file`` of one provider instance: where the proxy puts its secret in,
+    and how (the facts its provider type declares)."""
+
+    hosts: tuple[Destination, ...]
+    facts: ProxyFacts
+    upstream_ca_file: Path | None = None
+
+
+@dataclass(frozen=True)
+class DaemonConfig:
+    """``[daemon]``: where ``broker serve`` listens and how often it sweeps (see ``broker.daemon``)."""
+
+    socket: Path
+    socket_group: str | None = None  # a group name or number; root's group otherwise
+    sweep_interval: int = DEFAULT_SWEEP_INTERVAL
+    thin_client: bool = False  # ``socket`` was set: the session commands go through the daemon
+
+
+@dataclass(frozen=True)
+class Config:
+    path: Path
+    state_dir: Path
+    runtime_dir: Path
+    policy_dir: Path
+    audit_key: Path
+    fingerprint_key: Path
+    default_ttl: int
+    max_ttl: int
+    mount_tmpfs: str  # auto: mount a tmpfs per session when the broker holds CAP_SYS_ADMIN
+    providers: dict[str, Provider[Any]]
+    witness: WitnessConfig | None = None
+    proxy_targets: dict[str, ProxyTarget] = field(default_factory=dict)  # instance -> where inject: proxy applies
+    store: StoreConfig | None = None  # None: the embedded SQLite file in state_dir
+    host: str = ""  # this broker's name in a shared store (owner of the sessions it issues)
+    daemon: DaemonConfig | None = None
+
+    @property
+    def daemon_settings(self) -> DaemonConfig:
+        """``[daemon]``, or its defaults (the socket in ``runtime_dir``) when the config has none."""
+        return self.daemon or DaemonConfig(socket=self.runtime_dir / DAEMON_SOCKET_NAME)
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    """``store = "postgresql://USER@HOST[:PORT]/DB"``: one store for many hosts (the password in a pgpass file)."""
+
+    url: str
+    passfile: Path | None = None
+
+
+def _store(fields: Fields, base: Path) -> StoreConfig | None:
+    url = fields.string("store", required=False, max_len=1024)
+    passfile = fields.string("store_passfile", required=False, max_len=4096)
+    if url is None:
+        if passfile is not None:
+            raise ConfigError('store_passfile: only with store = "postgresql://..."')
+        return None
+    problem = store_url_problem(url)
+    if problem == SHAPE:
+        raise ConfigError(f"store: {problem}")
+    if problem:
+        raise ConfigError(f"store: {problem}; put it in a pgpass file named by store_passfile")
+    return StoreConfig(url, resolve_path(base, passfile) if passfile else None)
+
+
+def _default_host() -> str:
+    name = socket.gethostname()[:64]
+    return name if HOST_NAME.fullmatch(name) else "localhost"
+
+
+def resolve_path(base: Path, value: str) -> Path:
+    path = Path(value)
+    return path if path.is_absolute() else (base / path)
+
+
+def config_path(explicit: str | None) -> Path:
+    if explicit:
+        return Path(explicit)
+    env = os.environ.get(CONFIG_ENV)
+    return Path(env) if env else DEFAULT_CONFIG_PATH
+
+
+def check_own_directory(key: str, path: Path) -> Path:
+    """``path`` unless it is (or resolves to) a shared system directory or a home directory."""
+    try:
+        resolved = path.resolve()
+        shared = {Path(d) for d in SHARED_DIRECTORIES} | {Path(d).resolve() for d in SHARED_DIRECTORIES}
+        homes = _home_directories()
+    except (OSError, RuntimeError):  # a symbolic link loop
+        raise ConfigError(f"{key}: {shown(str(path), 80)} cannot be resolved (a symbolic link loop?)") from None
+    if resolved in shared or path in shared or resolved.parent == Path("/home") or resolved in homes:
+        via = "" if resolved == path else f" (resolves to {shown(str(resolved), 80)})"
+        raise ConfigError(
+            f"{key}: {shown(str(path), 80)}{via} is a shared system or home directory;"
+            " give the broker a directory of its own"
+        )
+    return path
+
+
+def _home_directories() -> set[Path]:
+    """The home directories of root and of every user account (uid 1000 and up, but not nobody)."""
+    accounts = [e for e in pwd.getpwall() if e.pw_uid == 0 or FIRST_USER_UID <= e.pw_uid < NOBODY_UID]
+    return {Path(e.pw_dir).resolve() for e in accounts if e.pw_dir.startswith("/") and e.pw_dir != "/nonexistent"}
+
+
+def load_config(path: Path, table: dict[str, Any] | None = None) -> Config:
+    """The config file at ``path``; ``table`` is its TOML when read already (the thin client's look for a daemon)."""
+    if table is not None:
+        return parse_config(table, path)
+    hint = " (use --config or BROKER_CONFIG)"
+    data, _ = read_regular_file(
+        path, what="config file", max_bytes=MAX_CONFIG_BYTES, error=ConfigError, missing_hint=hint
+    )
+    name = f"config file {shown_path(path)}"
+    try:
+        table = tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError(f"{name} is not valid UTF-8") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{name} is not valid TOML{_toml_problem(str(exc))}") from None
+    except (RecursionError, ValueError):  # nesting too deep, an integer of thousands of digits
+        raise ConfigError(f"{name} is not valid TOML: too deeply nested or a number too large") from None
+    return parse_config(table, path)
+
+
+_TOML_WHERE = re.compile(r"(.*?) \((?:at line (\d+), column \d+|at end of document)\)")
+
+
+def _toml_problem(message: str) -> str:
+    """`` at line N: problem`` from tomllib's message, with any content it quotes elided."""
+    where = _TOML_WHERE.fullmatch(" ".join(message.split()))
+    if where is None:
+        return ": malformed"
+    from broker.core.inputs.strictdata import elided  # only for a broken config: YAML stays unloaded otherwise
+
+    line = f" at line {where.group(2)}" if where.group(2) else " at the end"
+    return f"{line}: {elided(where.group(1))}"
+
+
+def parse_config(table: object, path: Path) -> Config:
+    base = path.resolve().parent
+    fields = Fields(table, "", ConfigError)
+
+    def path_field(key: str, default: str) -> Path:
+        value = fields.string(key, required=False, max_len=4096) or default
+        return resolve_path(base, value)
+
+    state_dir = check_own_directory("state_dir", path_field("state_dir", "/var/lib/broker"))
+    runtime_dir = check_own_directory("runtime_dir", path_field("runtime_dir", "/run/broker"))
+    policy_dir = path_field("policy_dir", "/etc/broker/policies")
+    audit_key = path_field("audit_key", "/etc/broker/audit.key")
+    fingerprint_key = path_field("fingerprint_key", str(audit_key.parent / "fingerprint.key"))
+    default_ttl = fields.duration("default_ttl") or 30 * 60
+    max_ttl = fields.duration("max_ttl") or 12 * 3600
+    if default_ttl > max_ttl:
+        raise ConfigError("default_ttl: longer than max_ttl")
+    mount_tmpfs = fields.string("mount_tmpfs", required=False) or "auto"
+    if mount_tmpfs not in MOUNT_MODES:
+        raise ConfigError(f"mount_tmpfs: must be one of {', '.join(MOUNT_MODES)}")
+    witness = _witness(fields)
+    store = _store(fields, base)
+    host = fields.string("host", required=False, pattern=HOST_NAME, max_len=64) or _default_host()
+    daemon = _daemon(fields, base, runtime_dir)
+    providers: dict[str, Provider[Any]] = {}
+    proxy_targets: dict[str, ProxyTarget] = {}
+    table_providers = fields.mapping("providers", required=False)
+    if table_providers is not None:
+        for name, _ in table_providers.items():
+            if not INSTANCE_NAME.fullmatch(name):
+                raise ConfigError(f"providers.{shown(name)}: instance names are lower-case letters, digits, _ and -")
+            instance = table_providers.mapping(name)
+            assert instance is not None
+            type_name = instance.req_string("type")
+            try:
+                cls = provider_class(type_name)
+            except KeyError:
+                raise ConfigError(
+                    f"providers.{name}.type: unknown provider type {type_name[:40]!r}"
+                    f" (known: {', '.join(known_types())})"
+                ) from None
+            target = _proxy_target(instance, name, cls.proxy, base)
+            if target is not None:
+                proxy_targets[name] = target
+            providers[name] = cls.from_config(name, instance, base)
+            instance.done()
+    fields.done()
+    return Config(
+        path=path,
+        state_dir=state_dir,
+        runtime_dir=runtime_dir,
+        policy_dir=policy_dir,
+        audit_key=audit_key,
+        fingerprint_key=fingerprint_key,
+        default_ttl=default_ttl,
+        max_ttl=max_ttl,
+        mount_tmpfs=mount_tmpfs,
+        providers=providers,
+        witness=witness,
+        proxy_targets=proxy_targets,
+        store=store,
+        host=host,
+        daemon=daemon,
+    )
+
+
+def _proxy_target(instance: Fields, name: str, facts: ProxyFacts | None, base: Path) -> ProxyTarget | None:
+    if facts is None:
+        return None  # any proxy_hosts is an unknown key for the types the proxy cannot put in
+    hosts = instance.string_list("proxy_hosts", required=False, max_items=16)
+    ca_file = instance.string("upstream_ca_file", required=False, max_len=4096)
+    if hosts is None:
+        if ca_file is not None:
+            raise ConfigError(f"providers.{name}.upstream_ca_file: only used with proxy_hosts")
+        return None
+    destinations = []
+    for index, text in enumerate(hosts):
+        try:
+            destination = parse_destination(text)
+        except DestinationError as exc:
+            raise ConfigError(f"providers.{name}.proxy_hosts[{index}]: {exc}") from None
+        if destination.wildcard:
+            raise ConfigError(f"providers.{name}.proxy_hosts[{index}]: name each host; a wildcard is not allowed")
+        destinations.append(destination)
+    return ProxyTarget(tuple(destinations), facts, resolve_path(base, ca_file) if ca_file is not None else None)
+
+
+def _daemon(fields: Fields, base: Path, runtime_dir: Path) -> DaemonConfig | None:
+    table = fields.mapping("daemon", required=False)
+    if table is None:
+        return None
+    socket = table.string("socket", required=False, max_len=100)  # sun_path holds 108 bytes
+    group = table.string("socket_group", required=False, max_len=64)
+    interval = table.duration("sweep_interval") or DEFAULT_SWEEP_INTERVAL
+    table.done()
+    path = resolve_path(base, socket) if socket else runtime_dir / DAEMON_SOCKET_NAME
+    return DaemonConfig(socket=path, socket_group=group, sweep_interval=interval, thin_client=socket is not None)
+
+
+def _witness(fields: Fields) -> WitnessConfig | None:
+    audit = fields.mapping("audit", required=False)
+    if audit is None:
+        return None
+    url = audit.string("witness", required=False, max_len=600)
+    endpoint_url = audit.string("witness_endpoint_url", required=False, max_len=1024)
+    region = audit.string("witness_region", required=False, max_len=64)
+    profile = audit.string("witness_profile", required=False, max_len=128)
+    retention = _long_duration(audit, "witness_retention", DEFAULT_WITNESS_RETENTION, allow_zero=False)
+    interval = _long_duration(audit, "witness_interval", 0, allow_zero=True)
+    audit.done()
+    if url is None:
+        return None
+    bucket, prefix = parse_witness_url(url, "audit.witness")
+    return WitnessConfig(bucket, prefix, endpoint_url, region, profile, retention, interval)
+
+
+def _long_duration(fields: Fields, key: str, default: int, *, allow_zero: bool) -> int:
+    """Seconds for ``400d``, ``12h``, ``0s`` or an integer (days are allowed here, unlike session TTLs)."""
+    value = fields.raw(key)
+    if value is None:
+        return default
+    if isinstance(value, int) and not isinstance(value, bool):
+        seconds = value
+    elif isinstance(value, str) and (match := LONG_DURATION.fullmatch(value)):
+        seconds = int(match.group(1)) * LONG_UNITS[match.group(2)]
+    else:
+        raise fields.fail(key, "expected a duration such as 0s, 12h or 400d")
+    if seconds < 0 or (seconds == 0 and not allow_zero):
+        raise fields.fail(key, "must be positive" if not allow_zero else "must not be negative")
+    return seconds

@@ -1,0 +1,336 @@
+"""Policy files: strict loading, compilation into rules, and the deny-by-default decision.
+
+A session is allowed only when every requested credential is covered by a
+grant of some rule whose ``tasks`` and ``requesters`` match. Provider-specific
+grant fields are compiled by the provider type; this module owns rule
+matching and TTL capping.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from broker.core.inputs.config import Config
+from broker.core.inputs.manifest import Manifest
+from broker.core.inputs.strictdata import parse_document
+from broker.egress.destinations import Destination
+from broker.egress.policy import NO_NETWORK, NetworkDecision, decide_network, read_destinations
+from broker.vocab.errors import PolicyFileError
+from broker.vocab.fields import Fields, shown
+from broker.vocab.files import read_regular_file
+from broker.vocab.globs import any_match
+from providers.base import CredentialRequest, Grant
+
+if TYPE_CHECKING:
+    from broker.core.broker import Requester
+
+MAX_POLICY_BYTES = 256 * 1024
+MAX_DENIAL_CHARS = 1000
+RULE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+TASK_GLOB = re.compile(r"[a-z0-9._*?-]{1,63}")
+REQUESTER_GLOB = re.compile(r"(uid:[0-9]{1,10}|[A-Za-z0-9._*?-]{1,64})")
+ID_RANGE = re.compile(r"([0-9]{1,10})-([0-9]{1,10})")
+MAX_ID = 2**32 - 2  # (uid_t)-1 is "no change" to chown and setuid
+
+
+@dataclass(frozen=True)
+class IdSet:
+    """The sandbox uids or gids a rule allows: single ids and inclusive ``A-B`` ranges."""
+
+    ranges: tuple[tuple[int, int], ...]
+
+    def __contains__(self, value: int) -> bool:
+        return any(low <= value <= high for low, high in self.ranges)
+
+    @property
+    def empty(self) -> bool:
+        return not self.ranges
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    source: str
+    description: str
+    tasks: tuple[str, ...]
+    requesters: tuple[str, ...] | None
+    max_ttl: int | None
+    grants: tuple[Grant[Any], ...]
+    allow_root_sandbox: bool = False
+    sandbox_uids: IdSet = IdSet(())
+    sandbox_gids: IdSet = IdSet(())
+    network: tuple[Destination, ...] = ()
+
+    @property
+    def allows_no_sandbox(self) -> bool:
+        """A rule that lists no sandbox identities allows no session at all."""
+        return self.sandbox_uids.empty or self.sandbox_gids.empty
+
+    def sandbox_reason(self, uid: int, gid: int) -> str | None:
+        """Why this rule refuses the sandbox identity ``uid``/``gid``; None when it allows it."""
+        if self.sandbox_uids.empty or self.sandbox_gids.empty:
+            return f"rule {self.id}: lists no sandbox_uids/sandbox_gids, so it allows no session"
+        if uid not in self.sandbox_uids:
+            return f"rule {self.id}: sandbox uid {uid} is not in its sandbox_uids"
+        if gid not in self.sandbox_gids:
+            return f"rule {self.id}: sandbox gid {gid} is not in its sandbox_gids"
+        return None
+
+    def applies_to(self, task: str, requester: Requester) -> bool:
+        if not any_match(self.tasks, task):
+            return False
+        return self.requesters is None or any(requester.matches(p) for p in self.requesters)
+
+
+@dataclass(frozen=True)
+class Policy:
+    rules: tuple[Rule, ...]
+    files: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class CredentialDecision:
+    name: str
+    provider: str
+    allowed: bool
+    rule: str | None
+    ttl: int | None
+    reasons: tuple[str, ...]
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "provider": self.provider,
+            "allowed": self.allowed,
+            "rule": self.rule,
+            "ttl": self.ttl,
+            "reasons": list(self.reasons),
+        }
+
+
+@dataclass(frozen=True)
+class Decision:
+    task: str
+    requester: str
+    allowed: bool
+    session_ttl: int
+    credentials: tuple[CredentialDecision, ...]
+    network: NetworkDecision = NO_NETWORK
+
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        credentials = (f"{c.name}: {reason}" for c in self.credentials if not c.allowed for reason in c.reasons)
+        return (*credentials, *(f"network: {reason}" for reason in self.network.reasons))
+
+    def denial_message(self, prefix: str = "denied by policy") -> str:
+        """One line naming what fell outside; bounded, with the rest left to ``broker policy check``."""
+        reasons = list(self.reasons)
+        message, shown = f"{prefix}: ", 0
+        for reason in reasons:
+            if shown and len(message) + len(reason) > MAX_DENIAL_CHARS:
+                break
+            message += ("; " if shown else "") + reason
+            shown += 1
+        if shown < len(reasons):
+            message += f"; and {len(reasons) - shown} more (broker policy check --task ... lists them all)"
+        return message
+
+    def credential(self, name: str) -> CredentialDecision:
+        return next(c for c in self.credentials if c.name == name)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "task": self.task,
+            "requester": self.requester,
+            "allowed": self.allowed,
+            "session_ttl": self.session_ttl,
+            "credentials": [c.to_json() for c in self.credentials],
+            **({"network": self.network.to_json()} if self.network.requested else {}),
+        }
+
+
+# -- loading -----------------------------------------------------------------------------
+
+
+def policy_files(directory: Path) -> list[Path]:
+    if not directory.is_dir():
+        raise PolicyFileError(f"policy directory {directory} does not exist")
+    return sorted(p for p in directory.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
+
+
+def load_policy(directory: Path, config: Config) -> Policy:
+    files = policy_files(directory)
+    rules: list[Rule] = []
+    seen: dict[str, str] = {}
+    for path in files:
+        for rule in load_policy_file(path, config):
+            if rule.id in seen:
+                raise PolicyFileError(f"{path.name}: rule id {rule.id!r} is also defined in {seen[rule.id]}")
+            seen[rule.id] = path.name
+            rules.append(rule)
+    if not rules:
+        raise PolicyFileError(f"no policy rules in {directory}: every request would be denied")
+    return Policy(rules=tuple(rules), files=tuple(p.name for p in files))
+
+
+def load_policy_file(path: Path, config: Config) -> list[Rule]:
+    data, _ = read_regular_file(path, what="policy file", max_bytes=MAX_POLICY_BYTES, error=PolicyFileError)
+
+    class FileError(PolicyFileError):
+        def __init__(self, message: str) -> None:
+            super().__init__(f"{path.name}: {message}")
+
+    document = parse_document(data, what="policy file", max_bytes=MAX_POLICY_BYTES, as_json=False, error=FileError)
+    fields = Fields(document, "", FileError)
+    rules = [_compile_rule(item, config, path.name) for item in fields.list_of_mappings("rules", max_items=1000)]
+    fields.done()
+    return rules
+
+
+def _compile_rule(fields: Fields, config: Config, source: str) -> Rule:
+    rule_id = fields.req_string("id", pattern=RULE_ID, max_len=64)
+    description = fields.string("description", required=False, max_len=1024) or ""
+    tasks = fields.string_list("tasks", pattern=TASK_GLOB, max_items=100, hint="a glob on task names")
+    requesters = fields.string_list(
+        "requesters",
+        required=False,
+        pattern=REQUESTER_GLOB,
+        max_items=100,
+        hint="a user name glob or uid:N",
+    )
+    max_ttl = fields.duration("max_ttl")
+    allow_root = fields.boolean("allow_root_sandbox", False)
+    uids = _id_set(fields, "sandbox_uids")
+    gids = _id_set(fields, "sandbox_gids")
+    grants = tuple(_compile_grant(g, config) for g in fields.list_of_mappings("grants", max_items=100))
+    network = read_destinations(fields, "network")
+    fields.done()
+    assert tasks is not None
+    return Rule(rule_id, source, description, tasks, requesters, max_ttl, grants, allow_root, uids, gids, network)
+
+
+def _id_set(fields: Fields, key: str) -> IdSet:
+    """``sandbox_uids``/``sandbox_gids``: integers or ``"A-B"`` ranges; absent means none."""
+    value = fields.raw(key)
+    if value is None:
+        return IdSet(())
+    if not isinstance(value, list):
+        raise fields.fail(key, 'expected a list of ids or "A-B" ranges')
+    if len(value) > 100:
+        raise fields.fail(key, "has more than 100 items")
+    ranges: list[tuple[int, int]] = []
+    for index, item in enumerate(value):
+        where = f"{key}[{index}]"
+        if isinstance(item, int) and not isinstance(item, bool):
+            low = high = item
+        elif isinstance(item, str) and (match := ID_RANGE.fullmatch(item)):
+            low, high = int(match.group(1)), int(match.group(2))
+        else:
+            raise fields.fail(where, f'expected an id or an "A-B" range, got {shown(str(item))}')
+        if not 0 <= low <= high <= MAX_ID:
+            raise fields.fail(where, f"{low}-{high} is not a range of ids between 0 and {MAX_ID}")
+        ranges.append((low, high))
+    return IdSet(tuple(ranges))
+
+
+def _compile_grant(fields: Fields, config: Config) -> Grant[Any]:
+    provider = fields.req_string("provider", max_len=64)
+    if provider not in config.providers:
+        known = ", ".join(sorted(config.providers)) or "none configured"
+        raise fields.fail("provider", f"{shown(provider)} is not a provider in the config (known: {known})")
+    max_ttl = fields.duration("max_ttl")
+    grant = type(config.providers[provider]).compile_grant(fields, provider=provider, max_ttl=max_ttl)
+    fields.done()
+    return grant
+
+
+# -- deciding ----------------------------------------------------------------------------
+
+
+def _smallest(*values: int | None) -> int:
+    present = [v for v in values if v is not None]
+    return min(present)
+
+
+def decide(policy: Policy, manifest: Manifest, requester: Requester, config: Config) -> Decision:
+    rules = [r for r in policy.rules if r.applies_to(manifest.task, requester)]
+    root_reason = ""
+    if 0 in (manifest.sandbox.uid, manifest.sandbox.gid):
+        matching = len(rules)
+        rules = [r for r in rules if r.allow_root_sandbox]
+        if matching and not rules:
+            root_reason = "sandbox uid/gid 0 (root) needs a rule with allow_root_sandbox: true"
+    if rules:
+        identity_reasons = [r.sandbox_reason(manifest.sandbox.uid, manifest.sandbox.gid) for r in rules]
+        allowing = [r for r, reason in zip(rules, identity_reasons, strict=True) if reason is None]
+        if not allowing:
+            root_reason = "; ".join(reason for reason in identity_reasons if reason)
+        rules = allowing
+    requested_session_ttl = manifest.ttl or config.default_ttl
+    session_cap = _smallest(requested_session_ttl, config.max_ttl)
+    decisions: list[CredentialDecision] = []
+    used_rules: list[Rule] = []
+    for request in manifest.credentials:
+        decision, rule = _decide_credential(request, rules, session_cap, config, manifest.task, requester)
+        if root_reason and not decision.allowed:
+            decision = CredentialDecision(request.name, request.provider, False, None, None, (root_reason,))
+        decisions.append(decision)
+        if rule is not None:
+            used_rules.append(rule)
+    session_ttl = _smallest(session_cap, *(r.max_ttl for r in used_rules))
+    # A credential never outlives its session; the session's cap may push it below a minimum.
+    final: list[CredentialDecision] = []
+    for d in decisions:
+        if d.ttl is None:
+            final.append(d)
+            continue
+        ttl = min(d.ttl, session_ttl)
+        minimum = config.providers[d.provider].min_ttl
+        if ttl < minimum:
+            reason = f"session ttl capped to {ttl}s, below the {minimum}s minimum of this provider"
+            final.append(CredentialDecision(d.name, d.provider, False, None, None, (reason,)))
+        else:
+            final.append(CredentialDecision(d.name, d.provider, True, d.rule, ttl, ()))
+    network = decide_network(manifest.network, [(r.id, r.network) for r in rules])
+    if root_reason and not network.allowed:
+        network = NetworkDecision(network.requested, False, None, (root_reason,))
+    allowed = all(d.allowed for d in final) and network.allowed
+    return Decision(manifest.task, str(requester), allowed, session_ttl, tuple(final), network)
+
+
+def _decide_credential(
+    request: CredentialRequest,
+    rules: list[Rule],
+    session_cap: int,
+    config: Config,
+    task: str,
+    requester: Requester,
+) -> tuple[CredentialDecision, Rule | None]:
+    provider = config.providers[request.provider]
+    reasons: list[str] = []
+    if not rules:
+        reasons.append(f"no rule matches task {task!r} and requester {str(requester)!r}")
+    for rule in rules:
+        grants = [g for g in rule.grants if g.provider == request.provider]
+        if not grants:
+            reasons.append(f"rule {rule.id}: no grant for provider {request.provider!r}")
+        for grant in grants:
+            outside = grant.check(request)
+            ttl = _smallest(
+                request.ttl or session_cap,
+                session_cap,
+                rule.max_ttl,
+                grant.max_ttl,
+                config.max_ttl,
+                provider.max_ttl,
+            )
+            if ttl < provider.min_ttl:
+                outside.append(f"ttl capped to {ttl}s, below the {provider.min_ttl}s minimum of {provider.type_name}")
+            if not outside:
+                decision = CredentialDecision(request.name, request.provider, True, rule.id, ttl, ())
+                return decision, rule
+            reasons.extend(f"rule {rule.id}: {reason}" for reason in outside)
+    return CredentialDecision(request.name, request.provider, False, None, None, tuple(reasons)), None

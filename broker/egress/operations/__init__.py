@@ -1,0 +1,39 @@
+"""Operations, not just hosts: what a session may do on the hosts the proxy terminates TLS for.
+
+A policy rule's ``operations`` (``git``, ``github_api``, ``http``) limits
+requests, not only destinations: pushes only to some refs, no merges or
+approvals, no unlisted GraphQL mutations, read-only methods. This package is
+the self-contained heart of it, standard library and graphql-core only:
+
+- ``parsing.read_operations`` / ``parsing.check_network``: strict reading of the
+  mapping, and its hosts against ``network``;
+- ``narrowing.narrow``: a manifest's ``operations`` within the rule's, or
+  ``PolicyDenied`` naming the widening key;
+- ``checker.OperationsChecker``: per request, a ``Decision`` on the head or a
+  ``BodyCheck`` fed the body (a push's ref updates, a GraphQL document, a
+  review), the refusal's own ``Answer`` included;
+- the pieces: ``segments`` (the glob language), ``refs``, ``routes``,
+  ``pktline``, ``receivepack``, ``git``, ``github``, ``graphql_doc``, ``jsonbody``,
+  ``decision``, ``model``.
+"""
+
+from __future__ import annotations
+
+from broker.egress.operations.checker import OperationsChecker
+from broker.egress.operations.decision import Answer, BodyCheck, Decision, Kind
+from broker.egress.operations.model import NO_OPERATIONS, Operations
+from broker.egress.operations.narrowing import narrow
+from broker.egress.operations.parsing import check_network, read_operations
+
+__all__ = [
+    "NO_OPERATIONS",
+    "Answer",
+    "BodyCheck",
+    "Decision",
+    "Kind",
+    "Operations",
+    "OperationsChecker",
+    "check_network",
+    "narrow",
+    "read_operations",
+]

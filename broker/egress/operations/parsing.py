@@ -1,0 +1,176 @@
+"""Reading a rule's or a manifest's ``operations`` mapping strictly, and checking its hosts against ``network``.
+
+Every key is known or refused, every glob and route is checked (see ``refs``
+and ``routes``), every host is parsed by ``broker.egress.destinations``; an
+error is one line naming the key (``rules[0].operations.git.push[1]: ...``),
+raised as the error class of the ``Fields`` the caller gives (a policy file's
+or a manifest's). Defaults are the narrow ones: no pushes, no deletions, no
+approvals, no GraphQL mutations, every path of an ``http`` host for its
+methods.
+
+A host is limited either by ``github_api`` or by ``http``, not both (two
+answers for one request would be one too many); ``git`` may share a host with
+either (git's smart-HTTP requests go to ``git``, the others to the other).
+"""
+
+from __future__ import annotations
+
+import re
+
+from broker.egress.destinations import Destination, DestinationError, parse_destination
+from broker.egress.operations.model import (
+    NO_OPERATIONS,
+    GithubApiOperations,
+    GitOperations,
+    HttpOperations,
+    Operations,
+)
+from broker.egress.operations.refs import RefError, parse_ref_glob
+from broker.egress.operations.routes import RouteError, parse_method, parse_path_glob, parse_route
+from broker.egress.operations.segments import SegmentGlob
+from broker.vocab.fields import Fields, describe, shown
+
+MAX_HOSTS = 200
+MAX_PATTERNS = 200
+GRAPHQL_NAME = re.compile(r"[_A-Za-z][_0-9A-Za-z]{0,127}")
+
+
+def read_operations(fields: Fields | None) -> Operations:
+    """The ``operations`` mapping (``None``: the key is absent), or the ``Fields`` error naming the bad key."""
+    if fields is None:
+        return NO_OPERATIONS
+    git = _read_git(fields.mapping("git", required=False))
+    api = _read_api(fields.mapping("github_api", required=False))
+    http = _read_http(fields.mapping("http", required=False))
+    fields.done()
+    _refuse_overlaps(fields, api, http)
+    return Operations(git=git, github_api=api, http=http)
+
+
+def overlap(one: Destination, other: Destination) -> bool:
+    """Whether some host:port falls under both entries."""
+    return one.covers(other) or other.covers(one)
+
+
+def check_network(
+    fields: Fields, operations: Operations, network: tuple[Destination, ...], network_key: str = "network"
+) -> None:
+    """Refuse (naming the key under ``fields``) an operations host that no entry of ``network`` covers."""
+    named: list[tuple[str, Destination]] = []
+    for section in operations.git:
+        named.extend((f"operations.git.hosts[{i}]", h) for i, h in enumerate(section.hosts))
+    for api in operations.github_api:
+        named.extend((f"operations.github_api.hosts[{i}]", h) for i, h in enumerate(api.hosts))
+    named.extend((f"operations.http.{entry.host}", entry.host) for entry in operations.http)
+    for key, host in named:
+        if not any(entry.covers(host) for entry in network):
+            raise fields.fail(key, f"{host} has no matching entry in {network_key}")
+
+
+def _read_hosts(fields: Fields) -> tuple[Destination, ...]:
+    value = fields.raw("hosts")
+    if not isinstance(value, list) or not value:
+        raise fields.fail("hosts", f"expected a list of at least one HOST:PORT, got {describe(value)}")
+    if len(value) > MAX_HOSTS:
+        raise fields.fail("hosts", f"has more than {MAX_HOSTS} items")
+    hosts: list[Destination] = []
+    for index, item in enumerate(value):
+        hosts.append(_destination(fields, f"hosts[{index}]", item))
+        if hosts[-1] in hosts[:-1]:
+            raise fields.fail(f"hosts[{index}]", f"{hosts[-1]} is listed twice")
+    return tuple(hosts)
+
+
+def _destination(fields: Fields, key: str, item: object) -> Destination:
+    try:
+        return parse_destination(item)
+    except DestinationError as exc:
+        text = shown(item) if isinstance(item, str) else describe(item)
+        raise fields.fail(key, f"{text}: {exc}") from None
+
+
+def _patterns(fields: Fields, key: str) -> tuple[str, ...]:
+    return fields.string_list(key, required=False, min_items=0, max_items=MAX_PATTERNS) or ()
+
+
+def _read_git(fields: Fields | None) -> tuple[GitOperations, ...]:
+    if fields is None:
+        return ()
+    hosts = _read_hosts(fields)
+    push: list[SegmentGlob] = []
+    for index, text in enumerate(_patterns(fields, "push")):
+        try:
+            push.append(parse_ref_glob(text))
+        except RefError as exc:
+            raise fields.fail(f"push[{index}]", f"{shown(text)}: {exc}") from None
+    delete = fields.boolean("delete", False)
+    fields.done()
+    return (GitOperations(hosts, tuple(push), delete),)
+
+
+def _read_api(fields: Fields | None) -> tuple[GithubApiOperations, ...]:
+    if fields is None:
+        return ()
+    hosts = _read_hosts(fields)
+    routes = {}
+    for key in ("allow", "deny"):
+        parsed = []
+        for index, text in enumerate(_patterns(fields, key)):
+            try:
+                parsed.append(parse_route(text))
+            except RouteError as exc:
+                raise fields.fail(f"{key}[{index}]", f"{shown(text)}: {exc}") from None
+        routes[key] = tuple(parsed)
+    reviews = fields.mapping("reviews", required=False)
+    approve = False
+    if reviews is not None:
+        approve = reviews.boolean("approve", False)
+        reviews.done()
+    mutations = fields.string_list(
+        "graphql_mutations", required=False, min_items=0, max_items=MAX_PATTERNS, pattern=GRAPHQL_NAME,
+        hint="a GraphQL field name such as createPullRequest",
+    )  # fmt: skip
+    fields.done()
+    return (GithubApiOperations(hosts, routes["allow"], routes["deny"], approve, mutations or ()),)
+
+
+def _read_http(fields: Fields | None) -> tuple[HttpOperations, ...]:
+    if fields is None:
+        return ()
+    entries: list[HttpOperations] = []
+    for key, _ in fields.items():
+        if not isinstance(key, str):
+            raise fields.fail(str(key), "expected a HOST:PORT key")
+        host = _destination(fields, key, key)
+        entry = fields.mapping(key)
+        assert entry is not None
+        methods = entry.string_list("methods", max_items=32, max_len=16)
+        assert methods is not None
+        for index, method in enumerate(methods):
+            try:
+                parse_method(method)
+            except RouteError as exc:
+                raise entry.fail(f"methods[{index}]", f"{shown(method)}: {exc}") from None
+        paths: list[SegmentGlob] = []
+        for index, text in enumerate(entry.string_list("paths", required=False, max_items=MAX_PATTERNS) or ("*",)):
+            try:
+                paths.append(parse_path_glob(text))
+            except RouteError as exc:
+                raise entry.fail(f"paths[{index}]", f"{shown(text)}: {exc}") from None
+        entry.done()
+        for other in entries:
+            if overlap(other.host, host):
+                raise fields.fail(key, f"overlaps {other.host}: name each host under one entry")
+        entries.append(HttpOperations(host, methods, tuple(paths)))
+    return tuple(entries)
+
+
+def _refuse_overlaps(fields: Fields, api: tuple[GithubApiOperations, ...], http: tuple[HttpOperations, ...]) -> None:
+    for entry in http:
+        for section in api:
+            clash = next((h for h in section.hosts if overlap(h, entry.host)), None)
+            if clash is not None:
+                raise fields.fail(
+                    f"http.{entry.host}",
+                    f"overlaps github_api host {clash}: a host is limited by github_api or by http, not both",
+                )

@@ -148,13 +148,22 @@ class ProxyFacts:
     The proxy swaps the placeholder for the secret in ``Authorization``
     (Bearer, token, Basic) and in ``token_headers``, only in requests to the
     instance's ``proxy_hosts``; ``address_env``, when the provider's
-    credentials set it, is pointed at the first of them over https.
+    credentials set it, is pointed at the first of them over https; and
+    ``stripped_headers`` and ``refused_answer_key`` keep the provider's own
+    ways of handing the secret out elsewhere from the sandbox.
     """
 
     label: str  # how messages name these credentials ("GitHub")
     reference: str  # how docs/reference.md names them ("github_app", or a kind: "vault token")
     token_headers: tuple[str, ...] = ()  # lower-case names of headers whose whole value is the secret
     address_env: str | None = None  # the hint naming the provider's address
+    #: Request headers the proxy takes out (lower case, ``-`` for ``_``): asking for an answer that would carry
+    #: the secret elsewhere (Vault: response wrapping).
+    stripped_headers: tuple[str, ...] = ()
+    #: A top-level key of a JSON answer the proxy never passes on, and what it holds (Vault: ``wrap_info``, a
+    #: wrapping token, which unwraps anywhere to the secret); its JSON answers are held back and checked whole.
+    refused_answer_key: str | None = None
+    refused_answer_name: str = ""
 
 
 class RevokeOutcome(enum.StrEnum):

@@ -32,7 +32,7 @@ from broker.egress.running import RunningProxy, running_proxy
 from broker.vocab.secret import Secret
 from devstack.github_app import GitHubAppEmulator
 from providers.github.git import GitHost, gitconfig
-from tests.fixtures.openbao import VAULT_HEADERS, OpenBao
+from tests.fixtures.openbao import VAULT_GUARD, VAULT_HEADERS, OpenBao
 from tests.fixtures.tls import TLSFront, backend_port, git_server, make_test_ca
 
 API, GIT, VAULT, ELSEWHERE = "api.github.test", "github.test", "vault.test", "elsewhere.test"
@@ -130,7 +130,7 @@ def stack(tmp_path: Path, github_emulator: GitHubAppEmulator, openbao: OpenBao) 
                 vault_token,
                 test_ca.cert_file,
                 VAULT_HEADERS,
-                vault=True,
+                VAULT_GUARD,
             )
         )
 

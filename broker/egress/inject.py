@@ -13,7 +13,8 @@ those hosts, asked for without compression, the secret becomes its
 placeholder again (the same length, so the framing holds). Once the session is revoked, the proxy
 refuses every request to those hosts at once, before the provider's own
 revocation lands. What a request to those hosts must be (its own ``Host``;
-for Vault's hosts, no response wrapping) is ``broker.egress.guards``.
+nothing the credential's provider guards against, ``Injection.guard``) is
+``broker.egress.guards``.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from broker.egress.ca import SessionCA
+from broker.egress.guards import AnswerGuard
 from broker.vocab.secret import Secret
 
 ALPHABET = string.ascii_letters + string.digits
@@ -58,7 +60,7 @@ class Injection:
     secret: Secret
     upstream_ca_file: Path | None = None  # what the real hosts' certificates are checked against; None: the system's
     token_headers: frozenset[bytes] = frozenset()  # lower-case names of headers, beside Authorization, holding it whole
-    vault: bool = False  # Vault's hosts: response wrapping is stripped and refused (``broker.egress.guards``)
+    guard: AnswerGuard | None = None  # what its provider keeps from its hosts (``broker.egress.guards``)
 
 
 class Interceptor:
@@ -78,9 +80,9 @@ class Interceptor:
     def intercepts(self, host: str, port: int) -> bool:
         return any((host, port) in injection.hosts for injection in self._injections)
 
-    def is_vault(self, host: str, port: int) -> bool:
-        """Whether ``host``:``port`` is a Vault credential's host (its answers are checked for wrapping tokens)."""
-        return any((host, port) in injection.hosts and injection.vault for injection in self._injections)
+    def answer_guard(self, host: str, port: int) -> AnswerGuard | None:
+        """What the provider of the credential of ``host``:``port`` keeps from it (None: nothing)."""
+        return next((i.guard for i in self._injections if (host, port) in i.hosts and i.guard is not None), None)
 
     def credential_ports(self, host: str) -> list[int]:
         """The ports ``host`` (canonical) is a credential host on, whichever port it is asked for on."""

@@ -70,7 +70,16 @@ class VaultProvider(Provider[AnyVaultRequest]):
     """Capabilities: ``Warming``, ``FindsMinted`` (a search of token metadata), ``ChecksGrants``, ``Refreshing``."""
 
     type_name = "vault"
-    proxy = ProxyFacts("Vault", "vault token", token_headers=("x-vault-token",), address_env="VAULT_ADDR")
+    proxy = ProxyFacts(
+        "Vault",
+        "vault token",
+        token_headers=("x-vault-token",),
+        address_env="VAULT_ADDR",
+        # Response wrapping: a wrapping token unwraps anywhere, outside the sandbox too, to what it wraps.
+        stripped_headers=("x-vault-wrap-ttl", "x-vault-wrap-format"),
+        refused_answer_key="wrap_info",
+        refused_answer_name="wrapping token",
+    )
     # libpq reads its password from the PG ones: a manifest must not point it elsewhere (the broker sets PGPASSFILE).
     reserved_env = frozenset({"VAULT_ADDR", "PGPASSFILE", "PGPASSWORD", "PGSERVICEFILE", "GIT_SSH_COMMAND"})
     ca_env = ("VAULT_CACERT",)

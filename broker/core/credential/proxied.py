@@ -6,9 +6,9 @@ system CAs plus it (``ca-bundle.pem``) go into the session directory, and
 the hints point every common client at the bundle (and each provider
 type's own clients: ``Provider.ca_env``). The hint naming a provider's
 address (``ProxyFacts.address_env``) becomes its first proxy host over https,
-and a Vault credential's proxy hosts are marked as Vault's: the proxy strips
-response wrapping from requests to them and refuses an answer holding a
-wrapping token (``broker.egress.guards``).
+and what the provider type says to keep from its hosts (request headers
+stripped, an answer key refused: Vault's response wrapping) guards them
+(``answer_guard``, ``broker.egress.guards``).
 """
 
 from __future__ import annotations
@@ -23,11 +23,12 @@ from broker.core.inputs.config import Config
 from broker.core.inputs.manifest import Manifest
 from broker.egress.ca import SessionCA, ca_bundle
 from broker.egress.destinations import Destination
+from broker.egress.guards import AnswerGuard
 from broker.egress.inject import Injection, Interceptor, placeholder_for
 from broker.vocab.errors import BadInput, ProviderError
 from broker.vocab.files import read_bounded
 from broker.vocab.secret import Secret
-from providers.base import CredentialRequest, MintedCredential
+from providers.base import CredentialRequest, MintedCredential, ProxyFacts
 from providers.registry import provider_classes
 
 MAX_SYSTEM_BUNDLE = 4 * 1024 * 1024
@@ -35,6 +36,18 @@ CA_FILE, BUNDLE_FILE = "ca.pem", "ca-bundle.pem"
 #: The variables common clients read for the CAs they trust (all set to the bundle: some replace the system
 #: store); each provider type adds its own clients' (``ca_hint_names``).
 CA_HINTS = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO", "NODE_EXTRA_CA_CERTS")
+
+
+def answer_guard(facts: ProxyFacts) -> AnswerGuard | None:
+    """What the proxy keeps from a provider's hosts beyond the swap, as its type declares it (None: nothing)."""
+    if not facts.stripped_headers and facts.refused_answer_key is None:
+        return None
+    return AnswerGuard(
+        facts.label,
+        frozenset(header.encode() for header in facts.stripped_headers),
+        facts.refused_answer_key,
+        facts.refused_answer_name,
+    )
 
 
 def session_interceptor(config: Config, manifest: Manifest) -> Interceptor | None:
@@ -72,7 +85,7 @@ def hold_in_proxy(
             credential.secret,
             target.upstream_ca_file,
             frozenset(header.encode() for header in target.facts.token_headers),
-            vault=config.providers[request.provider].type_name == "vault",  # its answers are checked for wrapping
+            answer_guard(target.facts),
         )
     )
     env = dict(credential.env)

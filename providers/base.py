@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -244,11 +245,14 @@ class Provider(ABC, Generic[RequestT]):
         """Read and compile the provider-specific fields of one policy grant."""
 
     @classmethod
-    @abstractmethod
     def reference(cls) -> ProviderReference:
         """What docs/reference.md says of the type: the keys its loaders read, the hints its credentials set,
-        the table ``broker init`` writes. Kept in the provider's package and imported here, when asked: no
+        the table ``broker init`` writes. By default the ``REFERENCE`` of the ``reference`` module beside the
+        class's own (``providers/x/reference.py`` for ``providers/x/provider.py``), imported when asked: no
         command but ``gen-reference`` and ``init`` needs it."""
+        module = importlib.import_module(cls.__module__.rpartition(".")[0] + ".reference")
+        reference: ProviderReference = module.REFERENCE
+        return reference
 
     @abstractmethod
     def mint(self, request: RequestT, context: MintContext) -> MintedCredential:

@@ -34,6 +34,7 @@ from broker.vocab.checks import Check
 from providers.base import Grant, MintContext, RevokeTarget
 
 __all__ = [
+    "CAPABILITIES",
     "ChecksGrants",
     "DenyBudget",
     "DenyRecord",
@@ -200,3 +201,7 @@ class Refreshing(Protocol):
     def refresh(self, within: int) -> None:
         """Keep the login valid for ``within`` seconds more (twice the interval). A long-lived broker outlives a
         login's TTL. Never raises for a provider problem: the next call that needs the login reports it."""
+
+
+#: Every capability, in the order this module describes them.
+CAPABILITIES = (Warming, FindsMinted, Reserving, SharesLocks, ChecksGrants, Refreshing)

@@ -32,7 +32,7 @@ import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from broker.vocab.checks import Check
 from broker.vocab.errors import ProviderError
@@ -67,9 +67,6 @@ from providers.base import (
 )
 from providers.capabilities import DenyBudget, FleetState
 from providers.warm import Sdk
-
-if TYPE_CHECKING:
-    from broker.vocab.reference import ProviderReference
 
 REGION = re.compile(r"[a-z]{2}(-[a-z0-9]+){1,3}", re.ASCII)
 ENDPOINT = re.compile(r"https?://[A-Za-z0-9.\-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~/-]*)?", re.ASCII)
@@ -142,12 +139,6 @@ class AwsStsProvider(Provider[AwsStsRequest]):
     @classmethod
     def compile_grant(cls, fields: Fields, *, provider: str, max_ttl: int | None) -> AwsStsGrant:
         return compile_aws_grant(fields, provider=provider, max_ttl=max_ttl)
-
-    @classmethod
-    def reference(cls) -> ProviderReference:
-        from providers.aws.reference import REFERENCE
-
-        return REFERENCE
 
     # -- capabilities ----------------------------------------------------------------------
 

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import quote
 
 from broker.vocab.checks import Check
@@ -46,9 +46,6 @@ from providers.github.http import ApiResponse, GitHubApi
 from providers.github.permissions import IMPLICIT_PERMISSION
 from providers.github.request import GitHubGrant, GitHubRequest, compile_grant, parse_request
 from providers.warm import Sdk
-
-if TYPE_CHECKING:
-    from broker.vocab.reference import ProviderReference
 
 __all__ = ["GitHubAppProvider", "GitHubGrant", "GitHubRequest"]
 
@@ -124,12 +121,6 @@ class GitHubAppProvider(Provider[GitHubRequest]):
     @classmethod
     def compile_grant(cls, fields: Fields, *, provider: str, max_ttl: int | None) -> GitHubGrant:
         return compile_grant(fields, provider=provider, max_ttl=max_ttl)
-
-    @classmethod
-    def reference(cls) -> ProviderReference:
-        from providers.github.reference import REFERENCE
-
-        return REFERENCE
 
     # -- provider calls ------------------------------------------------------------------
 

@@ -60,7 +60,6 @@ if TYPE_CHECKING:
 
     import hvac
 
-    from broker.vocab.reference import ProviderReference
 
 ADDR = re.compile(r"https?://([A-Za-z0-9.\-]+|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?/?")
 _UNSEEN = "it cannot be looked up (the broker needs update on auth/token/lookup-accessor)"
@@ -132,12 +131,6 @@ class VaultProvider(Provider[AnyVaultRequest]):
     @classmethod
     def compile_grant(cls, fields: Fields, *, provider: str, max_ttl: int | None) -> VaultGrant:
         return compile_vault_grant(fields, provider=provider, max_ttl=max_ttl)
-
-    @classmethod
-    def reference(cls) -> ProviderReference:
-        from providers.vault.reference import REFERENCE
-
-        return REFERENCE
 
     # -- provider calls ------------------------------------------------------------------
 

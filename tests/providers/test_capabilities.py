@@ -10,7 +10,7 @@ import pytest
 from broker.vocab.errors import ConfigError
 from broker.vocab.fields import Fields
 from broker.vocab.reference import ProviderReference
-from providers import capabilities
+from providers.capabilities import CAPABILITIES
 from providers.registry import known_types, provider_class
 
 TABLES: dict[str, dict[str, Any]] = {
@@ -23,14 +23,6 @@ EXPECTED = {
     "aws_sts": {"Warming", "FindsMinted", "Reserving", "SharesLocks"},
     "github_app": {"Warming"},
 }
-CAPABILITIES = (
-    capabilities.Warming,
-    capabilities.FindsMinted,
-    capabilities.Reserving,
-    capabilities.SharesLocks,
-    capabilities.ChecksGrants,
-    capabilities.Refreshing,
-)
 
 
 @pytest.mark.parametrize("type_name", sorted(TABLES))

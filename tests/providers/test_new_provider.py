@@ -17,7 +17,7 @@ from broker.cli.reference import render
 from broker.core.credential.proxied import ca_hint_names
 from broker.core.inputs.manifest import reserved_env
 from broker.core.setup.install import render_config
-from providers import capabilities
+from providers.capabilities import CAPABILITIES
 from providers.registry import PROVIDER_TYPES, provider_class
 from tests.fixtures.brokerenv import BrokerEnv
 from tests.providers.memory import SERVER, MemoryProvider
@@ -39,14 +39,6 @@ sandbox: {uid: 1000, gid: 1000}
 credentials:
   - {name: ci, provider: mem, label: build}
 """
-CAPABILITIES = (
-    capabilities.Warming,
-    capabilities.FindsMinted,
-    capabilities.Reserving,
-    capabilities.SharesLocks,
-    capabilities.ChecksGrants,
-    capabilities.Refreshing,
-)
 
 
 @pytest.fixture

@@ -30,10 +30,13 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from broker.egress.ca import SessionCA
-from broker.egress.guards import AnswerGuard
 from broker.vocab.secret import Secret
+
+if TYPE_CHECKING:  # the guards bring h11 and asyncio: the proxy's, not an issue's
+    from broker.egress.guards import AnswerGuard
 
 ALPHABET = string.ascii_letters + string.digits
 PREFIX = re.compile(r"[A-Za-z]{1,12}[_.]")

@@ -41,7 +41,6 @@ from providers.clock import clock_check
 from providers.urls import is_loopback_host
 from providers.vault.client import VaultSession
 from providers.vault.dynamic import DYNAMIC_KINDS, DynamicRequest
-from providers.vault.health import dynamic_checks
 from providers.vault.identity import entity_check, minted_problems
 from providers.vault.leases import Engines
 from providers.vault.request import (
@@ -241,7 +240,9 @@ class VaultProvider(Provider[AnyVaultRequest]):
         return results + ([clock] if clock else [])
 
     def grant_health(self, grants: Sequence[Grant[AnyVaultRequest]]) -> list[Check]:
-        """The capabilities the granted dynamic kinds need (``providers.vault.health``)."""
+        """The capabilities the granted dynamic kinds need (``providers.vault.health``, loaded for doctor only)."""
+        from providers.vault.health import dynamic_checks
+
         return dynamic_checks(self.engines, [grant.dynamic for grant in grants if isinstance(grant, VaultGrant)])
 
     def _capabilities_check(self, client: hvac.Client) -> Check:

@@ -18,18 +18,21 @@ import ssl
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 
 from broker.core.inputs.config import Config
 from broker.core.inputs.manifest import Manifest
 from broker.egress.ca import SessionCA, ca_bundle
 from broker.egress.destinations import Destination
-from broker.egress.guards import AnswerGuard
 from broker.egress.inject import Injection, Interceptor, placeholder_for
 from broker.vocab.errors import BadInput, ProviderError
 from broker.vocab.files import read_bounded
 from broker.vocab.secret import Secret
 from providers.base import CredentialRequest, MintedCredential, ProxyFacts
 from providers.registry import provider_classes
+
+if TYPE_CHECKING:
+    from broker.egress.guards import AnswerGuard
 
 MAX_SYSTEM_BUNDLE = 4 * 1024 * 1024
 CA_FILE, BUNDLE_FILE = "ca.pem", "ca-bundle.pem"
@@ -42,6 +45,8 @@ def answer_guard(facts: ProxyFacts) -> AnswerGuard | None:
     """What the proxy keeps from a provider's hosts beyond the swap, as its type declares it (None: nothing)."""
     if not facts.stripped_headers and facts.refused_answer_key is None:
         return None
+    from broker.egress.guards import AnswerGuard  # h11 and asyncio: only for a session whose proxy runs here
+
     return AnswerGuard(
         facts.label,
         frozenset(header.encode() for header in facts.stripped_headers),

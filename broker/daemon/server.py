@@ -42,6 +42,7 @@ from broker.daemon.wire import busy, serve_connection
 from broker.vocab.errors import BrokerError, ConfigError, DaemonUnreachable
 from broker.vocab.logs import event
 from broker.vocab.tracing import span
+from providers.capabilities import Refreshing
 
 if TYPE_CHECKING:
     from broker.telemetry.traces import Tracing
@@ -265,6 +266,8 @@ class Daemon:
         while True:
             self.sweep_once()
             for provider in self.broker.config.providers.values():
+                if not isinstance(provider, Refreshing):
+                    continue
                 try:
                     provider.refresh(2 * self.sweep_interval)
                 except Exception:  # the seam promises no raise; a bug here must not stop the sweeps

@@ -23,6 +23,7 @@ from broker.vocab.secret import Secret
 from broker.vocab.time import iso
 from broker.vocab.tracing import span
 from providers.base import Provider, RevokeOutcome, RevokeTarget
+from providers.capabilities import FindsMinted
 
 RETRY_DELAYS = (0.2, 0.6)
 LOG = logging.getLogger("broker.revoke")
@@ -122,16 +123,19 @@ def settle_minting(
     credentials that cannot be shortened (GitHub's hour).
     """
     provider = broker.config.providers[record.provider]
+    finds = provider if isinstance(provider, FindsMinted) else None
     try:
-        with span(
-            "provider.find",
-            provider=provider.name,
-            provider_type=provider.type_name,
-            credential=record.name,
-            session=session_id,
-        ) as traced:
-            found = provider.find_minted(session_id, record.name, record.reference)
-            traced.set(count=len(found))
+        found: list[dict[str, str]] = []
+        if finds is not None:
+            with span(
+                "provider.find",
+                provider=provider.name,
+                provider_type=provider.type_name,
+                credential=record.name,
+                session=session_id,
+            ) as traced:
+                found = finds.find_minted(session_id, record.name, record.reference)
+                traced.set(count=len(found))
     except ProviderError as exc:
         return CredentialState.PENDING, f"could not search the provider: {exc.message}"
     outcomes = []
@@ -157,7 +161,7 @@ def settle_minting(
         return CredentialState.PENDING, "a credential found at the provider could not be revoked yet"
     if found:
         return CredentialState.REVOKED, ""
-    if provider.can_find_minted:
+    if finds is not None and finds.search_is_exhaustive:
         return CredentialState.FAILED, ""  # the provider never minted it
     session = broker.store.get_session(session_id)
     settled_after = session.expires_at if session else now

@@ -27,7 +27,7 @@ from broker.vocab.files import read_regular_file, shown_path
 from providers.registry import known_types, provider_class
 
 if TYPE_CHECKING:
-    from providers.base import Provider
+    from providers.base import Provider, ProxyFacts
 
 DEFAULT_CONFIG_PATH = Path("/etc/broker/broker.toml")
 CONFIG_ENV = "BROKER_CONFIG"
@@ -51,15 +51,13 @@ DEFAULT_FLEET_REVOKE_WAIT = 5
 MAX_FLEET_REVOKE_WAIT = 60
 
 
-#: Provider types whose credentials the egress proxy can put in (an HTTP header it knows).
-PROXY_TYPES = ("github_app", "vault")
-
-
 @dataclass(frozen=True)
 class ProxyTarget:
-    """``proxy_hosts`` and ``upstream_ca_file`` of one provider instance: where the proxy puts its secret in."""
+    """``proxy_hosts`` and ``upstream_ca_file`` of one provider instance: where the proxy puts its secret in,
+    and how (the facts its provider type declares)."""
 
     hosts: tuple[Destination, ...]
+    facts: ProxyFacts
     upstream_ca_file: Path | None = None
 
 
@@ -247,7 +245,7 @@ def parse_config(table: object, path: Path) -> Config:
                     f"providers.{name}.type: unknown provider type {type_name[:40]!r}"
                     f" (known: {', '.join(known_types())})"
                 ) from None
-            target = _proxy_target(instance, name, type_name, base)
+            target = _proxy_target(instance, name, cls.proxy, base)
             if target is not None:
                 proxy_targets[name] = target
             providers[name] = cls.from_config(name, instance, base)
@@ -273,9 +271,9 @@ def parse_config(table: object, path: Path) -> Config:
     )
 
 
-def _proxy_target(instance: Fields, name: str, type_name: str, base: Path) -> ProxyTarget | None:
-    if type_name not in PROXY_TYPES:
-        return None  # any proxy_hosts is an unknown key for the other types
+def _proxy_target(instance: Fields, name: str, facts: ProxyFacts | None, base: Path) -> ProxyTarget | None:
+    if facts is None:
+        return None  # any proxy_hosts is an unknown key for the types the proxy cannot put in
     hosts = instance.string_list("proxy_hosts", required=False, max_items=16)
     ca_file = instance.string("upstream_ca_file", required=False, max_len=4096)
     if hosts is None:
@@ -291,7 +289,7 @@ def _proxy_target(instance: Fields, name: str, type_name: str, base: Path) -> Pr
         if destination.wildcard:
             raise ConfigError(f"providers.{name}.proxy_hosts[{index}]: name each host; a wildcard is not allowed")
         destinations.append(destination)
-    return ProxyTarget(tuple(destinations), resolve_path(base, ca_file) if ca_file is not None else None)
+    return ProxyTarget(tuple(destinations), facts, resolve_path(base, ca_file) if ca_file is not None else None)
 
 
 def _daemon(fields: Fields, base: Path, runtime_dir: Path) -> DaemonConfig | None:

@@ -253,3 +253,56 @@ def test_an_exec_on_a_is_stopped_by_as_daemon_when_b_revokes_it(fleet: Fleet, po
     assert fleet.b.env.run("audit", "verify").code == 0
     assert fleet.a.stop() == 0
     quiet(fleet.a)
+
+
+def test_a_holder_that_listens_but_does_not_answer_is_waited_for_fleet_revoke_wait_then_finishes(
+    fleet: Fleet, postgres: Postgres
+) -> None:
+    """A's daemon stopped (SIGSTOP) still holds its listener: B waits ``fleet_revoke_wait``, then says ``pending``."""
+    listening(fleet.a.start(), fleet.db, postgres)
+    session = str(fleet.issue_on_a()["session"])
+    fleet.b.env.settings["fleet_revoke_wait"] = "2s"
+    fleet.b.env.write_config()
+    assert fleet.a.process is not None
+    fleet.a.process.send_signal(signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        result = fleet.b.env.run("revoke", "--session", session, "--json")
+        waited = time.monotonic() - started
+    finally:
+        fleet.a.process.send_signal(signal.SIGCONT)
+    assert result.code == 5, result.stderr  # not answered within the wait: pending, never a hang
+    assert outcomes(result.json()) == {"repo": "pending", "kv": "revoked"}
+    assert waited >= 2  # it did wait for the holder, as long as it was told to (and returned: the run is bounded)
+
+    deadline = time.monotonic() + WAIT  # A, running again, finishes the ask it heard while stopped
+    while fleet.token_states() != ["revoked"] or fleet.a.env.session_dirs():
+        assert time.monotonic() < deadline, "host A never finished the revoke"
+        time.sleep(0.05)
+    status = fleet.b.env.run("status", "--all", "--json").json()
+    assert [(item["state"], [c["state"] for c in item["credentials"]]) for item in status] == [
+        ("revoked", ["revoked", "revoked"])
+    ]
+    assert fleet.a.stop() == 0
+    quiet(fleet.a)
+
+
+def test_an_announcement_nobody_asked_for_revokes_nothing(fleet: Fleet, postgres: Postgres) -> None:
+    """NOTIFY needs no privilege: any role that may connect (an auditor's read-only one) can announce a session id.
+
+    Only an ask recorded in ``revoke_requests`` (written by a host's revoke) makes the holder act; the announcement
+    only wakes it."""
+    from tests.test_fleet_log import postgres_query
+
+    listening(fleet.a.start(), fleet.db, postgres)
+    forged, asked = str(fleet.issue_on_a()["session"]), str(fleet.issue_on_a()["session"])
+    postgres_query(postgres, fleet.db, "SELECT pg_notify('broker_revoke', %s)", forged)
+    result = fleet.b.env.run("revoke", "--session", asked, "--json")  # heard after the forged one
+    assert result.code == 0 and outcomes(result.json()) == {"repo": "revoked", "kv": "revoked"}, result.stderr
+    time.sleep(1)  # room for a revocation of the forged one running beside the asked one
+    assert fleet.token_states() == ["revoked", "valid"]
+    assert fleet.a.env.session_dirs() == [forged]
+    states = {item["session"]: item["state"] for item in fleet.a.client("status", "--all", "--json").json()}
+    assert states == {forged: "active", asked: "revoked"}
+    assert fleet.a.stop() == 0
+    quiet(fleet.a)

@@ -12,7 +12,10 @@ waiting to read. It finishes the asks made while it was not listening when
 it starts and after each reconnection; a lost connection is opened again
 after a pause, and the daemon goes on serving meanwhile. Announcements of
 other hosts' sessions are read and left alone; a payload is only ever a
-session id, checked like any input.
+session id, checked like any input. An announcement only wakes the
+listener: it acts on an ask recorded in the store for this host, since any
+role that may connect to the database (an auditor's read-only one) can
+send a NOTIFY.
 """
 
 from __future__ import annotations
@@ -111,6 +114,8 @@ class FleetListener:
     def _finish(self, session: str) -> None:
         broker = dataclasses.replace(self.broker)
         try:
+            if session not in self.revokes.waiting():
+                return  # announced, never asked of this host: NOTIFY needs no privilege, an ask needs a row
             record = broker.store.get_session(session)
             if record is None or record.host != broker.config.host:
                 return  # another host's session (or none): that host's daemon hears it too

@@ -105,6 +105,11 @@ def test_the_daemon_counts_what_it_did_on_its_socket_and_its_listener(daemon: Da
     assert found["broker_store_up"] == {(): 1.0} and found["broker_sessions_live"] == {(): 0.0}
     assert found.get("broker_credentials_failed_total", {}) == {}
 
+    curl = subprocess.run(  # as the README shows it: curl on the socket, as root
+        ["curl", "--silent", "--fail", "--unix-socket", str(daemon.socket), "http://broker/metrics"],
+        capture_output=True, timeout=WAIT, check=True,
+    )  # fmt: skip
+    assert samples(curl.stdout)["broker_credentials_issued_total"] == {vault: 1.0}
     status, headers, body = http(address, "GET", "/metrics")  # [daemon] metrics_listen: the same families
     assert status == 200 and headers["content-type"] == CONTENT_TYPE_LATEST
     assert samples(body)["broker_credentials_issued_total"] == {vault: 1.0}

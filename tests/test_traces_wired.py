@@ -5,8 +5,8 @@ With ``[telemetry] otlp_endpoint``, ``broker issue`` and ``broker revoke``
 ``broker serve`` must each arrive as one trace: its root (``broker issue``,
 ``POST /v1/sessions``, ...), the policy decision, each provider call (on the
 worker threads that make it, carried into the trace) and each log append,
-ids as attributes. The session's own token (read from its file, a canary) and
-the broker's Vault token are looked for in every byte the receiver got.
+ids as attributes. The session's own token (read from its file, a canary) is
+looked for in every byte the receiver got.
 Without ``[telemetry]`` a cold ``issue`` and ``revoke`` import nothing of
 OpenTelemetry or ``prometheus_client``.
 """

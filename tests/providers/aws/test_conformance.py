@@ -18,8 +18,8 @@ from providers.aws.deny import POLICY_NAME
 from providers.aws.provider import AwsStsProvider
 from providers.base import MintedCredential
 from tests.fixtures.aws import AwsRole
+from tests.fixtures.aws_sts import deny_applies
 from tests.providers.conformance import ProviderConformance, Subject, parse_request
-from tests.unit.providers.aws.test_request import deny_applies
 
 
 def identity(role: AwsRole, credential: MintedCredential) -> dict[str, Any]:

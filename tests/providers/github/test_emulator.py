@@ -24,15 +24,7 @@ from referencing.jsonschema import DRAFT4
 
 from devstack.github_app import GitHubAppEmulator
 from devstack.github_state import NOT_ACCESSIBLE, NOT_GRANTED
-from tests.fixtures.github import (
-    APP_ID,
-    CLIENT_ID,
-    GITHUB_CONTRACT,
-    OWNER,
-    PERMISSIONS,
-    AppKeys,
-    rsa_key_pair,
-)
+from tests.fixtures.github import APP_ID, CLIENT_ID, GITHUB_CONTRACT, OWNER, PERMISSIONS, AppKeys, rsa_key_pair
 
 pytestmark = pytest.mark.server
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import pytest
 
 from tests.fixtures.brokerenv import BrokerEnv
+from tests.fixtures.install import lines_by_name
 from tests.fixtures.vault_engines import DYNAMIC_GRANTS, NO_KEY_ID_ROLE, Engines
-from tests.integration.core.setup.test_doctor import lines_by_name
 
 pytestmark = pytest.mark.server
 

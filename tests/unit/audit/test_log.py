@@ -1,11 +1,11 @@
-"""The issuance log: hash chain, signed checkpoints, concurrent appends, fingerprints not secrets."""
+"""The issuance log in process: hash chain, signed checkpoints, the audit key's file, a torn last record, and
+fingerprints that are keyed and never the secret.
+"""
 
 from __future__ import annotations
 
 import base64
 import hashlib
-import json
-import multiprocessing
 import os
 import stat
 from pathlib import Path
@@ -14,30 +14,10 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from broker.audit.keys import load_or_create_keys
-from broker.audit.log import GENESIS, IssuanceLog, checkpoint_message
+from broker.audit.log import IssuanceLog, checkpoint_message
 from broker.vocab.errors import ConfigError, LogVerificationError
 from broker.vocab.secret import Secret
-
-
-def independent_hash(record: dict[str, object]) -> str:
-    body = {k: v for k, v in record.items() if k != "hash"}
-    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def records(path: Path) -> list[dict[str, object]]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
-
-
-def assert_chain(path: Path) -> list[dict[str, object]]:
-    items = records(path)
-    prev = GENESIS
-    for index, record in enumerate(items, start=1):
-        assert record["seq"] == index
-        assert record["prev"] == prev
-        assert record["hash"] == independent_hash(record)
-        prev = str(record["hash"])
-    return items
+from tests.fixtures.logchain import assert_chain
 
 
 def test_records_chain_and_checkpoints_verify_with_the_public_key(tmp_path: Path) -> None:
@@ -78,30 +58,6 @@ def test_a_torn_last_record_stops_appends(tmp_path: Path) -> None:
         handle.write(b'{"seq": 2, "ev')
     with pytest.raises(LogVerificationError, match="torn record"):
         log.append("session.issued", session="s-2", task="t", requester="ci")
-
-
-def _append_many(state_dir: str, worker: int, count: int) -> None:
-    log = IssuanceLog(
-        Path(state_dir), load_or_create_keys(Path(state_dir) / "audit.key", Path(state_dir) / "fingerprint.key")
-    )
-    for index in range(count):
-        log.append("credential.issued", session=f"s-{worker}", task="t", requester="ci", n=index)
-    log.checkpoint("ci")
-
-
-def test_32_concurrent_processes_keep_one_chain(tmp_path: Path) -> None:
-    load_or_create_keys(tmp_path / "audit.key", tmp_path / "fingerprint.key")
-    context = multiprocessing.get_context("spawn")
-    workers = [context.Process(target=_append_many, args=(str(tmp_path), n, 10)) for n in range(32)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join(60)
-        assert worker.exitcode == 0
-    items = assert_chain(tmp_path / "issuance.jsonl")
-    issued = [(r["session"], r["n"]) for r in items if r["event"] == "credential.issued"]
-    assert len(issued) == len(set(issued)) == 320
-    assert sum(1 for r in items if r["event"] == "checkpoint") == 32
 
 
 def test_fingerprint_is_keyed_and_never_the_secret(tmp_path: Path) -> None:

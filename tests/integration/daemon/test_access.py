@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.fixtures.daemon import OTHER_UID, STRANGER_UID, Daemon, daemon
 from tests.fixtures.openbao import OpenBao
-from tests.integration.daemon.test_server import OTHER_UID, STRANGER_UID, Daemon, daemon
 
 pytestmark = pytest.mark.server
 __all__ = ["daemon"]

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.daemon import WAIT, Daemon, _wait_for, daemon
 from tests.fixtures.openbao import VAULT_TASK, OpenBao
 from tests.fixtures.sandbox import sandbox_unavailable, vault_egress_policy
-from tests.integration.daemon.test_server import WAIT, Daemon, _wait_for, daemon
 from tests.integration.egress.test_proxy import Sink, Upstream, sink, upstream
 
 __all__ = ["daemon", "sink", "upstream"]  # fixtures

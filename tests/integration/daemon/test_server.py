@@ -4,18 +4,14 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import stat
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -23,156 +19,25 @@ from urllib.parse import urlsplit
 import pytest
 
 from tests.fixtures.brokerenv import BrokerEnv, Result
-from tests.fixtures.openbao import VAULT_TASK, AppRoleLogin, OpenBao, admin_approle, approle_table
+from tests.fixtures.daemon import (
+    OTHER_UID,
+    OUTSIDER_UID,
+    SOCKET_GID,
+    STRANGER_UID,
+    WAIT,
+    Daemon,
+    _wait_for,
+    daemon,
+    raw_exchange,
+)
+from tests.fixtures.openbao import AppRoleLogin, OpenBao, admin_approle, approle_table
 from tests.fixtures.slowproxy import slow_proxy
+
+__all__ = ["daemon"]  # fixture
 
 pytestmark = pytest.mark.server
 
-OTHER_UID = 1000  # the launcher the policy names
-STRANGER_UID = 1001  # in the socket's group, named by no rule
-OUTSIDER_UID = 1002  # not in the socket's group
-SOCKET_GID = 1000
 PROVIDER_SDKS = ("hvac", "boto3", "botocore", "jwt", "requests", "typer")
-WAIT = 60.0  # generous: the machine is shared
-
-
-def _wait_for(condition: Any, what: str, timeout: float = WAIT) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what}")
-        time.sleep(0.05)
-
-
-def _connects(path: Path) -> bool:
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-        try:
-            probe.connect(str(path))
-        except OSError:
-            return False
-        return True
-
-
-_CLIENT_COPY: list[Path] = []
-
-
-def _client_packages() -> Path:
-    """A world-readable copy of what the thin client imports (the broker's packages, h11, PyYAML), made once per run.
-
-    A client run as another uid cannot import the broker from a checkout it
-    may not enter, nor from the virtualenv inside it; the copy stands in for
-    an installed package, as on a real host.
-    """
-    if not _CLIENT_COPY:
-        import atexit
-
-        import h11
-        import yaml
-
-        root = Path(tempfile.mkdtemp(prefix="broker-client-"))
-        root.chmod(0o755)
-        ignore = shutil.ignore_patterns("__pycache__")
-        repository = Path(__file__).resolve().parents[3]
-        for package in (
-            repository / "broker",
-            repository / "providers",
-            *(Path(str(m.__file__)).parent for m in (h11, yaml)),
-        ):
-            shutil.copytree(package, root / package.name, ignore=ignore)
-        for path in (root, *root.rglob("*")):
-            path.chmod(0o755 if path.is_dir() else 0o644)
-        atexit.register(shutil.rmtree, root, True)
-        _CLIENT_COPY.append(root)
-    return _CLIENT_COPY[0]
-
-
-@dataclass
-class Daemon:
-    env: BrokerEnv
-    shared: Path  # a directory every test uid can read: the socket and the tasks live here
-    process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def socket(self) -> Path:
-        return self.shared / "broker.sock"
-
-    def start(self, *flags: str) -> Daemon:
-        log = open(self.env.root / "daemon.log", "ab")  # noqa: SIM115 - the daemon's stderr, closed with it
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "broker", *flags, "--config", str(self.env.config_path), "serve"],
-            stdout=subprocess.DEVNULL,
-            stderr=log,
-        )
-        log.close()
-        _wait_for(lambda: _connects(self.socket) or self.process is None or self.process.poll() is not None, "socket")
-        assert self.process.poll() is None, (self.env.root / "daemon.log").read_text()
-        return self
-
-    def stop(self, signum: int = signal.SIGTERM) -> int:
-        assert self.process is not None
-        if self.process.poll() is None:
-            self.process.send_signal(signum)
-        code = self.process.wait(timeout=WAIT)
-        self.process = None
-        return code
-
-    def task(self, text: str = VAULT_TASK, name: str = "task.yaml") -> Path:
-        path = self.shared / name
-        path.write_text(text)
-        path.chmod(0o644)
-        return path
-
-    def client(self, *args: str, uid: int | None = None, gid: int = SOCKET_GID, env: Mapping[str, str] = {}) -> Result:
-        """The ``broker`` console script's path (``python -m broker``), as ``uid`` when given."""
-        prefix = [] if uid is None else ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups"]
-        environment = {"PATH": os.environ["PATH"], "BROKER_SOCKET": str(self.socket), "HOME": "/", **env}
-        if uid is not None:  # another uid may not reach the checkout (a clone in a 0700 folder): give it a copy
-            environment["PYTHONPATH"] = str(_client_packages())
-        completed = subprocess.run(
-            [*prefix, sys.executable, "-m", "broker", *args],
-            capture_output=True,
-            text=True,
-            env=environment,
-            timeout=WAIT,
-            check=False,
-            cwd="/",
-        )
-        return Result(completed.returncode, completed.stdout, completed.stderr)
-
-    def request(self, method: str, target: str, body: bytes = b"", headers: str = "") -> tuple[int, Any]:
-        """One raw HTTP/1.1 request on the socket: the status and the JSON body."""
-        head = f"{method} {target} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n{headers}Connection: close\r\n\r\n"
-        return raw_exchange(self.socket, head.encode() + body)
-
-
-def raw_exchange(path: Path, data: bytes) -> tuple[int, Any]:
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.connect(str(path))
-        sock.sendall(data)
-        answer = b""
-        while chunk := sock.recv(65536):
-            answer += chunk
-    head, _, body = answer.partition(b"\r\n\r\n")
-    return int(head.split()[1]), json.loads(body)
-
-
-@pytest.fixture
-def daemon(vault_env: BrokerEnv) -> Iterator[Daemon]:
-    shared = Path(tempfile.mkdtemp(prefix="broker-daemon-", dir="/tmp"))
-    shared.chmod(0o755)
-    vault_env.tables["daemon"] = {
-        "socket": str(shared / "broker.sock"),
-        "socket_group": str(SOCKET_GID),
-        "sweep_interval": "1s",
-    }
-    vault_env.write_config()
-    running = Daemon(vault_env, shared)
-    try:
-        yield running
-    finally:
-        if running.process is not None:
-            running.stop(signal.SIGKILL)
-        shutil.rmtree(shared, ignore_errors=True)
 
 
 def _sessions(env: BrokerEnv) -> dict[str, str]:

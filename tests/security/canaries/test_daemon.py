@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.brokerenv import Result
+from tests.fixtures.daemon import WAIT, Daemon, _wait_for, daemon
 from tests.fixtures.openbao import VAULT_TASK, OpenBao
 from tests.fixtures.sandbox import sandbox_unavailable, vault_egress_policy
 from tests.fixtures.tls import TLSFront, backend_port, make_test_ca
-from tests.integration.daemon.test_server import WAIT, Daemon, _wait_for, daemon
 from tests.security.canaries.test_cli import VAULT_TOKEN_SHAPE, files_under
 
 __all__ = ["daemon"]  # fixture

@@ -16,9 +16,9 @@ import signal
 
 import pytest
 
+from tests.fixtures.daemon import Daemon, daemon
 from tests.fixtures.openbao import VAULT_TASK, OpenBao
 from tests.fixtures.sandbox import sandbox_unavailable
-from tests.integration.daemon.test_server import Daemon, daemon
 from tests.integration.egress.test_inject_exec import Proxied, proxied
 from tests.security.canaries.test_daemon import CI_READ, proxied_daemon
 

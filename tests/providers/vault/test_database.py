@@ -17,7 +17,7 @@ import pytest
 
 from tests.fixtures.brokerenv import BrokerEnv
 from tests.fixtures.vault_engines import Engines, lease_exists
-from tests.security.canaries.test_cli import assert_no_vault_token_shapes, assert_nowhere, minted, run_all
+from tests.security.canaries.scan import assert_no_vault_token_shapes, assert_nowhere, minted, run_all
 
 __all__ = ["minted"]  # the fixture, used by name below
 

@@ -1,4 +1,4 @@
-"""Canaries: a secret planted wherever secrets travel must never come out anywhere else.
+"""Canaries through the command line: a secret planted wherever secrets travel must never come out anywhere else.
 
 Every command path is run (issue, status, revoke, sweep, audit, policy check;
 plain, ``--debug``, ``--verbose``, ``--log-format json``; success, denial,
@@ -6,135 +6,40 @@ provider error, invalid broker key, a crash) and stdout, stderr, the issuance
 log and every file in ``state_dir`` are scanned for: the broker's own
 credentials (a canary Vault token, a canary "private key", the broker's AWS
 secret, the GitHub App key) and every secret the providers minted, captured
-from ``Provider.mint`` itself. ``Secret`` is checked to stay redacted in
-exception messages, tracebacks (with locals), log records and the ``repr`` of
-the frozen dataclasses that carry it.
+from ``Provider.mint`` itself.
 """
 
 from __future__ import annotations
 
-import base64
-import dataclasses
-import json
-import logging
 import os
-import pickle
-import re
-import secrets
 import signal
-import traceback
-from collections.abc import Iterable
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlparse
 
 import pytest
 
-from broker.vocab.errors import ProviderError
-from broker.vocab.logs import JsonFormatter, TextFormatter, event
-from broker.vocab.secret import Secret
 from devstack.github_app import GitHubAppEmulator
-from providers.aws.provider import AwsStsProvider
-from providers.base import MintContext, MintedCredential, Provider, RevokeTarget
-from providers.github.provider import GitHubAppProvider
-from providers.vault import VaultProvider
-from tests.fixtures.aws import BROKER_SECRET
 from tests.fixtures.brokerenv import BrokerEnv, Result, make_env
 from tests.fixtures.crash import TWO_CREDENTIALS, add_slow_vault, start_issue, wait_for
 from tests.fixtures.github import AppKeys
 from tests.fixtures.openbao import VAULT_TASK, OpenBao
 from tests.fixtures.slowproxy import slow_proxy
 from tests.fixtures.stack import STACK_TASK
+from tests.security.canaries.scan import (
+    FLAG_SETS,
+    assert_no_vault_token_shapes,
+    assert_nowhere,
+    canary,
+    files_under,
+    minted,
+    own_secrets,
+    run_all,
+)
+
+__all__ = ["minted"]  # fixture
+
 
 ARMOUR = "RSA " + "PRIVATE KEY"  # split so no scanner mistakes the test for key material
-
-#: Global option sets every path is run with (the broker's diagnostics are where secrets would slip out).
-FLAG_SETS: list[list[str]] = [[], ["--debug"], ["--verbose"], ["--debug", "--verbose", "--log-format", "json"]]
-#: Token-shaped strings of OpenBao/Vault: none may appear in any output.
-VAULT_TOKEN_SHAPE = re.compile(r"\b(?:hv[sbr]|[sbr])\.[A-Za-z0-9_-]{20,}")
-
-
-def canary(label: str) -> str:
-    return f"CANARY-{label}-{secrets.token_hex(12)}"
-
-
-# -- scanning ------------------------------------------------------------------------------
-
-
-def files_under(*roots: Path) -> Iterable[Path]:
-    for root in roots:
-        if root.is_file():
-            yield root
-        elif root.is_dir():
-            yield from (p for p in root.rglob("*") if p.is_file() and not p.is_symlink())
-
-
-def assert_nowhere(needles: Iterable[str], results: list[Result], *roots: Path) -> None:
-    """No needle in any result's stdout/stderr, nor in any file below ``roots``."""
-    needles = [n for n in needles if n]
-    assert needles
-    found: list[str] = []
-    for result in results:
-        for needle in needles:
-            if needle in result.stdout or needle in result.stderr:
-                found.append(f"{needle[:12]}... in the output of a command exiting {result.code}")
-    for path in files_under(*roots):
-        data = path.read_bytes()
-        found += [f"{n[:12]}... in {path}" for n in needles if n.encode() in data]
-    assert found == []
-
-
-def assert_no_vault_token_shapes(results: list[Result], *roots: Path) -> None:
-    for result in results:
-        assert not VAULT_TOKEN_SHAPE.search(result.stdout + result.stderr), result.stdout + result.stderr
-    for path in files_under(*roots):
-        assert not VAULT_TOKEN_SHAPE.search(path.read_bytes().decode("utf-8", "replace")), path
-
-
-def secret_values(credential: MintedCredential) -> set[str]:
-    """Every secret string a minted credential carries (file contents split into their secret values)."""
-    values = {credential.secret.reveal()}
-    if credential.revoke_secret is not None:
-        values.add(credential.revoke_secret.reveal())
-    public = set(credential.reference.values())
-    for content in credential.files.values():
-        if not isinstance(content, Secret):
-            continue
-        text = content.reveal()
-        assigned = [line.split("=", 1)[1].strip() for line in text.splitlines() if "=" in line]
-        values.update(v for v in (assigned or [text.strip()]) if v and v not in public)
-    return values
-
-
-@pytest.fixture
-def minted(monkeypatch: pytest.MonkeyPatch) -> set[str]:
-    """The secrets every provider minted in this test (in-process runs), captured at ``Provider.mint``."""
-    captured: set[str] = set()
-
-    def spy(cls: type[Provider[Any]]) -> None:
-        original = cls.mint
-
-        def mint(self: Provider[Any], request: Any, context: MintContext) -> MintedCredential:
-            credential = original(self, request, context)
-            captured.update(secret_values(credential))
-            return credential
-
-        monkeypatch.setattr(cls, "mint", mint)
-
-    for cls in (VaultProvider, AwsStsProvider, GitHubAppProvider):
-        spy(cls)
-    return captured
-
-
-def own_secrets(keys: AppKeys) -> list[str]:
-    """The broker's own credentials in the stack: the AWS secret and a slice of the App key's body."""
-    body = b"".join(keys.private_pem.splitlines()[1:-1]).decode()
-    return [BROKER_SECRET, body[40:100], body[-100:-40]]
-
-
-def run_all(env: BrokerEnv, *args: str) -> list[Result]:
-    return [env.run(*flags, *args) for flags in FLAG_SETS]
 
 
 # -- (a) the broker's own Vault token ------------------------------------------------------------
@@ -308,94 +213,3 @@ def test_a_broker_killed_during_issue_leaks_nothing_through_sweep(vault_env: Bro
     assert vault_env.session_dirs() == []
     assert_nowhere([kv_token], results, vault_env.state_dir, vault_env.runtime_dir)
     assert_no_vault_token_shapes(results, vault_env.state_dir)
-
-
-# -- Secret stays redacted ---------------------------------------------------------------------
-
-
-def _raise_with(secret: Secret) -> None:
-    token = secret  # a local holding the secret, for tracebacks that show locals
-    raise ValueError("mint failed", token, {"token": token})
-
-
-def _chained_error(secret: Secret) -> ProviderError:
-    """A ProviderError raised from a ValueError carrying ``secret``; no frame holds the revealed value."""
-    try:
-        try:
-            _raise_with(secret)
-        except ValueError as inner:
-            raise ProviderError(f"vault x: token create failed for {secret}") from inner
-    except ProviderError as exc:
-        return exc
-    raise AssertionError("not raised")
-
-
-def test_a_secret_in_exception_args_stays_redacted_in_messages_and_tracebacks() -> None:
-    value = canary("exception")
-    caught = _chained_error(Secret(value))
-    texts = [
-        str(caught),
-        repr(caught),
-        caught.message,
-        f"{caught}",
-        str(caught.__cause__),
-        repr(caught.__cause__),
-        "".join(traceback.format_exception(caught)),
-        "".join(traceback.TracebackException.from_exception(caught, capture_locals=True).format()),
-    ]
-    for text in texts:
-        assert value not in text
-    assert "Secret(***)" in texts[6]
-
-
-def test_a_secret_in_a_log_record_stays_redacted() -> None:
-    value = canary("log")
-    logger = logging.getLogger("broker.test-canaries")
-    record = logger.makeRecord(logger.name, logging.INFO, __file__, 1, "minted %s", (Secret(value),), None)
-    record.broker_fields = {"token": Secret(value), "nested": {"token": Secret(value)}}
-    for formatter in (TextFormatter(), JsonFormatter(), logging.Formatter()):
-        assert value not in formatter.format(record)
-    handler_output: list[str] = []
-
-    class Collect(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            handler_output.append(TextFormatter().format(record))
-
-    collector = Collect()
-    logger.addHandler(collector)
-    logger.setLevel(logging.INFO)
-    try:
-        event(logger, "minted", token=Secret(value))
-        try:
-            raise RuntimeError(Secret(value))
-        except RuntimeError:
-            logger.exception("failed with %r", Secret(value))
-    finally:
-        logger.removeHandler(collector)
-    assert handler_output and all(value not in line for line in handler_output)
-
-
-def test_frozen_dataclasses_carrying_secrets_never_show_them() -> None:
-    value = canary("dataclass")
-    now = datetime.now(UTC)
-    credential = MintedCredential(
-        reference={"accessor": "acc-1"},
-        secret=Secret(value),
-        files={"token": Secret(value), "config": "region = us-east-1\n"},
-        expires_at=now,
-        scope={"policies": ["ci-read"]},
-        env={"VAULT_ADDR": "http://127.0.0.1:8200"},
-        revoke_secret=Secret(value),
-    )
-    target = RevokeTarget(name="kv", reference={"accessor": "acc-1"}, expires_at=now, revoke_secret=Secret(value))
-    for item in (credential, target):
-        texts = [repr(item), str(item), f"{item}", f"{item!r}", "%s" % (item,), json.dumps(item, default=repr)]  # noqa: UP031
-        for text in texts:
-            assert value not in text
-            assert "Secret(***)" in text
-        with pytest.raises(TypeError):  # no copying the secret out through asdict/deepcopy or pickle
-            dataclasses.asdict(item)
-        with pytest.raises(TypeError):
-            pickle.dumps(item)
-    assert value not in json.dumps({"s": Secret(value)}, default=str)
-    assert base64.b64encode(value.encode()).decode() not in repr(credential)

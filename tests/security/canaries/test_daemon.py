@@ -26,7 +26,7 @@ from tests.fixtures.daemon import WAIT, Daemon, _wait_for, daemon
 from tests.fixtures.openbao import VAULT_TASK, OpenBao
 from tests.fixtures.sandbox import sandbox_unavailable, vault_egress_policy
 from tests.fixtures.tls import TLSFront, backend_port, make_test_ca
-from tests.security.canaries.test_cli import VAULT_TOKEN_SHAPE, files_under
+from tests.security.canaries.scan import VAULT_TOKEN_SHAPE, files_under
 
 __all__ = ["daemon"]  # fixture
 pytestmark = [

@@ -23,7 +23,7 @@ from tests.fixtures.fleet import FleetDb, create_fleet_db, join_fleet
 from tests.fixtures.openbao import VAULT_TASK, OpenBao, add_vault_provider
 from tests.fixtures.postgres import SUPERUSER, Postgres
 from tests.integration.audit.test_fleet_log import pin_keys, postgres_query
-from tests.security.canaries.test_cli import FLAG_SETS, assert_no_vault_token_shapes, assert_nowhere, minted
+from tests.security.canaries.scan import FLAG_SETS, assert_no_vault_token_shapes, assert_nowhere, minted
 
 __all__ = ["minted"]  # fixture
 pytestmark = pytest.mark.server

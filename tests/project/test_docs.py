@@ -27,6 +27,17 @@ def test_every_named_test_exists() -> None:
     assert not missing, missing
 
 
+def test_every_test_the_docs_folder_names_exists() -> None:
+    """docs/*.md name tests by path too (where a test goes, the layout rules): a move must take them along."""
+    missing = []
+    for document in sorted((ROOT / "docs").glob("*.md")):
+        for file_name, function in REFERENCE.findall(document.read_text()):
+            path = ROOT / file_name
+            if not path.exists() or (function and function not in functions_in(path)):
+                missing.append(f"{document.name}: {file_name}{'::' + function if function else ''}")
+    assert not missing, missing
+
+
 def test_nothing_in_the_repository_reaches_outside_it() -> None:
     """A fresh clone is all a newcomer has: no file may point at a folder beside the clone."""
     import subprocess

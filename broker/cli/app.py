@@ -106,9 +106,7 @@ def _text(value: object) -> str | None:
     return None if value is None else str(value)
 
 
-def _typer_main(
-    args: list[str], memory: MemoryLock | None, config: Read | None, route: Route | None
-) -> int:
+def _typer_main(args: list[str], memory: MemoryLock | None, config: Read | None, route: Route | None) -> int:
     import typer
 
     from broker.cli.typed import Interrupted as TyperInterrupted

@@ -3,25 +3,18 @@
 The command modules (``sessions``, ``policy``, ``audit``, ``ops``) import this
 module, never ``app``, so there is no circle; everything is typed. A command's
 handler gets an ``Invocation`` first, then its options as the command table
-names them.
+names them. An open broker is ``broker.cli.opening``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sys
-from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from broker.core.broker import Broker
 from broker.core.inputs.config import Config, config_path
 from broker.core.inputs.config import load_config as load
-from broker.vocab.errors import BrokerError
-
-if TYPE_CHECKING:
-    from broker.core.store.interface import SessionStore
 
 Read = tuple[str, dict[str, Any]]  # a config file's path and TOML table, when the console script read it already
 
@@ -46,26 +39,6 @@ class Invocation:
 
 def load_config(invocation: Invocation) -> Config:
     return invocation.load_config()
-
-
-@contextlib.contextmanager
-def open_broker(config: Config, store: SessionStore | None = None) -> Iterator[Broker]:
-    """A ``Broker`` for one command (on ``store`` when the command opened it already), closed (its checkpoint
-    signed) when the command is done."""
-    try:
-        broker = Broker.open(config, store)
-    except BaseException:
-        if store is not None:
-            store.close()
-        raise
-    try:
-        yield broker
-    except BaseException:
-        # The command's own failure is what to report; a checkpoint that fails now is signed by the next command.
-        with contextlib.suppress(BrokerError):
-            broker.close()
-        raise
-    broker.close()
 
 
 def echo(text: str = "", *, err: bool = False) -> None:

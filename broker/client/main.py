@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-from urllib.parse import quote
 
 from broker.cli.parsing import Parsed
 from broker.cli.table import CONFIG_ENV, DEFAULT_CONFIG
@@ -32,7 +31,6 @@ if TYPE_CHECKING:
 
 SOCKET_ENV = "BROKER_SOCKET"
 MAX_CONFIG_BYTES = 256 * 1024
-
 
 
 def route(parsed: Parsed) -> int | Read | None:
@@ -98,8 +96,8 @@ def _run(command: str, args: dict[str, object], socket: str) -> int:
         return run_exec(args, socket, _manifest(str(args["task"])))
     if command == "status":
         return _status(args, socket)
-    session = _session(args["session"])
-    answer = checked(call(socket, "POST", f"/v1/sessions/{quote(session, safe='')}/renew"))
+    session = _session(args["session"])  # a checked id: nothing in it to quote
+    answer = checked(call(socket, "POST", f"/v1/sessions/{session}/renew"))
     _print(answer.document if args["as_json"] else _lines("renew_lines", answer.document))
     if answer.exit_code:
         from broker.cli.render import RENEW_PENDING
@@ -172,6 +170,8 @@ def _revoke(args: dict[str, object], socket: str) -> int:
         answer = checked(call(socket, "DELETE", f"/v1/sessions/{session}"))
         reports = [answer.document]
     else:
+        from urllib.parse import quote
+
         answer = checked(call(socket, "DELETE", f"/v1/sessions?task={quote(str(args['task']), safe='')}"))
         reports = answer.document
     _print(answer.document if args["as_json"] else _lines("revoke_lines", reports))

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 import stat
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -84,7 +83,7 @@ def write_private_file(
     if "/" in name or name in ("", ".", ".."):
         raise ValueError(f"bad file name {name!r}")
     with _directory(directory) as dir_fd:
-        temporary = f".{name}.{secrets.token_hex(6)}.tmp"
+        temporary = f".{name}.{os.urandom(6).hex()}.tmp"
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         fd = os.open(temporary, flags, mode, dir_fd=dir_fd)
         try:

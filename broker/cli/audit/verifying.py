@@ -9,7 +9,8 @@ from broker.audit.chain import repair_torn_tail
 from broker.audit.verify import failure_json, parse_head, verify_log
 from broker.audit.witness import WitnessConfig, parse_witness_url, witnessed_checkpoints
 from broker.cli.audit.fleet import fleet_target, optional_config, pinned_keys, store_head, verify_fleet
-from broker.cli.context import Invocation, echo, open_broker
+from broker.cli.context import Invocation, echo
+from broker.cli.opening import open_broker
 from broker.vocab.errors import BadInput, LogVerificationError
 
 

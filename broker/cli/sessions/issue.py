@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from broker.cli.context import Invocation, open_broker
+from broker.cli.context import Invocation
+from broker.cli.opening import open_broker
 from broker.core.inputs.manifest import load_manifest
 from broker.core.warming import warm_up
 

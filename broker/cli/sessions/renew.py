@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from broker.cli.context import Invocation, echo, open_broker, print_json
+from broker.cli.context import Invocation, echo, print_json
+from broker.cli.opening import open_broker
 from broker.cli.render import RENEW_PENDING, renew_lines
 from broker.core.renewing import renew_session
 from broker.vocab.errors import RevokeIncomplete

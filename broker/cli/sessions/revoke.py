@@ -7,7 +7,8 @@ imported while they run.
 
 from __future__ import annotations
 
-from broker.cli.context import Invocation, echo, open_broker, print_json
+from broker.cli.context import Invocation, echo, print_json
+from broker.cli.opening import open_broker
 from broker.core.warming import warm_revocation
 from broker.vocab.errors import RevokeIncomplete, UsageError
 from broker.vocab.session_ids import check_session_id

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from broker.cli.context import Invocation, open_broker, print_error
+from broker.cli.context import Invocation, print_error
+from broker.cli.opening import open_broker
 from broker.core.executing import ExecOptions, check_sandbox_available, execute
 from broker.core.inputs.manifest import load_manifest
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from broker.cli.context import Invocation, echo, open_broker, print_json
+from broker.cli.context import Invocation, echo, print_json
+from broker.cli.opening import open_broker
 from broker.cli.output import print_table
 from broker.cli.render import STATUS_COLUMNS, status_rows
 from broker.core.status import session_status

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from broker.cli.context import Invocation, echo, open_broker, print_json
+from broker.cli.context import Invocation, echo, print_json
+from broker.cli.opening import open_broker
 from broker.cli.output import progress_bar
 from broker.core.sweeping import sweep as run_sweep
 from broker.vocab.errors import RevokeIncomplete

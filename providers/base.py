@@ -16,10 +16,12 @@ from __future__ import annotations
 import contextlib
 import enum
 import functools
+import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from email.utils import parsedate_to_datetime
 from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar, Generic, TypeAlias, TypeVar
 
@@ -56,8 +58,6 @@ MAX_CLOCK_SKEW = 60
 
 def clock_check(date_header: str | None, received: float, provider: str) -> HealthCheck | None:
     """The ``clock`` check from a response's ``Date`` header (received at ``received``); None without one."""
-    from email.utils import parsedate_to_datetime
-
     try:
         server = parsedate_to_datetime(date_header).timestamp() + 0.5 if date_header else None
     except (TypeError, ValueError):
@@ -322,8 +322,6 @@ class Provider(ABC, Generic[RequestT]):
 
     def preload(self, minting: bool = True) -> None:
         """Import the provider's SDK now, in the calling thread (for a revocation only what it needs)."""
-        import importlib
-
         wanted = self.sdk_modules if minting or self.revoke_sdk_modules is None else self.revoke_sdk_modules
         for module in wanted:
             importlib.import_module(module)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,6 +26,7 @@ from urllib.parse import urlsplit
 from broker.vocab.errors import BrokerError, ConfigError, ProviderError
 from broker.vocab.fields import Fields
 from broker.vocab.files import read_secret_file
+from broker.vocab.secret import Secret
 from providers.base import (
     FIX_MARK,
     CredentialRequest,
@@ -40,6 +42,7 @@ from providers.base import (
 )
 from providers.urls import is_loopback_host
 from providers.vault_dynamic import DynamicRequest
+from providers.vault_health import dynamic_checks
 from providers.vault_identity import entity_check, minted_problems
 from providers.vault_leases import DYNAMIC_KINDS, mint_dynamic, revoke_dynamic
 from providers.vault_request import (
@@ -184,8 +187,6 @@ class VaultProvider(Provider[AnyVaultRequest]):
             client.adapter.close()  # type: ignore[union-attr]  # checked above; the lock hides it from mypy
 
     def mint(self, request: AnyVaultRequest, context: MintContext) -> MintedCredential:
-        from broker.vocab.secret import Secret
-
         if isinstance(request, DynamicRequest):
             return mint_dynamic(self, request, context)
         client = self.client()
@@ -307,8 +308,6 @@ class VaultProvider(Provider[AnyVaultRequest]):
 
     def health(self) -> list[HealthCheck]:
         """Login and lookup-self, the capabilities issue and revoke need, entity inheritance, the clock; no mint."""
-        import time
-
         from hvac.adapters import RawAdapter
 
         fix = f"{FIX_MARK}check addr and the broker's token or AppRole files in [providers.{self.name}]"
@@ -331,8 +330,6 @@ class VaultProvider(Provider[AnyVaultRequest]):
 
     def grant_health(self, grants: Sequence[Grant[AnyVaultRequest]]) -> list[HealthCheck]:
         """The capabilities the granted dynamic kinds need (``providers.vault_health``)."""
-        from providers.vault_health import dynamic_checks
-
         return dynamic_checks(self, [grant.dynamic for grant in grants if isinstance(grant, VaultGrant)])
 
     def _capabilities_check(self, client: hvac.Client) -> HealthCheck:

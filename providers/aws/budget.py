@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from broker.vocab.errors import BrokerError, PolicyDenied
 from broker.vocab.holding import holding
 from providers.aws.deny import ROLE_INLINE_BUDGET, DenyEntry, DenyList, entries_for, policy_size
+from providers.aws.names import generation_names
 from providers.aws.overlap import together
 from providers.aws.request import AWS_MAX_TTL, AwsStsRequest
 from providers.aws.revoke import DenyPolicyWriter
@@ -101,8 +102,6 @@ def _check_room(
     live: Sequence[RevokeTarget],
     now: datetime,
 ) -> None:
-    from providers.aws.names import generation_names
-
     role_arn = wanted[0][0].role_arn
     writer = DenyPolicyWriter(provider, provider.client("iam"))
     # One round trip for three reads. GetRole buys the role id (whose live sessions count here, and

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 from broker.vocab.errors import BrokerError
@@ -14,8 +15,6 @@ if TYPE_CHECKING:
 
 def health_checks(provider: AwsStsProvider) -> list[HealthCheck]:
     """``GetCallerIdentity`` with the broker's own identity, and the clock; mints nothing."""
-    import time
-
     try:
         with AwsErrors(provider, "GetCallerIdentity"):
             identity = provider.client("sts").get_caller_identity()

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import unquote
 
 from broker.vocab.errors import ProviderError
 from providers.aws.deny import POLICY_NAME, ROLE_INLINE_BUDGET, DenyEntry, DenyList, policy_size
@@ -132,7 +133,5 @@ class DenyPolicyWriter:
 def as_document(value: object) -> Any:
     """boto3 decodes policy documents to dicts; tolerate URL-encoded JSON text too."""
     if isinstance(value, str):
-        from urllib.parse import unquote
-
         return json.loads(unquote(value))
     return value

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from rich.progress import Progress, TaskID
+
 from broker.cli.context import Invocation, echo, print_json
 from broker.cli.opening import open_broker
-from broker.cli.output import progress_bar
+from broker.cli.output import console
 from broker.core.sweeping import sweep as run_sweep
 from broker.vocab.errors import RevokeIncomplete
 from broker.vocab.fields import shown
@@ -30,3 +36,22 @@ def sweep(run: Invocation, as_json: bool) -> None:
             echo(f"  malformed {row['table']} row, skipped: {shown(row['row'], 80)}: {'; '.join(row['problems'])}")
     if not report.complete:
         raise RevokeIncomplete(f"{len(report.pending)} credential(s) still pending; the next sweep retries them")
+
+
+@contextmanager
+def progress_bar(label: str, *, minimum: int = 20) -> Iterator[Callable[[int, int], None]]:
+    """A progress callback drawing a bar on stderr, only on a terminal and only for ``minimum`` items or more."""
+    if not sys.stderr.isatty():
+        yield lambda done, total: None
+        return
+    with Progress(console=console(sys.stderr), transient=True) as bar:
+        task: list[TaskID] = []
+
+        def update(done: int, total: int) -> None:
+            if total < minimum:
+                return
+            if not task:
+                task.append(bar.add_task(label, total=total))
+            bar.update(task[0], completed=done)
+
+        yield update

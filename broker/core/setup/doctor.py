@@ -25,12 +25,16 @@ from pathlib import Path
 from typing import Any
 
 from broker.audit.keys import MIGRATE_HINT, load_fingerprint_keys, load_signing_keys
+from broker.audit.witness import object_lock_enabled
 from broker.core.inputs.config import Config, load_config
 from broker.core.inputs.policy import load_policy
 from broker.core.setup.install import POLICY_EXAMPLE_NAME
+from broker.core.status import deny_budgets
+from broker.core.store import has_store, open_config_store
 from broker.host import mounts
 from broker.host.sessiondir import prepare_runtime_dir
 from broker.vocab.errors import REPORT_URL, BrokerError
+from broker.vocab.time import parse_iso, utcnow
 from providers.base import FIX_MARK, DenyBudget, Grant, HealthCheck, Provider
 
 KEY_MODES = (0o400, 0o600)
@@ -250,10 +254,6 @@ def check_witness(config: Config) -> list[Check]:
     witness = config.witness
     if witness is None or not config.state_dir.is_dir():
         return []
-    from broker.audit.witness import object_lock_enabled
-    from broker.core.store import open_config_store
-    from broker.vocab.time import parse_iso, utcnow
-
     checks: list[Check] = []
     try:
         locked = object_lock_enabled(witness)
@@ -321,9 +321,6 @@ def _health(provider: Provider[Any], grants: list[Grant[Any]]) -> list[HealthChe
 
 def check_deny_budgets(config: Config) -> list[Check]:
     """One check per role that live sessions in the store revoke into (nothing without a store)."""
-    from broker.core.status import deny_budgets
-    from broker.core.store import has_store, open_config_store
-
     if not config.providers or not has_store(config):
         return []
     now = datetime.now(UTC)

@@ -24,7 +24,14 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 SEEN: list[Parsed] = []
-APP = build_app(lambda parsed: SEEN.append(parsed) or 0)
+
+
+def _seen(parsed: Parsed) -> int:
+    SEEN.append(parsed)
+    return 0
+
+
+APP = build_app(_seen)
 
 
 def typer_reads(args: list[str]) -> Parsed | None:

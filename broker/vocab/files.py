@@ -19,11 +19,14 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-from collections.abc import Iterable, Iterator
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from broker.vocab.errors import BadInput, ConfigError
 from broker.vocab.secret import Secret
+
+if TYPE_CHECKING:  # annotations only: the thin client reads its config through this module
+    from collections.abc import Iterable, Iterator
+    from pathlib import Path
 
 MAX_SECRET_FILE_BYTES = 64 * 1024
 _DIR_OPEN = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC

@@ -114,8 +114,16 @@ GLOBAL_OPTIONS = (
 VERSION_HELP = "Print the version and exit."
 
 
+def _flag(dest: str, flag: str, what: str) -> Option:
+    return Option(dest, flag, kind=FLAG, help=what)
+
+
+def _path(dest: str, flag: str, what: str, default: str | None = None) -> Option:
+    return Option(dest, flag, kind=PATH, default=default, help=what)
+
+
 def _json(what: str) -> Option:
-    return Option("as_json", "--json", kind=FLAG, help=what)
+    return _flag("as_json", "--json", what)
 
 
 def _session(what: str, *, required: bool = False) -> Option:
@@ -142,33 +150,17 @@ COMMANDS = (
         "Refuses to overwrite an existing file without --force (exit 2); never regenerates an existing audit key.\n"
         "Example: broker init --dir /etc/broker --state-dir /var/lib/broker --runtime-dir /run/broker",
         (
-            Option(
-                "directory",
-                "--dir",
-                kind=PATH,
-                default="/etc/broker",
-                help="Config directory: broker.toml, policies/ and audit.key go here.",
+            _path(
+                "directory", "--dir", "Config directory: broker.toml, policies/ and audit.key go here.", "/etc/broker"
             ),
-            Option(
+            _path(
                 "state_dir",
                 "--state-dir",
-                kind=PATH,
-                default="/var/lib/broker",
-                help="Session store and issuance log (persistent, no secrets).",
+                "Session store and issuance log (persistent, no secrets).",
+                "/var/lib/broker",
             ),
-            Option(
-                "runtime_dir",
-                "--runtime-dir",
-                kind=PATH,
-                default="/run/broker",
-                help="Per-session tmpfs directories (the credentials).",
-            ),
-            Option(
-                "force",
-                "--force",
-                kind=FLAG,
-                help="Overwrite broker.toml and the example policy (the audit key is kept).",
-            ),
+            _path("runtime_dir", "--runtime-dir", "Per-session tmpfs directories (the credentials).", "/run/broker"),
+            _flag("force", "--force", "Overwrite broker.toml and the example policy (the audit key is kept)."),
         ),
     ),
     Command(
@@ -186,14 +178,7 @@ COMMANDS = (
         "Sweeps every [daemon] sweep_interval; on SIGTERM stops accepting, finishes what is in flight and exits.\n"
         "Under systemd, scripts/systemd/broker.socket hands it the socket."
         " Example: broker serve --socket /run/broker.sock",
-        (
-            Option(
-                "socket",
-                "--socket",
-                kind=PATH,
-                help="Unix socket [default: [daemon] socket or runtime_dir/broker.sock].",
-            ),
-        ),
+        (_path("socket", "--socket", "Unix socket [default: [daemon] socket or runtime_dir/broker.sock]."),),
     ),
     Command(
         ("issue",),
@@ -270,12 +255,7 @@ COMMANDS = (
                 help="Network inside the sandbox"
                 " [default: allowlist when the manifest has a network section, else none].",
             ),
-            Option(
-                "workspace",
-                "--workspace",
-                kind=PATH,
-                help="Directory bound read-write at /workspace [default: a tmpfs].",
-            ),
+            _path("workspace", "--workspace", "Directory bound read-write at /workspace [default: a tmpfs]."),
             Option("read_only", "--ro-bind", kind=MANY, help="Extra host path bound read-only at the same path."),
         ),
         daemon=True,

@@ -172,6 +172,7 @@ def daemon(vault_env: BrokerEnv) -> Iterator[Daemon]:
     finally:
         if running.process is not None:
             running.stop(signal.SIGKILL)
+        vault_env.cleanup()  # a runtime_dir in the shared folder: its mounts go before the folder
         shutil.rmtree(shared, ignore_errors=True)
 
 

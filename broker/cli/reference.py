@@ -135,6 +135,14 @@ CONFIG = (
             ),
             Key("socket_group", "group name or number", False, "Group of the 0660 socket.", "the daemon's group"),
             Key("sweep_interval", DURATION, False, "How often the daemon sweeps.", "60s"),
+            Key(
+                "max_connections_per_uid",
+                "integer 1-512",
+                False,
+                "Connections one peer uid may hold at once (an exec holds one while it runs); more are answered"
+                " 503 and closed. Root and the daemon's own uid are always served; every other uid shares 512.",
+                "32",
+            ),
         ),
         "The daemon reads the provider credentials; its clients need only the socket"
         " (and this file, or BROKER_SOCKET).",

@@ -7,12 +7,12 @@ policies) also carries ``deny_budget``, read once per role from the provider.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from broker.core.store.interface import LIVE_SESSION_STATES, CredentialRecord, Credentials, Records
+from broker.core.store.interface import LIVE_SESSION_STATES, CredentialRecord, Credentials, Records, SessionRecord
 from broker.core.store.states import CredentialState, SessionState
 from broker.vocab.time import iso
 from providers.base import DenyBudget, Provider, RevokeTarget
@@ -72,11 +72,11 @@ def session_status(
     include_ended: bool,
     providers: Mapping[str, Provider[Any]] | None = None,
     now: datetime | None = None,
-    requester: str | None = None,
+    owned: Callable[[SessionRecord], bool] | None = None,
 ) -> list[SessionStatus]:
-    """Every session, or with ``requester`` only the sessions that requester asked for."""
+    """Every session, or with ``owned`` only those it says are the caller's."""
     states = None if include_ended else LIVE_SESSION_STATES
-    found = [s for s in store.sessions(states=states) if requester is None or s.requester == requester]
+    found = [s for s in store.sessions(states=states) if owned is None or owned(s)]
     sessions = [(session, store.credentials(session.id)) for session in found]
     budgets: dict[tuple[str, str], DenyBudget] = {}
     if providers is not None and now is not None:

@@ -83,8 +83,19 @@ class Connection:
         self.sock.close()
 
     def request(self, method: str, target: str, body: object = None) -> Answer:
-        """Send the request, wait for its whole answer; a connection that broke is exit 7."""
-        self.send(method, target, body)
+        """Send the request, wait for its whole answer; a connection that broke is exit 7.
+
+        A daemon over its connection limits answers 503 and closes before it
+        reads anything: the request then cannot be sent, and that answer is
+        what is returned.
+        """
+        try:
+            self.send(method, target, body)
+        except DaemonUnreachable as unsent:
+            try:
+                return self.answer()
+            except DaemonUnreachable:
+                raise unsent from None
         return self.answer()
 
     def send(self, method: str, target: str, body: object = None) -> None:

@@ -43,6 +43,8 @@ LONG_DURATION = re.compile(r"([0-9]{1,6})([smhd])")
 LONG_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 DEFAULT_SWEEP_INTERVAL = 60
 DAEMON_SOCKET_NAME = "broker.sock"
+DAEMON_MAX_CONNECTIONS = 512  # every peer but root together; one uid: [daemon] max_connections_per_uid
+DEFAULT_MAX_CONNECTIONS_PER_UID = 32
 
 
 #: Provider types whose credentials the egress proxy can put in (an HTTP header it knows).
@@ -64,6 +66,7 @@ class DaemonConfig:
     socket: Path
     socket_group: str | None = None  # a group name or number; root's group otherwise
     sweep_interval: int = DEFAULT_SWEEP_INTERVAL
+    max_connections_per_uid: int = DEFAULT_MAX_CONNECTIONS_PER_UID  # root and the daemon's uid are never counted
     thin_client: bool = False  # ``socket`` was set: the session commands go through the daemon
 
 
@@ -282,9 +285,16 @@ def _daemon(fields: Fields, base: Path, runtime_dir: Path) -> DaemonConfig | Non
     socket = table.string("socket", required=False, max_len=100)  # sun_path holds 108 bytes
     group = table.string("socket_group", required=False, max_len=64)
     interval = table.duration("sweep_interval") or DEFAULT_SWEEP_INTERVAL
+    per_uid = table.integer("max_connections_per_uid", minimum=1, maximum=DAEMON_MAX_CONNECTIONS)
     table.done()
     path = resolve_path(base, socket) if socket else runtime_dir / DAEMON_SOCKET_NAME
-    return DaemonConfig(socket=path, socket_group=group, sweep_interval=interval, thin_client=socket is not None)
+    return DaemonConfig(
+        socket=path,
+        socket_group=group,
+        sweep_interval=interval,
+        max_connections_per_uid=per_uid or DEFAULT_MAX_CONNECTIONS_PER_UID,
+        thin_client=socket is not None,
+    )
 
 
 def _witness(fields: Fields) -> WitnessConfig | None:

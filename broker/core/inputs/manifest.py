@@ -17,6 +17,7 @@ from broker.core.inputs.config import PROXY_TYPES, Config
 from broker.core.inputs.strictdata import TaskFile, read_task_file
 from broker.egress.destinations import Destination, allowed
 from broker.egress.policy import read_network_section
+from broker.host.sandbox import BROKER_DIR
 from broker.vocab.errors import ManifestError
 from broker.vocab.fields import Fields, shown
 from providers.base import CredentialRequest
@@ -103,7 +104,16 @@ def load_manifest(source: str, config: Config) -> Manifest:
     return parse_manifest(task_file.data, config, as_json=task_file.as_json, what=task_file.what)
 
 
-def parse_manifest(data: bytes, config: Config, *, as_json: bool = False, what: str = "manifest") -> Manifest:
+def parse_manifest(
+    data: bytes,
+    config: Config,
+    *,
+    as_json: bool = False,
+    what: str = "manifest",
+    identity: tuple[int, int] | None = None,
+) -> Manifest:
+    """The manifest in ``data``; a sandbox without ``uid``/``gid`` is ``identity`` (uid, gid): the caller's,
+    which is this process's own unless given (the daemon gives its peer's, a renewal the session's)."""
     document = TaskFile(data, as_json, what).document()
     fields = Fields(document, "", ManifestError)
     version = fields.integer("version", required=True)
@@ -111,7 +121,8 @@ def parse_manifest(data: bytes, config: Config, *, as_json: bool = False, what: 
         raise ManifestError("version: only version 1 is supported")
     task = fields.req_string("task", pattern=TASK_NAME, max_len=63, hint="lower-case letters, digits, '.', '_', '-'")
     ttl = fields.duration("ttl")
-    sandbox = _parse_sandbox(fields.mapping("sandbox", required=False))
+    own = identity if identity is not None else (os.getuid(), os.getgid())
+    sandbox = _parse_sandbox(fields.mapping("sandbox", required=False), own)
     parsed = [_parse_credential(item, config, ttl) for item in fields.list_of_mappings("credentials")]
     credentials = tuple(request for request, _ in parsed)
     network = read_network_section(fields.mapping("network", required=False))
@@ -136,9 +147,9 @@ def parse_manifest(data: bytes, config: Config, *, as_json: bool = False, what: 
     )
 
 
-def _parse_sandbox(fields: Fields | None) -> Sandbox:
+def _parse_sandbox(fields: Fields | None, identity: tuple[int, int]) -> Sandbox:
     if fields is None:
-        return Sandbox(uid=os.getuid(), gid=os.getgid(), mount_path=DEFAULT_MOUNT_PATH)
+        return Sandbox(uid=identity[0], gid=identity[1], mount_path=DEFAULT_MOUNT_PATH)
     uid = fields.integer("uid", minimum=0, maximum=MAX_ID)
     gid = fields.integer("gid", minimum=0, maximum=MAX_ID)
     env = _parse_env(fields.mapping("env", required=False))
@@ -150,10 +161,12 @@ def _parse_sandbox(fields: Fields | None) -> Sandbox:
         mount_path = PurePosixPath(mount)
         if str(mount_path) in SYSTEM_PATHS or mount_path.parts[1] in ("proc", "sys", "dev"):
             raise ManifestError(f"sandbox.mount_path: {shown(mount)} would cover a system directory of the sandbox")
+        if mount_path.is_relative_to(BROKER_DIR):
+            raise ManifestError(f"sandbox.mount_path: {shown(mount)} is where the sandbox reaches the broker")
     fields.done()
     return Sandbox(
-        uid=os.getuid() if uid is None else uid,
-        gid=os.getgid() if gid is None else gid,
+        uid=identity[0] if uid is None else uid,
+        gid=identity[1] if gid is None else gid,
         mount_path=mount_path,
         env=env,
     )

@@ -58,8 +58,10 @@ _SESSION_NAMES = [
     "document",
     "exec_bound",
     "manifest",
+    "requester_uid",
 ]
 _SESSION_COLUMNS = ", ".join(_SESSION_NAMES)
+_SESSION_VALUES = ",".join(["%s"] * len(_SESSION_NAMES))
 _CREDENTIAL_NAMES = (
     "session_id",
     "name",
@@ -206,7 +208,7 @@ class PostgresSessionStore(SessionStore):
     def create_session(self, record: SessionRecord) -> None:
         self._tx(
             (
-                f"INSERT INTO sessions ({_SESSION_COLUMNS}) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",  # noqa: S608
+                f"INSERT INTO sessions ({_SESSION_COLUMNS}) VALUES ({_SESSION_VALUES})",  # noqa: S608
                 (
                     record.id,
                     record.host or self.host,
@@ -223,6 +225,7 @@ class PostgresSessionStore(SessionStore):
                     None if record.document is None else json.dumps(record.document),
                     record.exec_bound,
                     None if record.manifest is None else json.dumps(record.manifest),
+                    record.requester_uid,
                 ),
             )
         )

@@ -10,4 +10,5 @@ pytest_plugins = [
     "tests.fixtures.postgres",
     "tests.fixtures.vault_engines",
     "tests.fixtures.install",
+    "tests.fixtures.otlp",
 ]

@@ -39,6 +39,7 @@ from broker.egress.bridge import forwarder_argv, proxy_hints
 from broker.egress.records import log_denials
 from broker.egress.running import RunningProxy, running_proxy
 from broker.host.control import ControlSocket
+from broker.host.egress_socket import EgressSocket, egress_root
 from broker.host.sandbox import EGRESS_SOCKET, SANDBOX_PATH, WORKSPACE
 from broker.host.sandbox import check_sandbox_available as check_host_sandbox
 from broker.host.signals import signals_blocked
@@ -121,9 +122,8 @@ def execute(broker: Broker, manifest: Manifest, options: ExecOptions) -> ExecRes
                 proxy = None
                 if network_mode(options, manifest) == "allowlist":
                     owner = (manifest.sandbox.uid, manifest.sandbox.gid) if os.geteuid() == 0 else None
-                    proxy = stack.enter_context(
-                        running_proxy(manifest.network, socket_owner=owner, interceptor=interceptor)
-                    )
+                    unix = EgressSocket(egress_root(broker.runtime), session_id, owner, passable=False)
+                    proxy = stack.enter_context(running_proxy(manifest.network, unix=unix, interceptor=interceptor))
                     stack.callback(_log_denials, broker, proxy, session_id, manifest.task)
                 if interceptor is not None:
                     stack.callback(interceptor.revoke)  # the proxy refuses before the providers revoke

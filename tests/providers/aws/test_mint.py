@@ -167,7 +167,7 @@ def test_canary_secrets_never_in_errors_or_reprs(aws_provider: AwsStsProvider, a
         seen.extend([credentials["SecretAccessKey"], credentials["SessionToken"]])
         user["AssumedRoleId"] = user["AssumedRoleId"].split(":")[0] + ":someone-else"
 
-    sts = aws_provider.client("sts")
+    sts = aws_provider.clients.client("sts")
     sts.meta.events.register("after-call.sts.AssumeRole", another_session)
     with pytest.raises(ProviderError) as caught:
         aws_provider.mint(parse({"role_arn": ROLE_ARN}), context())
@@ -209,6 +209,6 @@ def test_an_answer_naming_the_session_under_another_role_arn_is_rejected(aws_pro
         user = parsed["AssumedRoleUser"]
         user["Arn"] = user["Arn"].replace(":assumed-role/", ":assumed-role/other-")
 
-    aws_provider.client("sts").meta.events.register("after-call.sts.AssumeRole", elsewhere)
+    aws_provider.clients.client("sts").meta.events.register("after-call.sts.AssumeRole", elsewhere)
     with pytest.raises(MintRejected, match="unexpected session"):
         aws_provider.mint(parse({"role_arn": ROLE_ARN}), context())

@@ -129,7 +129,7 @@ def test_lost_update_is_detected_and_retried(aws_provider: AwsStsProvider, aws_r
                 RoleName=aws_role.name, PolicyName=POLICY_NAME, PolicyDocument=json.dumps(stale.document())
             )
 
-    aws_provider.client("iam").meta.events.register("after-call.iam.PutRolePolicy", overwrite_once)
+    aws_provider.clients.client("iam").meta.events.register("after-call.iam.PutRolePolicy", overwrite_once)
     assert aws_provider.revoke(target(mine), datetime.now(UTC)) is RevokeOutcome.REVOKED
     assert len(puts) == 2
     assert denied(aws_role).values(SOURCE_IDENTITY) == ["s-mine01", "s-theirs"]

@@ -17,7 +17,7 @@ from broker.vocab.secret import Secret
 from providers.aws.provider import AwsStsProvider
 from providers.base import MintContext, MintedCredential, Provider
 from providers.github.provider import GitHubAppProvider
-from providers.vault import VaultProvider
+from providers.vault.provider import VaultProvider
 from tests.fixtures.aws import BROKER_SECRET
 from tests.fixtures.brokerenv import BrokerEnv, Result
 from tests.fixtures.github import AppKeys

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
+from broker.cli.ops.doctor import FIX_MARK
 from devstack.github_app import GitHubAppEmulator
-from providers.base import FIX_MARK
 from tests.fixtures.aws import REGION, AwsRole
 from tests.fixtures.brokerenv import BrokerEnv
 from tests.fixtures.github import APP_ID, AppKeys, write_key
@@ -81,8 +81,8 @@ def test_init_then_doctor_against_the_local_stack_passes_every_check(
         assert set(check) == {"name", "ok", "detail", "fix"}
         assert check["ok"] is True and check["fix"] is None and check["detail"]
 
-    # Doctor minted nothing anywhere.
-    assert set(openbao.accessors()) == accessors
+    # Doctor minted nothing anywhere (tokens earlier tests left may expire meanwhile: nothing new is the check).
+    assert set(openbao.accessors()) <= accessors
     assert github_emulator.calls_to("create_token") == []
     assert {c.route for c in github_emulator.calls} == {"get_app", "list_installations"}
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from providers.base import clock_check
+from broker.vocab.checks import Check
+from providers.clock import clock_check
 from tests.fixtures.brokerenv import BrokerEnv
 from tests.fixtures.install import BASE_CHECKS, lines_by_name, new_env
 
@@ -80,11 +81,10 @@ def test_help_documents_the_exit_codes_with_an_example() -> None:
 
 def test_clock_skew_fails_above_a_minute() -> None:
     now = 1_750_000_000.0
-    assert clock_check(email.utils.formatdate(now, usegmt=True), now, "vault x") == (
-        "clock",
-        True,
-        "skew +0 s against vault x",
+    assert clock_check(email.utils.formatdate(now, usegmt=True), now, "vault x") == Check(
+        "clock", True, "skew +0 s against vault x"
     )
-    name, ok, detail = clock_check(email.utils.formatdate(now - 90, usegmt=True), now, "vault x") or ("", True, "")
-    assert (name, ok) == ("clock", False) and detail.startswith("this host is 90 s ahead of vault x")
+    late = clock_check(email.utils.formatdate(now - 90, usegmt=True), now, "vault x") or Check("", True, "")
+    assert (late.name, late.ok) == ("clock", False) and late.detail.startswith("this host is 90 s ahead of vault x")
+    assert late.fix == "synchronise this host's clock (chrony, systemd-timesyncd)"
     assert clock_check(None, now, "vault x") is None and clock_check("yesterday", now, "vault x") is None

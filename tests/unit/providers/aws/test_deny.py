@@ -131,18 +131,18 @@ def test_error_messages_are_scrubbed_one_line_and_mapped() -> None:
         {"Error": {"Code": "AccessDenied", "Message": f"key {secret.reveal()}\ntoken {token.reveal()}"}},
         "GetCallerIdentity",
     )
-    with pytest.raises(ProviderError) as caught, AwsErrors(provider, "check", secrets=(secret, token)):
+    with pytest.raises(ProviderError) as caught, AwsErrors(provider.clients, "check", secrets=(secret, token)):
         raise leak
     assert secret.reveal() not in str(caught.value) and token.reveal() not in str(caught.value)
     assert "\n" not in caught.value.message and caught.value.__cause__ is None
     assert caught.value.retryable
-    with pytest.raises(ProviderError) as bad, AwsErrors(provider, "AssumeRole"):
+    with pytest.raises(ProviderError) as bad, AwsErrors(provider.clients, "AssumeRole"):
         raise ClientError({"Error": {"Code": "MalformedPolicyDocument", "Message": "no"}}, "AssumeRole")
     assert not bad.value.retryable
-    with pytest.raises(ManifestError), AwsErrors(provider, "AssumeRole"):
+    with pytest.raises(ManifestError), AwsErrors(provider.clients, "AssumeRole"):
         raise ParamValidationError(report="DurationSeconds below 900")
-    with pytest.raises(ProviderError, match=r"cannot reach http://127\.0\.0\.1:1"), AwsErrors(provider, "x"):
+    with pytest.raises(ProviderError, match=r"cannot reach http://127\.0\.0\.1:1"), AwsErrors(provider.clients, "x"):
         raise EndpointConnectionError(endpoint_url="http://127.0.0.1:1")
-    with AwsErrors(provider, "GetRolePolicy", missing_ok=True) as errors:
+    with AwsErrors(provider.clients, "GetRolePolicy", missing_ok=True) as errors:
         raise ClientError({"Error": {"Code": "NoSuchEntity", "Message": "none"}}, "GetRolePolicy")
     assert errors.missing

@@ -41,7 +41,11 @@ def test_from_config() -> None:
     provider = AwsStsProvider.from_config("aws", fields, Path("/etc/broker"))
     fields.done()
     assert isinstance(provider, AwsStsProvider)
-    assert (provider.region, provider.revoke_mode, provider.endpoint_url) == ("eu-west-1", "expire", None)
+    assert (provider.clients.region, provider.revoke_mode, provider.clients.endpoint_url) == (
+        "eu-west-1",
+        "expire",
+        None,
+    )
     for bad, field in (
         ({"region": "us east"}, "providers.aws.region"),
         ({"region": "us-east-1", "revoke": "never"}, "providers.aws.revoke"),

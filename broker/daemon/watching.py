@@ -21,15 +21,15 @@ import errno
 import logging
 import socket
 import threading
-from typing import TYPE_CHECKING
 
 from broker.core.broker import Broker
+from broker.core.status import live_deny_budgets
+from broker.core.store.gauges import StoreGaugeReader
 from broker.daemon.wire import Raw, Request, Send, busy, error_body, serve_connection
+from broker.telemetry.metrics import CONTENT_TYPE, BrokerMetrics, RoleBudget
+from broker.telemetry.scrape import StoreCollector
 from broker.vocab.errors import BrokerError, ConfigError
 from broker.vocab.logs import event
-
-if TYPE_CHECKING:
-    from broker.telemetry.metrics import BrokerMetrics
 
 LOG = logging.getLogger("broker.daemon")
 SCRAPERS = 4
@@ -38,10 +38,6 @@ ACCEPT_POLL = 0.5
 
 def daemon_metrics(broker: Broker) -> BrokerMetrics:
     """The daemon's metrics: every family, with the store's gauges read at each scrape."""
-    from broker.core.store.gauges import StoreGaugeReader
-    from broker.telemetry.metrics import BrokerMetrics
-    from broker.telemetry.scrape import StoreCollector
-
     metrics = BrokerMetrics()
     metrics.register(StoreCollector(StoreGaugeReader(broker.store), metrics.providers))
     return metrics
@@ -49,9 +45,6 @@ def daemon_metrics(broker: Broker) -> BrokerMetrics:
 
 def measure_budgets(broker: Broker) -> None:
     """Each AWS role's deny budget as IAM has it now, for the metrics (after a sweep; never raises a provider's)."""
-    from broker.core.status import live_deny_budgets
-    from broker.telemetry.metrics import RoleBudget
-
     metrics = broker.metrics
     if metrics is None:
         return
@@ -136,6 +129,4 @@ class MetricsListener:
             except BrokerError as exc:  # the collectors catch the store's errors; anything else is one line
                 send(500, error_body(exc.message, exc.exit_code))
                 return
-            from broker.telemetry.metrics import CONTENT_TYPE
-
             send(200, Raw(body, CONTENT_TYPE))

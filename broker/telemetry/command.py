@@ -18,6 +18,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
+from broker.vocab.errors import BrokerError
 from broker.vocab.tracing import Span, span
 
 if TYPE_CHECKING:
@@ -66,8 +67,6 @@ def traced(run: Callable[[], int]) -> int:
 
 
 def _exit_code(exc: BaseException) -> int:
-    from broker.vocab.errors import BrokerError
-
     if isinstance(exc, BrokerError):
         return exc.exit_code
     return 130 if isinstance(exc, KeyboardInterrupt) else 1

@@ -17,10 +17,18 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
+from broker.core.broker import Broker
+from broker.core.credential.revoke import revoke_credential
+from broker.core.inputs.config import load_config
+from broker.core.store.interface import SessionRecord
+from broker.core.store.states import CredentialState, SessionState
+from broker.telemetry.settings import TelemetryConfig, traces_url
+from broker.telemetry.traces import start_tracing
 from devstack.otlp import OtlpReceiver, ReceivedSpan
 from tests.fixtures.brokerenv import BrokerEnv, Result
 from tests.fixtures.daemon import Daemon, daemon
@@ -116,6 +124,9 @@ def test_direct_issue_and_revoke_are_one_trace_each(
     assert set(found) == {"broker issue", "broker revoke"}
     check_issue(found["broker issue"], document["session"])
     check_revoke(found["broker revoke"], document["session"])
+    for name in ("broker issue", "broker revoke"):  # a cold command opens its providers' connections on a thread
+        (warm,) = tree(found[name])[1]["provider.warm_up"]
+        assert warm.attributes == {"broker.provider.name": "vault", "broker.provider.type": "vault"}
     for name in ("broker issue", "broker revoke"):
         root, _ = tree(found[name])
         assert root.attributes["broker.exit_code"] == 0 and root.attributes["broker.outcome"] == "ok"
@@ -189,3 +200,30 @@ def test_a_cold_issue_and_revoke_without_telemetry_import_no_opentelemetry_or_pr
     )
     modules = loaded_after(revoke.format(session=session_file.read_text().strip()), env)
     assert "broker.core.revoking" in modules and telemetry_modules(modules) == []
+
+
+def test_the_search_for_what_a_crashed_issue_minted_is_a_span(
+    vault_env: BrokerEnv, openbao: OpenBao, otlp_receiver: OtlpReceiver
+) -> None:
+    """A credential left ``minting`` (its broker died mid-call) is searched for at OpenBao: ``provider.find``."""
+    tracing = start_tracing(TelemetryConfig(traces_url(otlp_receiver.endpoint, "t"), timeout=5), host="host-a")
+    broker = Broker.open(load_config(vault_env.config_path))
+    now = datetime.now(UTC)
+    session = "s-crashedissue"
+    try:
+        broker.store.create_session(
+            SessionRecord(session, "fix-build-7", "root", SessionState.ISSUING, now, now + timedelta(minutes=5), "/d",
+                          "/m", 1000, 1000, False, None)
+        )  # fmt: skip
+        broker.store.add_credential(session, "kv", "vault", "vault", {})  # minting: the call's answer never came
+        [record] = broker.store.credentials(session)
+        assert record.state == CredentialState.MINTING
+        revoke_credential(broker, session, "fix-build-7", record, now, reason="sweep")
+    finally:
+        broker.close()
+        tracing.close(timeout=5)
+    (find,) = [span for span in otlp_receiver.spans() if span.name == "provider.find"]
+    assert find.attributes == {
+        "broker.provider.name": "vault", "broker.provider.type": "vault", "broker.credential.name": "kv",
+        "broker.session.id": session, "broker.count": 0,
+    }  # fmt: skip

@@ -4,13 +4,14 @@ In fleet mode only the host that holds a session (``host`` in its record)
 can revoke a GitHub token of it (its keep-safe has the token, the one thing
 that revokes it), wipe its tmpfs or stop an ``exec`` running it. A revoke on
 any other host therefore asks that host first (``ask``: an ask recorded in
-the store and announced with PostgreSQL NOTIFY), revokes everything else
-itself, and then waits up to ``fleet_revoke_wait`` (default 5 s) for the
-holder's answer through the store (``answers``). The holder's daemon hears
-the ask at once (``broker.daemon.fleet``) and finishes the session as a
-local revoke would; a holder whose daemon is down (or that runs none) is
-not waited for: its revocations stay ``pending`` and its next start or
-sweep finishes them (``finish_asked``), since the ask stays in the store.
+the store and announced with PostgreSQL NOTIFY) and waits up to
+``fleet_revoke_wait`` (default 5 s) for the holder's answer through the
+store (``answers``) before revoking what is left itself. The holder's daemon
+hears the ask at once (``broker.daemon.fleet``) and finishes the session as
+a local revoke would, every credential of it; a holder whose daemon is down
+(or that runs none) is not waited for: the asking host revokes what it can,
+the rest stays ``pending`` and the holder's next start or sweep finishes it
+(``finish_asked``), since the ask stays in the store.
 """
 
 from __future__ import annotations

@@ -89,15 +89,16 @@ def revoke_task(broker: Broker, task: str, *, requester: str | None = None) -> l
 
 
 def revoke_many(broker: Broker, sessions: list[SessionRecord], *, reason: str = "revoke") -> list[RevokeReport]:
-    """Revoke each session; the hosts holding any of them (fleet mode) are asked first and waited for after."""
+    """Revoke each session. A session another host holds (fleet mode) is asked of that host first; while its daemon
+    listens, its answer is waited for before anything is revoked here: that daemon revokes the whole session as a
+    local revoke would, over its warm connections, and the two hosts do not queue for the session's lock. What it
+    has not finished by ``fleet_revoke_wait`` is revoked here as far as this host can."""
     asked = {session.id for session in sessions if holders.ask(broker, session)}
     deadline = time.monotonic() + holders.wait_budget(broker)
+    answered = holders.answers(broker, asked, until=deadline) if asked else {}
     reports = [
         _revoke(broker, session, reason=reason, asked=session.id in asked, until=deadline) for session in sessions
     ]
-    if not asked:
-        return reports
-    answered = holders.answers(broker, asked, until=deadline)
     return [_answered(broker, report, answered[report.session]) if report.session in answered else report
             for report in reports]  # fmt: skip
 

@@ -128,6 +128,20 @@ def running_exec(env: BrokerEnv) -> bool:
     return bool(env.session_dirs()) and any((env.state_dir / "control").glob("*.sock"))
 
 
+def finished_by_a(fleet: Fleet) -> None:
+    """Wait until host A has finished its one session: the token revoked, the directory gone, the session ended
+    (in that order: the session's state is the last thing a revocation writes)."""
+    deadline = time.monotonic() + WAIT
+    while True:
+        status = fleet.b.env.run("status", "--all", "--json").json()
+        found = [(item["state"], [c["state"] for c in item["credentials"]]) for item in status]
+        if fleet.token_states() == ["revoked"] and not fleet.a.env.session_dirs() and found[0][0] == "revoked":
+            break
+        assert time.monotonic() < deadline, f"host A never finished the revoke: {found}"
+        time.sleep(0.05)
+    assert found == [("revoked", ["revoked", "revoked"])]
+
+
 def quiet(daemon: Daemon) -> None:
     """Nothing in the daemon's log but what a healthy daemon says."""
     log = (daemon.env.root / "daemon.log").read_text()
@@ -189,14 +203,7 @@ def test_with_the_holders_daemon_down_the_revoke_is_pending_and_its_next_start_f
     assert [r["error"] for r in failed] == ["only host-a, which holds the session, keeps what revokes it"]
 
     listening(fleet.a.start(), fleet.db, postgres)  # its next start finishes what it was asked meanwhile
-    deadline = time.monotonic() + WAIT
-    while fleet.token_states() != ["revoked"] or fleet.a.env.session_dirs():
-        assert time.monotonic() < deadline, "host A never finished the revoke"
-        time.sleep(0.05)
-    status = fleet.b.env.run("status", "--all", "--json").json()
-    assert [(item["state"], [c["state"] for c in item["credentials"]]) for item in status] == [
-        ("revoked", ["revoked", "revoked"])
-    ]
+    finished_by_a(fleet)
     assert fleet.b.env.run("audit", "verify").code == 0
     for daemon in (fleet.a, fleet.c):
         assert daemon.stop() == 0
@@ -282,13 +289,6 @@ def test_a_holder_that_listens_but_does_not_answer_is_waited_for_fleet_revoke_wa
     assert outcomes(result.json()) == {"repo": "pending", "kv": "revoked"}
     assert waited >= 2  # it did wait for the holder, as long as it was told to (and returned: the run is bounded)
 
-    deadline = time.monotonic() + WAIT  # A, running again, finishes the ask it heard while stopped
-    while fleet.token_states() != ["revoked"] or fleet.a.env.session_dirs():
-        assert time.monotonic() < deadline, "host A never finished the revoke"
-        time.sleep(0.05)
-    status = fleet.b.env.run("status", "--all", "--json").json()
-    assert [(item["state"], [c["state"] for c in item["credentials"]]) for item in status] == [
-        ("revoked", ["revoked", "revoked"])
-    ]
+    finished_by_a(fleet)  # A, running again, finishes the ask it heard while stopped
     assert fleet.a.stop() == 0
     quiet(fleet.a)

@@ -42,11 +42,11 @@ from providers.urls import is_loopback_host
 from providers.vault_dynamic import DynamicRequest
 from providers.vault_identity import entity_check, minted_problems
 from providers.vault_leases import DYNAMIC_KINDS, mint_dynamic, revoke_dynamic
+from providers.vault_narrowing import vault_narrower
 from providers.vault_request import (
     POLICY_NAME,
     AnyVaultRequest,
     VaultGrant,
-    VaultRequest,
     compile_vault_grant,
     dynamic_config,
     parse_vault_request,
@@ -64,6 +64,7 @@ _UNSEEN = "it cannot be looked up (the broker needs update on auth/token/lookup-
 
 class VaultProvider(Provider[AnyVaultRequest]):
     type_name = "vault"
+    narrower = staticmethod(vault_narrower)  # providers.narrowing: what a delegated session may ask of a parent's
     can_find_minted = True
     sdk_modules = ("requests", "hvac", "hvac.exceptions", "hvac.adapters")
 
@@ -126,9 +127,7 @@ class VaultProvider(Provider[AnyVaultRequest]):
         )
 
     @classmethod
-    def parse_request(
-        cls, fields: Fields, *, name: str, provider: str, ttl: int | None
-    ) -> VaultRequest | DynamicRequest:
+    def parse_request(cls, fields: Fields, *, name: str, provider: str, ttl: int | None) -> AnyVaultRequest:
         return parse_vault_request(fields, name=name, provider=provider, ttl=ttl)
 
     @classmethod

@@ -7,15 +7,13 @@ deny policy), assumes it with a session name unique per credential, the
 broker session id as ``SourceIdentity`` and ``broker:*`` session tags, and
 checks the answer itself: ``AssumedRoleId`` must be ``<RoleId>:<session
 name>`` and ``Arn`` that session of that role. An answer that fails is raised
-as ``MintRejected`` so the core denies it like any other. (A
-``GetCallerIdentity`` with the new credentials asked the same endpoint the
-same question again, on a connection of its own: it bought no guarantee.) The session
-name is known before AssumeRole and stored with the ``minting`` state, so a
-broker killed before the answer leaves ``sweep`` enough to deny the session. Revocation with ``revoke =
-"deny-policy"`` adds the session to the role's ``BrokerRevokedSessions`` inline policy (layout in
-``providers.aws.deny``, IAM writes in ``providers.aws.revoke``); before any AssumeRole the core has the
-provider reserve room there (``providers.aws.budget``). botocore is imported on first use; manifest and
-grant parsing live in ``providers.aws.request``.
+as ``MintRejected`` so the core denies it like any other. (A ``GetCallerIdentity`` with the new credentials
+asked the same endpoint the same question again, on a connection of its own: it bought no guarantee.) The
+session name is known before AssumeRole and stored with the ``minting`` state, so a broker killed before the
+answer leaves ``sweep`` enough to deny the session. Revocation with ``revoke = "deny-policy"`` adds the session
+to the role's ``BrokerRevokedSessions`` inline policy (layout in ``providers.aws.deny``, IAM writes in
+``providers.aws.revoke``); before any AssumeRole the core has the provider reserve room there
+(``providers.aws.budget``). botocore is imported on first use; manifest and grant parsing: ``providers.aws.request``.
 """
 
 from __future__ import annotations
@@ -40,6 +38,7 @@ from providers.aws.errors import AwsErrors
 from providers.aws.files import config_file, credentials_file
 from providers.aws.health import health_checks
 from providers.aws.names import generation_names, generation_of
+from providers.aws.narrowing import aws_narrower
 from providers.aws.request import (
     AWS_MAX_TTL,
     AWS_MIN_TTL,
@@ -72,6 +71,7 @@ REVOKE_MODES = ("deny-policy", "expire")
 
 class AwsStsProvider(Provider[AwsStsRequest]):
     type_name = "aws_sts"
+    narrower = staticmethod(aws_narrower)  # providers.narrowing: what a delegated session may ask of a parent's
     sdk_modules = ("botocore.session", "botocore.config", "botocore.exceptions", "filelock")
     warm_first = True  # the reservation gates every mint; a revocation's reads precede its write
     min_ttl = AWS_MIN_TTL

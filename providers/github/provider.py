@@ -43,6 +43,7 @@ from providers.base import (
 )
 from providers.github.git import check_api_url, git_host, gitconfig
 from providers.github.http import ApiResponse, GitHubApi
+from providers.github.narrowing import github_narrower
 from providers.github.permissions import IMPLICIT_PERMISSION
 from providers.github.request import GitHubGrant, GitHubRequest, compile_grant, parse_request
 
@@ -54,6 +55,7 @@ TOKEN = re.compile(r"[\x21-\x7e]{8,8192}")  # opaque, any length, but printable 
 
 class GitHubAppProvider(Provider[GitHubRequest]):
     type_name = "github_app"
+    narrower = staticmethod(github_narrower)  # providers.narrowing: what a delegated session may ask of a parent's
     max_ttl = 3600  # GitHub's installation tokens live one hour
     fixed_lifetime = 3600  # and cannot be shortened: revoking is the only way to end one early
     sdk_modules = ("requests", "jwt", "cryptography.hazmat.primitives.serialization")

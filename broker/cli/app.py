@@ -18,6 +18,7 @@ import typer
 
 from broker import __version__
 from broker.cli import coercion
+from broker.cli.approvals import register as register_approvals
 from broker.cli.audit import audit_app
 from broker.cli.context import Options, Start, print_error
 from broker.cli.ops import register_ops
@@ -37,6 +38,7 @@ app = typer.Typer(
 )
 register_ops(app)  # the order here is the order of ``broker --help``
 register_sessions(app)
+register_approvals(app)
 app.add_typer(policy_app, name="policy")
 app.add_typer(audit_app, name="audit")
 

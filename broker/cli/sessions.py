@@ -22,41 +22,82 @@ class OutputFormat(StrEnum):
 
 def issue(
     ctx: typer.Context,
-    task: Annotated[str, typer.Option("--task", help="Task manifest (YAML or JSON; - for stdin).")],
+    task: Annotated[str | None, typer.Option("--task", help="Task manifest (YAML or JSON; - for stdin).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the session document as JSON.")] = False,
     fmt: Annotated[OutputFormat | None, typer.Option("--format", help="What to print for the launcher.")] = None,
     session_file: Annotated[
         Path | None, typer.Option("--session-file", help="Also write the session id to this file.")
     ] = None,
+    wait: Annotated[
+        str | None,
+        typer.Option("--wait", help="When an approval is needed: how long to wait for it [default: its timeout]."),
+    ] = None,
+    no_wait: Annotated[
+        bool, typer.Option("--no-wait", help="When an approval is needed: exit 8 with the request id at once.")
+    ] = False,
+    resume: Annotated[
+        str | None, typer.Option("--resume", help="Collect the session of an approved request (instead of --task).")
+    ] = None,
 ) -> None:
     """Decide, mint, inject and log the credentials a task manifest asks for.
 
+    A rule may need a person's approval first: issue shows the request id and digest and waits (exit 8 with
+    --no-wait, or when the wait ends first; issue --resume REQUEST collects it once approved).
+
     Example: broker issue --task task.yaml --format docker --session-file /tmp/session
     """
-    from broker.core.inputs.manifest import load_manifest
+    from broker.cli.approvals import pending_notice, wait_seconds
     from broker.core.warming import warm_up
+    from broker.vocab.errors import AwaitingApproval, UsageError
 
+    if (task is None) == (resume is None):
+        raise UsageError("issue needs exactly one of --task FILE or --resume REQUEST")
+    seconds = wait_seconds(wait, no_wait)
     config = load_config(ctx)
-    manifest = load_manifest(task, config)
-    warm_up(config, {request.provider for request in manifest.credentials}, minting=True)  # handshakes meanwhile
-    from broker.cli.launch_formats import SessionFile, emit, render
-    from broker.cli.render import issue_text
+    manifest = None
+    if task is not None:
+        from broker.core.inputs.manifest import load_manifest
+
+        manifest = load_manifest(task, config)
+        warm_up(config, {request.provider for request in manifest.credentials}, minting=True)  # handshakes meanwhile
+    from broker.cli.launch_formats import SessionFile
     from broker.core.issuing import issuing
+    from broker.core.resuming import resuming, settle
 
     target = SessionFile.open(session_file) if session_file is not None else None  # before anything is minted
     try:
-        with open_broker(config) as broker, issuing(broker, manifest) as session:
-            # While the session can still be rolled back: any failure here revokes it (exit 4).
-            if target is not None:
-                target.write(session.id)
-            document = session.to_json()
-            if as_json or fmt is not None:
-                emit(render(document, (fmt or OutputFormat.json).value))
-            else:
-                emit(issue_text(document))
+        with open_broker(config) as broker:
+            request = resume
+            if manifest is not None:
+                try:
+                    with issuing(broker, manifest) as session:
+                        _deliver(session.to_json(), target, as_json, fmt)  # a failure here revokes it (exit 4)
+                    return
+                except AwaitingApproval as pending:
+                    pending_notice(broker, pending, seconds, as_json)
+                    if seconds == 0:
+                        raise
+                    request = pending.request
+            assert request is not None
+            settle(broker, request, wait=seconds)
+            with resuming(broker, request) as session:
+                _deliver(session.to_json(), target, as_json, fmt)
     finally:
         if target is not None:
             target.close()
+
+
+def _deliver(document: dict[str, object], target: object, as_json: bool, fmt: OutputFormat | None) -> None:
+    """Print the session document (or its launcher format), and write ``--session-file``."""
+    from broker.cli.launch_formats import SessionFile, emit, render
+    from broker.cli.render import issue_text
+
+    if isinstance(target, SessionFile):
+        target.write(str(document["session"]))
+    if as_json or fmt is not None:
+        emit(render(document, (fmt or OutputFormat.json).value))
+    else:
+        emit(issue_text(document))
 
 
 def revoke(
@@ -186,14 +227,24 @@ def exec(
     read_only: Annotated[
         list[str] | None, typer.Option("--ro-bind", help="Extra host path bound read-only at the same path.")
     ] = None,
+    wait: Annotated[
+        str | None,
+        typer.Option("--wait", help="When an approval is needed: how long to wait for it [default: its timeout]."),
+    ] = None,
+    no_wait: Annotated[
+        bool, typer.Option("--no-wait", help="When an approval is needed: exit 8 with the request id at once.")
+    ] = False,
 ) -> None:
     """Issue, run CMD with only its scoped credentials, revoke when it ends; exit with CMD's status.
 
     CMD gets a clean environment: PATH, HOME, LANG, TERM, the session's hints and the manifest's sandbox.env.
     Example: broker exec --task task.yaml --sandbox bwrap --workspace ./repo -- make test
     """
+    from broker.cli.approvals import pending_notice, wait_seconds
     from broker.core.executing import ExecOptions, check_sandbox_available, execute
     from broker.core.inputs.manifest import load_manifest
+
+    seconds = wait_seconds(wait, no_wait)
 
     options = ExecOptions(
         command=tuple(command),
@@ -206,7 +257,8 @@ def exec(
     manifest = load_manifest(task, config)
     check_sandbox_available(options, manifest)
     with open_broker(config) as broker:
-        result = execute(broker, manifest, options)
+        notice = lambda pending: pending_notice(broker, pending, seconds, False)  # noqa: E731
+        result = execute(broker, manifest, options, wait=seconds, on_pending=notice)
     if not result.revoke.complete:
         print_error(f"session {result.session}: revocation incomplete; pending credentials stay for broker sweep")
     raise typer.Exit(result.status)

@@ -25,7 +25,7 @@ CONFIG_ENV = "BROKER_CONFIG"
 DEFAULT_CONFIG = "/etc/broker/broker.toml"
 MAX_CONFIG_BYTES = 256 * 1024
 FORMATS = ("json", "env", "docker", "podman", "bwrap")
-COMMANDS = ("issue", "revoke", "status", "renew", "exec", "policy check")
+COMMANDS = ("issue", "revoke", "status", "renew", "exec", "policy check", "approvals", "approve", "deny")
 
 if TYPE_CHECKING:
     from broker.daemon.transport import Answer
@@ -56,11 +56,21 @@ def _global_options(args: list[str]) -> tuple[argparse.Namespace, list[str]]:
 def _command_parser(command: str) -> _Parser:
     parser = _Parser(prog=f"broker {command}", add_help=False, allow_abbrev=False)
     if command in ("issue", "policy check"):
-        parser.add_argument("--task", required=True)
+        parser.add_argument("--task", required=command != "issue")
         parser.add_argument("--json", dest="as_json", action="store_true")
     if command == "issue":
         parser.add_argument("--format", dest="fmt", choices=FORMATS, default=None)
         parser.add_argument("--session-file", default=None)
+        parser.add_argument("--resume", default=None)
+    if command in ("issue", "exec"):
+        parser.add_argument("--wait", default=None)
+        parser.add_argument("--no-wait", action="store_true")
+    if command in ("approvals", "approve", "deny"):
+        parser.add_argument("--json", dest="as_json", action="store_true")
+    if command in ("approve", "deny"):
+        parser.add_argument("request")
+        parser.add_argument("--digest", required=command == "approve")
+        parser.add_argument("--reason", default=None)
     elif command == "revoke":
         parser.add_argument("--session", default=None)
         parser.add_argument("--task", default=None)
@@ -144,6 +154,10 @@ def thin_client(args: list[str]) -> int | Direct:
 def _run(command: str, args: argparse.Namespace, socket: str) -> int:
     if command == "issue":
         return _issue(args, socket)
+    if command in ("approvals", "approve", "deny"):
+        from broker.client.approving import run_approvals
+
+        return run_approvals(command, args, socket)
     if command == "policy check":
         answer = call(socket, "POST", "/v1/policy/check", _manifest(args.task))
         decision = answer.document.get("decision", answer.document) if answer.status == 403 else answer.document
@@ -185,12 +199,29 @@ def _run(command: str, args: argparse.Namespace, socket: str) -> int:
 
 def _issue(args: argparse.Namespace, socket: str) -> int:
     from broker.cli.launch_formats import SessionFile, emit, render
+    from broker.client import approving
 
-    body = _manifest(args.task)
+    if (args.task is None) == (args.resume is None):
+        raise UsageError("issue needs exactly one of --task FILE or --resume REQUEST")
+    wait = approving.wait_seconds(args)
+    body = _manifest(args.task) if args.task is not None else None
     target = SessionFile.open(Path(args.session_file)) if args.session_file is not None else None
     try:
-        answer = checked(call(socket, "POST", "/v1/sessions", body))
-        document: dict[str, Any] = answer.document
+        request = args.resume
+        if body is not None:
+            answer = call(socket, "POST", "/v1/sessions", body)
+            if answer.status == 202:  # nothing minted: a person decides first
+                waiting = approving.pending(answer)
+                approving.announce(socket, waiting, wait, args.as_json)
+                if wait == 0:
+                    raise waiting
+                request = waiting.request
+        if request is not None:
+            _check_session(request)
+            approving.settle(socket, request, wait)
+            document: dict[str, Any] = approving.collect(socket, request)
+        else:
+            document = checked(answer).document
         try:
             if target is not None:
                 target.write(document["session"])

@@ -17,6 +17,7 @@ forwarder in front of the command when there is a proxy.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import subprocess
 import sys
@@ -40,6 +41,8 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--network", choices=("none", "host", "allowlist"), default=None)
     parser.add_argument("--workspace", default=None)
     parser.add_argument("--ro-bind", dest="read_only", action="append", default=[])
+    parser.add_argument("--wait", default=None)
+    parser.add_argument("--no-wait", action="store_true")
     parser.add_argument("command", nargs=argparse.REMAINDER)
 
 
@@ -57,8 +60,14 @@ def run_exec(args: argparse.Namespace, socket: str, manifest: Any) -> int:
         "workspace": workspace or (os.getcwd() if args.sandbox == "none" else None),
         "parent_env": {name: os.environ[name] for name in PASSED_TO_DAEMON if name in os.environ},
     }
-    with Connection(socket) as connection:
-        started = checked(connection.request("POST", "/v1/exec", body))
+    with contextlib.ExitStack() as stack:
+        connection = stack.enter_context(Connection(socket))
+        answer = connection.request("POST", "/v1/exec", body)
+        if answer.status == 202:  # nothing minted: a person decides first
+            _await(socket, answer, args)
+            connection = stack.enter_context(Connection(socket))  # the first one idled past the daemon's limit
+            answer = connection.request("POST", "/v1/exec", {**body, "resume": answer.document.get("request")})
+        started = checked(answer)
         session = str(started.document["session"]["session"])
         holder = _Holder(connection, session)
         status = _run(started.document, command, args, workspace, holder.attach)
@@ -68,6 +77,18 @@ def run_exec(args: argparse.Namespace, socket: str, manifest: Any) -> int:
     elif report.exit_code:
         _warn(f"session {session}: revocation incomplete; pending credentials stay for broker sweep")
     return status
+
+
+def _await(socket: str, answer: Answer, args: argparse.Namespace) -> None:
+    """The exec's session needs an approval: wait for it (exit 8 with ``--no-wait`` or when the wait ends first)."""
+    from broker.client import approving
+
+    wait = approving.wait_seconds(args)
+    waiting = approving.pending(answer)
+    approving.announce(socket, waiting, wait, False)
+    if wait == 0:
+        raise waiting
+    approving.settle(socket, waiting.request, wait)
 
 
 class _Holder:

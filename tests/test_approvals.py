@@ -207,3 +207,20 @@ def test_a_short_wait_ends_with_exit_8_and_the_request_stays_pending(
     assert time.monotonic() - started < 30
     [item] = daemon.env.run("approvals", "--json").json()
     assert item["state"] == "pending"
+
+
+def test_exec_through_the_daemon_waits_for_its_approval_then_runs(
+    daemon: Daemon, openbao: OpenBao, approvers: Group
+) -> None:
+    task = _start(daemon, approvers)
+    waiting = Waiting(["exec", "--task", task, "--", "sh", "-c", 'echo "ran in $BROKER_SESSION"'], _env(daemon))
+    request, digest = waiting.request()
+    time.sleep(11)  # past the daemon's 10 s head deadline: the client asks again on a fresh connection
+    assert _as(daemon, APPROVER_UID, "approve", request, "--digest", digest, groups=(approvers.gid,)).code == 0
+    ran = waiting.finish()
+    assert ran.code == 0, ran.stderr
+    assert ran.stdout == f"ran in {request}\n"
+    states = {item["session"]: item["state"] for item in daemon.env.run("status", "--all", "--json").json()}
+    assert states == {request: "revoked"}
+    no_wait = daemon.client("exec", "--task", task, "--no-wait", "--", "true")
+    assert no_wait.code == 8 and "awaiting approval" in no_wait.stderr, no_wait.stderr

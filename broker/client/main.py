@@ -62,7 +62,6 @@ def _command_parser(command: str) -> _Parser:
         parser.add_argument("--format", dest="fmt", choices=FORMATS, default=None)
         parser.add_argument("--session-file", default=None)
         parser.add_argument("--resume", default=None)
-    if command in ("issue", "exec"):
         parser.add_argument("--wait", default=None)
         parser.add_argument("--no-wait", action="store_true")
     if command in ("approvals", "approve", "deny"):

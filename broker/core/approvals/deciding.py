@@ -75,8 +75,8 @@ def approve(broker: Broker, request: str, digest: str) -> ApprovalRecord:
         approver_uid=approver.uid,
         digest=approval.digest,
     )
+    notify()  # the record is in the log: the waiting requester collects while this checkpoint is signed
     broker.checkpoint()
-    notify()
     return _reread(broker, approval.request)
 
 
@@ -115,8 +115,8 @@ def deny(broker: Broker, request: str, reason: str | None) -> ApprovalRecord:
         digest=approval.digest,
         reason=reason,
     )
-    broker.checkpoint()
     notify()
+    broker.checkpoint()
     return _reread(broker, approval.request)
 
 
@@ -161,29 +161,36 @@ def expire(broker: Broker, approval: ApprovalRecord) -> bool:
 
 def expire_overdue(broker: Broker) -> list[str]:
     """Expire every open request of this host past its time; the ids expired."""
-    done = []
-    for approval in broker.store.approvals(OPEN_APPROVAL_STATES):
-        if _here(broker, approval) and expire(broker, approval):
-            done.append(approval.request)
+    now = broker.clock()
+    done = [
+        approval.request
+        for approval in broker.store.approvals(OPEN_APPROVAL_STATES)
+        if _here(broker, approval) and approval.expires_at <= now and expire(broker, approval)
+    ]
     if done:
         broker.checkpoint()
     return done
 
 
 def visible(broker: Broker, *, sees_all: bool) -> list[ApprovalRecord]:
-    """The open requests of this host the caller may decide, or asked for (every one with ``sees_all``)."""
-    expire_overdue(broker)
-    caller = broker.requester
-    return [
-        approval
-        for approval in broker.store.approvals(OPEN_APPROVAL_STATES)
-        if _here(broker, approval)
-        and (
-            sees_all
-            or approval.requester_uid == caller.uid
-            or may_approve(approval.approvers, caller.uid, caller.groups)
-        )
-    ]
+    """The open requests of this host the caller may decide, or asked for (every one with ``sees_all``); those
+    past their time are expired on the way (one read of the store)."""
+    caller, now = broker.requester, broker.clock()
+    eligible: dict[tuple[tuple[str, ...], ...], bool] = {}  # the caller's groups are looked up once per approvers
+    shown, expired = [], False
+    for approval in broker.store.approvals(OPEN_APPROVAL_STATES):
+        if not _here(broker, approval):
+            continue
+        if approval.expires_at <= now:
+            expired = expire(broker, approval) or expired
+            continue
+        if approval.approvers not in eligible:
+            eligible[approval.approvers] = may_approve(approval.approvers, caller.uid, caller.groups)
+        if sees_all or approval.requester_uid == caller.uid or eligible[approval.approvers]:
+            shown.append(approval)
+    if expired:
+        broker.checkpoint()
+    return shown
 
 
 def _open(broker: Broker, request: str, action: str) -> ApprovalRecord:

@@ -79,7 +79,7 @@ NARROW: dict[str, Any] = {
 
 
 def _wider(index: int, **credential: Any) -> dict[str, Any]:
-    document = json.loads(json.dumps(NARROW))
+    document: dict[str, Any] = json.loads(json.dumps(NARROW))
     document["credentials"] = [{**document["credentials"][index], **credential}]
     return document
 

@@ -114,8 +114,8 @@ def test_a_sandbox_asks_its_socket_for_a_narrower_child_and_nothing_else_of_the_
         assert f"{name} 404" in lines, (name, lines)
         assert parent in str(_answer(workspace, name)["error"])
     assert "children 200" in lines
-    children: list[dict[str, object]] = json.loads((workspace / "children.out").read_text())
-    assert [c["session"] for c in children] == [narrow["session"]]  # its own children only, the live ones
+    listed: list[dict[str, object]] = json.loads((workspace / "children.out").read_text())
+    assert [c["session"] for c in listed] == [narrow["session"]]  # its own children only, the live ones
     assert "thin-ok" in lines
     thin = json.loads((workspace / "thin.out").read_text())
     assert thin["parent"] == parent and thin["task"] == "fix-deleg-thin"

@@ -41,6 +41,7 @@ FIGURES = (
     "latency",
     "fleet",
     "operations",
+    "metrics",
     "approvals",
 )
 #: egress, dynamic and daemon start what they need themselves (a proxy, OpenBao + PostgreSQL, OpenBao + a daemon).

@@ -20,6 +20,7 @@ median over repeated runs, both sides of a ratio interleaved in the same run:
               loopback and with every provider behind a 40 ms RTT proxy (bench/stack_rtt.py)
   fleet       3 hosts on one PostgreSQL store x N concurrent cycles; the store's cost per issue/revoke vs SQLite
   operations  the operations check's decision per request, in process (REST, GraphQL, reviews, git push and fetch)
+  metrics     a /metrics scrape with 10,000 live sessions in a real SQLite store; span() with tracing off and on
   approvals   through ``broker serve``: approve-to-session, a child session against an issue, 100 pending listed
 
 The fleet figure starts a PostgreSQL of its own beside the stack (bench/fleet.py); the last three
@@ -72,6 +73,7 @@ from bench.fleet import figure_fleet
 from bench.fleet_log import figure_fleet_log
 from bench.local import BrokerSetup, Stack, base_env, floor_params, unmount_under
 from bench.memory import figure_memory
+from bench.metrics import figure_metrics
 from bench.operations import figure_operations
 from bench.stack_rtt import figure_latency
 from bench.sweep import figure_sweep
@@ -299,6 +301,8 @@ def main(argv: Sequence[str]) -> int:
                 steps.append(("fleet", lambda: figure_fleet(settings, report, need(stack))))
             if "operations" in selected:
                 steps.append(("operations", lambda: figure_operations(settings, report)))
+            if "metrics" in selected:
+                steps.append(("metrics", lambda: figure_metrics(settings, report)))
             for name, step in steps:
                 background = cpu_busy()
                 report.background[name] = round(background, 2)

@@ -222,3 +222,16 @@ def test_a_malformed_approval_row_is_skipped_and_noted(tmp_path: Path) -> None:
         assert (row.table, row.key) == ("approvals", "s-approval00006")
     finally:
         store.close()
+
+
+def test_the_metrics_count_the_requests_waiting_for_a_decision(opened: Any) -> None:
+    from broker.core.store.gauges import StoreGaugeReader
+
+    store = opened()
+    try:
+        store.create_approval(_session("s-approval00008"), _approval("s-approval00008"))
+        store.create_approval(_session("s-approval00009"), _approval("s-approval00009"))
+        _decide(store, "s-approval00009", ApprovalState.DENIED, by="uid:1001", session_state=SessionState.DENIED)
+        assert StoreGaugeReader(store).gauge_counts().approvals_pending == 1
+    finally:
+        store.close()

@@ -116,7 +116,14 @@ def _health(path: Path) -> tuple[float, Any]:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(ANSWERED)
         try:
-            sock.connect(str(path))
+            while True:  # a connect with a timeout is refused (EAGAIN) while the listen queue is full: a blocking
+                try:  # client would wait there, so this one waits too, within ANSWERED
+                    sock.connect(str(path))
+                    break
+                except BlockingIOError:
+                    if time.monotonic() - began > ANSWERED:
+                        raise TimeoutError from None
+                    time.sleep(0.01)
             sock.sendall(b"GET /v1/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
             line = sock.makefile("rb").readline().decode().strip()
         except TimeoutError:

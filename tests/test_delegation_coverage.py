@@ -1,7 +1,7 @@
 """Whether a child manifest is covered by its parent session: every way a child can be wider, named by its key.
 
 Each provider says what narrower means for its credentials
-(``providers.narrowing``): GitHub repositories and permission levels, Vault
+(the ``Narrowing`` capability): GitHub repositories and permission levels, Vault
 policies, uses, kinds, roles, certificate names and SSH principals, the AWS
 role, managed policies and session policy (containment of every action and
 resource, the parent's conditions and Deny statements kept). The core pairs

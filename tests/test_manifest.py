@@ -10,7 +10,7 @@ import pytest
 from broker.core.inputs.config import Config, parse_config
 from broker.core.inputs.manifest import parse_manifest
 from broker.vocab.errors import ManifestError
-from providers.vault_request import VaultRequest
+from providers.vault.request import VaultRequest
 
 GOOD = """\
 version: 1

@@ -12,10 +12,12 @@ import typer
 from broker.cli.context import options, print_json
 
 if TYPE_CHECKING:
-    from broker.core.setup.doctor import Check
+    from broker.vocab.checks import Check
 
 OK_MARK = "✓"
 BAD_MARK = "✗"
+#: Separates a failed check's detail from what to do about it.
+FIX_MARK = " — fix: "
 
 
 def register_ops(app: typer.Typer) -> None:
@@ -106,5 +108,5 @@ def _line(check: Check, *, colour: bool) -> str:
     mark = OK_MARK if check.ok else BAD_MARK
     if colour:
         mark = typer.style(mark, fg=typer.colors.GREEN if check.ok else typer.colors.RED, bold=True)
-    fix = f" — fix: {check.fix}" if check.fix else ""
+    fix = f"{FIX_MARK}{check.fix}" if check.fix else ""
     return f"{mark} {check.name}: {check.detail}{fix}"

@@ -29,6 +29,7 @@ from broker.vocab.globs import any_match
 from broker.vocab.holding import Lock
 from broker.vocab.session_ids import check_session_id
 from broker.vocab.time import utcnow
+from providers.capabilities import SharesLocks, Warming
 
 if TYPE_CHECKING:
     from broker.audit.witness import FlushResult
@@ -80,7 +81,7 @@ def preload_providers(broker: Broker, names: set[str], *, minting: bool = True) 
 
     for name in sorted(names):
         provider = broker.config.providers.get(name)
-        if provider is not None:
+        if isinstance(provider, Warming):
             sdk_ready(provider)
             provider.preload(minting)
 
@@ -102,6 +103,8 @@ class Broker:
         store = store if store is not None else open_config_store(config)
         fleet = store.fleet_state()
         for provider in config.providers.values():
+            if not isinstance(provider, SharesLocks):
+                continue
             provider.use_lock_dir(lock_dir(config.state_dir))
             if fleet is not None:
                 provider.use_fleet(fleet)

@@ -15,7 +15,8 @@ from typing import Any
 from broker.core.store.interface import CredentialRecord, Credentials, Records, SessionRecord
 from broker.core.store.states import SHOWN_SESSION_STATES, CredentialState, SessionState
 from broker.vocab.time import iso
-from providers.base import DenyBudget, Provider, RevokeTarget
+from providers.base import Provider, RevokeTarget
+from providers.capabilities import DenyBudget, Reserving
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,7 @@ def _credential_status(
     record: CredentialRecord, providers: Mapping[str, Provider[Any]], budgets: Mapping[tuple[str, str], DenyBudget]
 ) -> CredentialStatus:
     provider = providers.get(record.provider)
-    role = provider.budget_role(record.reference) if provider is not None else None
+    role = provider.budget_role(record.reference) if isinstance(provider, Reserving) else None
     return CredentialStatus(
         name=record.name,
         provider=record.provider,
@@ -147,15 +148,16 @@ def deny_budgets(
     store: Credentials, providers: Mapping[str, Provider[Any]], records: list[CredentialRecord], now: datetime
 ) -> dict[tuple[str, str], DenyBudget]:
     """The deny budget of every role ``records`` draw on, by (provider, role)."""
+    reserving = {name: provider for name, provider in providers.items() if isinstance(provider, Reserving)}
     roles: dict[str, set[str]] = {}
     for record in records:
-        provider = providers.get(record.provider)
+        provider = reserving.get(record.provider)
         role = provider.budget_role(record.reference) if provider is not None else None
         if provider is not None and role is not None:
             roles.setdefault(provider.name, set()).add(role)
     budgets: dict[tuple[str, str], DenyBudget] = {}
     for name, wanted in sorted(roles.items()):
         live = [RevokeTarget(c.name, c.reference, c.expires_at) for c in store.live_credentials(name, now)]
-        for budget in providers[name].deny_budgets(wanted, live, now):
+        for budget in reserving[name].deny_budgets(wanted, live, now):
             budgets[(name, budget.role)] = budget
     return budgets

@@ -38,6 +38,7 @@ from broker.daemon.routes import Routes
 from broker.host.wire import busy, serve_connection
 from broker.vocab.errors import BrokerError, ConfigError, DaemonUnreachable
 from broker.vocab.logs import event
+from providers.capabilities import Refreshing
 
 LOG = logging.getLogger("broker.daemon")
 SOCKET_MODE = 0o660
@@ -99,7 +100,7 @@ def bind_socket(path: Path, group: str | None) -> socket.socket:
         raise ConfigError(f"daemon socket {path}: {exc.strerror}") from None
     finally:
         os.umask(previous)
-    listener.listen(128)
+    listener.listen(socket.SOMAXCONN)  # a hog's burst must not fill the queue root's connection waits in
     return listener
 
 
@@ -239,6 +240,8 @@ class Daemon:
         while True:
             self.sweep_once()
             for provider in self.broker.config.providers.values():
+                if not isinstance(provider, Refreshing):
+                    continue
                 try:
                     provider.refresh(2 * self.sweep_interval)
                 except Exception:  # the seam promises no raise; a bug here must not stop the sweeps

@@ -5,14 +5,16 @@ as ``ghs_`` or ``hvs.``, then random letters and digits to the same length),
 so clients accept it unchanged. The proxy swaps it for the secret only in
 requests to the credential's own hosts (which it reaches over verified TLS)
 and only in ``Authorization`` (``Bearer``, ``token``, ``Basic`` with any
-user name, the way git sends it) and ``X-Vault-Token``. Anywhere else the
-placeholder goes out as it is. An answer can carry the secret back (Vault's
-``token lookup`` shows the token's id): in the body of every answer from
+user name, the way git sends it) and the headers its provider names as
+holding the token whole (``Injection.token_headers``). Anywhere else the
+placeholder goes out as it is. An answer can carry the secret back (a token
+lookup may show the token's id): in the body of every answer from
 those hosts, asked for without compression, the secret becomes its
 placeholder again (the same length, so the framing holds). Once the session is revoked, the proxy
 refuses every request to those hosts at once, before the provider's own
 revocation lands. What a request to those hosts must be (its own ``Host``;
-for Vault's hosts, no response wrapping) is ``broker.egress.guards``.
+nothing the credential's provider guards against, ``Injection.guard``) is
+``broker.egress.guards``.
 """
 
 from __future__ import annotations
@@ -28,9 +30,13 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from broker.egress.ca import SessionCA
 from broker.vocab.secret import Secret
+
+if TYPE_CHECKING:  # the guards bring h11 and asyncio: the proxy's, not an issue's
+    from broker.egress.guards import AnswerGuard
 
 ALPHABET = string.ascii_letters + string.digits
 PREFIX = re.compile(r"[A-Za-z]{1,12}[_.]")
@@ -56,7 +62,8 @@ class Injection:
     placeholder: Secret
     secret: Secret
     upstream_ca_file: Path | None = None  # what the real hosts' certificates are checked against; None: the system's
-    vault: bool = False  # Vault's hosts: response wrapping is stripped and refused (``broker.egress.guards``)
+    token_headers: frozenset[bytes] = frozenset()  # lower-case names of headers, beside Authorization, holding it whole
+    guard: AnswerGuard | None = None  # what its provider keeps from its hosts (``broker.egress.guards``)
 
 
 class Interceptor:
@@ -76,9 +83,9 @@ class Interceptor:
     def intercepts(self, host: str, port: int) -> bool:
         return any((host, port) in injection.hosts for injection in self._injections)
 
-    def is_vault(self, host: str, port: int) -> bool:
-        """Whether ``host``:``port`` is a Vault credential's host (its answers are checked for wrapping tokens)."""
-        return any((host, port) in injection.hosts and injection.vault for injection in self._injections)
+    def answer_guard(self, host: str, port: int) -> AnswerGuard | None:
+        """What the provider of the credential of ``host``:``port`` keeps from it (None: nothing)."""
+        return next((i.guard for i in self._injections if (host, port) in i.hosts and i.guard is not None), None)
 
     def credential_ports(self, host: str) -> list[int]:
         """The ports ``host`` (canonical) is a credential host on, whichever port it is asked for on."""
@@ -159,8 +166,9 @@ class Masker:
 
 
 def _swapped(name: bytes, value: bytes, injections: Sequence[Injection]) -> bytes:
-    if name == b"x-vault-token":
-        return _exchange(value, injections) or value
+    whole = [injection for injection in injections if name in injection.token_headers]
+    if whole:
+        return _exchange(value, whole) or value
     if name != b"authorization":
         return value
     scheme, space, credential = value.partition(b" ")

@@ -34,13 +34,13 @@ from broker.egress import splice
 from broker.egress.destinations import Destination, IPAddress, allowed, canonical_host
 from broker.egress.exchange import HOP_BY_HOP, Refused, _address, _answer, _close, _printable, parse_authority
 from broker.egress.guards import (
+    AnswerGuard,
     HeldAnswer,
     Refusal,
     RefusedRequest,
     checked_headers,
     held_back,
     tunnel_authority,
-    without_wrapping,
 )
 
 if TYPE_CHECKING:  # cryptography (for the session CA) loads only where a credential is intercepted
@@ -61,7 +61,7 @@ class ProxyLimits:
     head_timeout: float = 30.0
     idle_timeout: float = 900.0
     max_denied_destinations: int = 256  # distinct refused destinations, and distinct refused requests, counted
-    max_checked_answer: int = 1024 * 1024  # a Vault JSON answer held back and checked for a wrapping token
+    max_checked_answer: int = 1024 * 1024  # a guarded JSON answer held back and checked (Vault: wrap_info)
 
 
 async def system_resolver(host: str, port: int) -> Sequence[str]:
@@ -257,10 +257,10 @@ class EgressProxy:
                 return
             if interceptor.revoked:
                 raise Refused(403, "this session has been revoked")
-            vault = interceptor.is_vault(host, port)
+            guard = interceptor.answer_guard(host, port)
             checked = checked_headers(request, host, port)  # the tunnel's own host, or 400
-            if vault:
-                checked = without_wrapping(checked)
+            if guard is not None:
+                checked = guard.without_stripped(checked)
             # No compression: the answer's body is checked for the secret (``Masker``).
             kept = [(k, v) for k, v in checked if k not in HOP_BY_HOP and k != b"accept-encoding"]
             swapped = interceptor.swap(host, port, kept)
@@ -276,7 +276,7 @@ class EgressProxy:
                 upstream_reader,
                 upstream_writer,
                 interceptor.masker(host, port, kept, swapped),
-                vault,
+                guard,
             )
         except Refused as refused:
             if refused.why is not None:
@@ -297,7 +297,7 @@ class EgressProxy:
         upstream_reader: asyncio.StreamReader,
         upstream_writer: asyncio.StreamWriter,
         masker: Masker | None = None,
-        vault: bool = False,
+        guard: AnswerGuard | None = None,
     ) -> None:
         """Send one request upstream (its body from the client), relay the answer, close upstream."""
         try:
@@ -316,7 +316,7 @@ class EgressProxy:
                 else:
                     return
             await upstream_writer.drain()
-            await self._relay_response(conn, upstream, upstream_reader, writer, masker, vault)
+            await self._relay_response(conn, upstream, upstream_reader, writer, masker, guard)
         finally:
             await _close(upstream_writer)
 
@@ -327,9 +327,9 @@ class EgressProxy:
         upstream_reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
         masker: Masker | None,
-        vault: bool = False,
+        guard: AnswerGuard | None = None,
     ) -> None:
-        """Relay the answer; a Vault host's JSON answer is held back whole and checked first (``HeldAnswer``)."""
+        """Relay the answer; a guarded host's JSON answer is held back whole and checked first (``HeldAnswer``)."""
         held: HeldAnswer | None = None
         while True:
             event = await _next_event(upstream, upstream_reader, self.limits.idle_timeout, self.limits.chunk)
@@ -342,8 +342,8 @@ class EgressProxy:
                 headers = [(k, mask(v)) for k, v in event.headers if k not in HOP_BY_HOP]
                 headers.append((b"connection", b"close"))
                 response = h11.Response(status_code=event.status_code, headers=headers, reason=mask(event.reason))
-                if vault and held_back(event.headers):
-                    held = HeldAnswer(response, self.limits.max_checked_answer)
+                if guard is not None and guard.refused_key is not None and held_back(event.headers):
+                    held = HeldAnswer(response, self.limits.max_checked_answer, guard)
                 else:
                     writer.write(conn.send(response) or b"")
             elif isinstance(event, h11.Data):

@@ -2,7 +2,7 @@
 
 ``coverage`` decides whether a child manifest is covered by its parent
 session, credential by credential (each provider says what narrower means
-for its credentials: ``providers.narrowing``); ``lineage`` reads a session's
+for its credentials: the ``Narrowing`` capability); ``lineage`` reads a session's
 ancestors from the store. Issuing a child is ``broker.core.delegating``; the
 socket is ``broker.core.session_socket``.
 """

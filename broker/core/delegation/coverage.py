@@ -2,7 +2,7 @@
 
 Covered means: the same sandbox identity; each credential covered by one of
 the parent's (the one of the same name, else any of the same provider),
-as the provider says (``providers.narrowing``: repositories, permissions,
+as the provider says (its ``Narrowing`` capability: repositories, permissions,
 policies, roles, names, the AWS session policy), and never a file where the
 parent's credential stays in its proxy (``inject: proxy``); each network
 destination covered by one of the parent's; no TTL beyond what the parent
@@ -28,7 +28,7 @@ from broker.core.store.states import CredentialState
 from broker.egress.policy import NetworkDecision
 from broker.vocab.durations import format_duration
 from providers.base import CredentialRequest
-from providers.narrowing import Narrowing
+from providers.capabilities import Narrowing
 
 
 @dataclass(frozen=True)

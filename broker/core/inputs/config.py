@@ -19,13 +19,14 @@ from typing import TYPE_CHECKING, Any
 from broker.audit.witness import DEFAULT_WITNESS_RETENTION, WitnessConfig, parse_witness_url
 from broker.core.inputs.store_url import SHAPE, store_url_problem
 from broker.egress.destinations import Destination, DestinationError, parse_destination
+from broker.telemetry.settings import TelemetryConfig, parse_telemetry
 from broker.vocab.errors import ConfigError
 from broker.vocab.fields import Fields, shown
 from broker.vocab.files import read_regular_file, shown_path
 from providers.registry import known_types, provider_class
 
 if TYPE_CHECKING:
-    from providers.base import Provider
+    from providers.base import Provider, ProxyFacts
 
 DEFAULT_CONFIG_PATH = Path("/etc/broker/broker.toml")
 CONFIG_ENV = "BROKER_CONFIG"
@@ -47,15 +48,13 @@ DAEMON_MAX_CONNECTIONS = 512  # every peer but root together; one uid: [daemon] 
 DEFAULT_MAX_CONNECTIONS_PER_UID = 32
 
 
-#: Provider types whose credentials the egress proxy can put in (an HTTP header it knows).
-PROXY_TYPES = ("github_app", "vault")
-
-
 @dataclass(frozen=True)
 class ProxyTarget:
-    """``proxy_hosts`` and ``upstream_ca_file`` of one provider instance: where the proxy puts its secret in."""
+    """``proxy_hosts`` and ``upstream_ca_file`` of one provider instance: where the proxy puts its secret in,
+    and how (the facts its provider type declares)."""
 
     hosts: tuple[Destination, ...]
+    facts: ProxyFacts
     upstream_ca_file: Path | None = None
 
 
@@ -87,6 +86,7 @@ class Config:
     store: StoreConfig | None = None  # None: the embedded SQLite file in state_dir
     host: str = ""  # this broker's name in a shared store (owner of the sessions it issues)
     daemon: DaemonConfig | None = None
+    telemetry: TelemetryConfig | None = None  # ``[telemetry] otlp_endpoint``: traces to an OTLP/HTTP collector
 
     @property
     def daemon_settings(self) -> DaemonConfig:
@@ -215,6 +215,8 @@ def parse_config(table: object, path: Path) -> Config:
     store = _store(fields, base)
     host = fields.string("host", required=False, pattern=HOST_NAME, max_len=64) or _default_host()
     daemon = _daemon(fields, base, runtime_dir)
+    telemetry_table = fields.mapping("telemetry", required=False)
+    telemetry = parse_telemetry(telemetry_table, base) if telemetry_table is not None else None
     providers: dict[str, Provider[Any]] = {}
     proxy_targets: dict[str, ProxyTarget] = {}
     table_providers = fields.mapping("providers", required=False)
@@ -232,7 +234,7 @@ def parse_config(table: object, path: Path) -> Config:
                     f"providers.{name}.type: unknown provider type {type_name[:40]!r}"
                     f" (known: {', '.join(known_types())})"
                 ) from None
-            target = _proxy_target(instance, name, type_name, base)
+            target = _proxy_target(instance, name, cls.proxy, base)
             if target is not None:
                 proxy_targets[name] = target
             providers[name] = cls.from_config(name, instance, base)
@@ -254,12 +256,13 @@ def parse_config(table: object, path: Path) -> Config:
         store=store,
         host=host,
         daemon=daemon,
+        telemetry=telemetry,
     )
 
 
-def _proxy_target(instance: Fields, name: str, type_name: str, base: Path) -> ProxyTarget | None:
-    if type_name not in PROXY_TYPES:
-        return None  # any proxy_hosts is an unknown key for the other types
+def _proxy_target(instance: Fields, name: str, facts: ProxyFacts | None, base: Path) -> ProxyTarget | None:
+    if facts is None:
+        return None  # any proxy_hosts is an unknown key for the types the proxy cannot put in
     hosts = instance.string_list("proxy_hosts", required=False, max_items=16)
     ca_file = instance.string("upstream_ca_file", required=False, max_len=4096)
     if hosts is None:
@@ -275,7 +278,7 @@ def _proxy_target(instance: Fields, name: str, type_name: str, base: Path) -> Pr
         if destination.wildcard:
             raise ConfigError(f"providers.{name}.proxy_hosts[{index}]: name each host; a wildcard is not allowed")
         destinations.append(destination)
-    return ProxyTarget(tuple(destinations), resolve_path(base, ca_file) if ca_file is not None else None)
+    return ProxyTarget(tuple(destinations), facts, resolve_path(base, ca_file) if ca_file is not None else None)
 
 
 def _daemon(fields: Fields, base: Path, runtime_dir: Path) -> DaemonConfig | None:

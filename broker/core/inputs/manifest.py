@@ -8,12 +8,13 @@ invalid manifest.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
-from broker.core.inputs.config import PROXY_TYPES, Config
+from broker.core.inputs.config import Config
 from broker.core.inputs.strictdata import TaskFile, read_task_file
 from broker.egress.destinations import Destination, allowed
 from broker.egress.policy import read_network_section
@@ -21,6 +22,7 @@ from broker.host.sandbox import BROKER_DIR
 from broker.vocab.errors import ManifestError
 from broker.vocab.fields import Fields, shown
 from providers.base import CredentialRequest
+from providers.registry import provider_classes
 
 TASK_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
 CREDENTIAL_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
@@ -50,28 +52,9 @@ SYSTEM_PATHS = frozenset(
 
 INJECT_MODES = ("file", "proxy")
 ENV_NAME = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
-#: Names the broker sets itself, or that change how programs load or authenticate.
-RESERVED_ENV = frozenset(
-    {
-        "PATH",
-        "HOME",
-        "BROKER_SESSION",
-        "VAULT_ADDR",
-        "AWS_SHARED_CREDENTIALS_FILE",
-        "AWS_CONFIG_FILE",
-        "AWS_REGION",
-        "GIT_CONFIG_GLOBAL",
-        "LD_PRELOAD",
-        "LD_LIBRARY_PATH",
-        "LD_AUDIT",
-        "PYTHONPATH",
-        # libpq reads its password from these: a manifest must not point it elsewhere (the broker sets PGPASSFILE).
-        "PGPASSFILE",
-        "PGPASSWORD",
-        "PGSERVICEFILE",
-        "GIT_SSH_COMMAND",
-    }
-)
+#: Names the broker sets itself, or that change how programs load; each provider type adds its own
+#: (``Provider.reserved_env``: what its credentials set, or what would redirect them).
+RESERVED_ENV = frozenset({"PATH", "HOME", "BROKER_SESSION", "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "PYTHONPATH"})
 #: Every BROKER_* name is the broker's: BROKER_SESSION and the certificate hints BROKER_<NAME>_CERT, _KEY, _CA.
 RESERVED_ENV_PREFIX = "BROKER_"
 SECRET_LOOKING = re.compile(r"TOKEN|SECRET|PASSW|CREDENTIAL|PRIVATE|(^|_)KEY($|_)|AUTH")
@@ -172,6 +155,12 @@ def _parse_sandbox(fields: Fields | None, identity: tuple[int, int]) -> Sandbox:
     )
 
 
+@functools.cache
+def reserved_env() -> frozenset[str]:
+    """``RESERVED_ENV`` and every provider type's own (each type is imported once, when a manifest sets env)."""
+    return RESERVED_ENV.union(*(cls.reserved_env for cls in provider_classes()))
+
+
 def _parse_env(fields: Fields | None) -> tuple[tuple[str, str], ...]:
     """``sandbox.env``: extra non-secret variables for ``broker exec`` (names checked, secrets refused)."""
     if fields is None:
@@ -184,7 +173,7 @@ def _parse_env(fields: Fields | None) -> tuple[tuple[str, str], ...]:
         where = fields.where(name)  # escaped and bounded: the name is untrusted
         if not ENV_NAME.fullmatch(name):
             raise ManifestError(f"{where}: variable names are upper-case letters, digits and _")
-        if name in RESERVED_ENV or name.startswith(RESERVED_ENV_PREFIX):
+        if name in reserved_env() or name.startswith(RESERVED_ENV_PREFIX):
             raise ManifestError(f"{where}: set by the broker or the loader; not allowed here")
         if SECRET_LOOKING.search(name):
             raise ManifestError(f"{where}: looks like a secret; secrets never go into the environment")
@@ -195,13 +184,15 @@ def _parse_env(fields: Fields | None) -> tuple[tuple[str, str], ...]:
 
 
 def _check_proxied(request: CredentialRequest, index: int, config: Config, network: tuple[Destination, ...]) -> None:
-    """``inject: proxy`` needs a provider with ``proxy_hosts``, a token credential, and each host in ``network``."""
+    """``inject: proxy`` needs a provider with ``proxy_hosts``, a credential whose secret the proxy can stand in
+    for (``CredentialRequest.proxy_refusal``), and each host in ``network``."""
     where = f"credentials[{index}].inject"
     target = config.proxy_targets.get(request.provider)
     if target is None:
         raise ManifestError(f"{where}: provider {request.provider!r} has no proxy_hosts in the config")
-    if getattr(request, "kind", "token") != "token":
-        raise ManifestError(f"{where}: only a Vault token (kind: token) can be put in by the proxy")
+    refusal = request.proxy_refusal()
+    if refusal is not None:
+        raise ManifestError(f"{where}: {refusal}")
     for host in target.hosts:
         if not allowed(network, host.host, host.port):
             raise ManifestError(f"{where}: network.allow must list {host} (the proxy puts the secret in there)")
@@ -217,8 +208,9 @@ def _parse_credential(fields: Fields, config: Config, session_ttl: int | None) -
     inject = fields.string("inject", required=False, max_len=16) or "file"
     if inject not in INJECT_MODES:
         raise fields.fail("inject", "must be file or proxy")
-    if inject == "proxy" and config.providers[provider_name].type_name not in PROXY_TYPES:
-        raise fields.fail("inject", "only GitHub and Vault credentials can be put in by the proxy")
+    if inject == "proxy" and config.providers[provider_name].proxy is None:
+        labels = " and ".join(sorted(cls.proxy.label for cls in provider_classes() if cls.proxy is not None))
+        raise fields.fail("inject", f"only {labels} credentials can be put in by the proxy")
     if ttl is not None and session_ttl is not None and ttl > session_ttl:
         raise fields.fail("ttl", "longer than the session's ttl")
     provider_cls = type(config.providers[provider_name])

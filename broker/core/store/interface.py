@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from broker.audit.log import AppendLog
     from broker.core.store.rows import MalformedRows
     from broker.vocab.holding import Lock
-    from providers.base import FleetState
+    from providers.capabilities import FleetState
 
 SESSION_STATES = tuple(SessionState)
 CREDENTIAL_STATES = tuple(CredentialState)

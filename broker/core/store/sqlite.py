@@ -12,7 +12,7 @@ import pwd
 import re
 import sqlite3
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -69,6 +69,8 @@ CREATE TABLE IF NOT EXISTS credentials (
 );
 CREATE INDEX IF NOT EXISTS credentials_state ON credentials(state);
 CREATE INDEX IF NOT EXISTS credentials_expiry ON credentials(provider, expires_at);
+-- covers a metrics scrape's pending revocations by provider (COUNT ... GROUP BY provider, no row read)
+CREATE INDEX IF NOT EXISTS credentials_state_provider ON credentials(state, provider);
 CREATE TABLE IF NOT EXISTS log_head (
     id INTEGER PRIMARY KEY CHECK (id = 1),
     seq INTEGER NOT NULL,
@@ -158,6 +160,14 @@ class SqliteSessionStore(SqliteApprovals, SessionStore):
             try:
                 self._conn.row_factory = sqlite3.Row
                 return list(self._conn.execute(sql, args).fetchall())
+            except sqlite3.Error as exc:
+                raise StoreError(f"session store {self.path}: {exc}") from None
+
+    def run_step(self, step: Callable[[sqlite3.Connection], Any]) -> Any:
+        """Run ``step(connection)`` under the store's lock (as PostgreSQL's store does); an error is a StoreError."""
+        with self._lock:
+            try:
+                return step(self._conn)
             except sqlite3.Error as exc:
                 raise StoreError(f"session store {self.path}: {exc}") from None
 

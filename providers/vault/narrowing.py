@@ -9,8 +9,8 @@ an SSH certificate's principals among the parent's.
 
 from __future__ import annotations
 
-from providers.vault_dynamic import DynamicRequest, PkiRequest, SshRequest
-from providers.vault_request import AnyVaultRequest, VaultRequest
+from providers.vault.dynamic import DynamicRequest, PkiRequest, SshRequest
+from providers.vault.request import AnyVaultRequest, VaultRequest
 
 
 def vault_narrower(child: AnyVaultRequest, parent: AnyVaultRequest) -> list[str]:

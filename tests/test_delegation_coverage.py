@@ -77,7 +77,8 @@ def _manifest(config: Config, credentials: list[dict[str, Any]], **top: Any) -> 
 
 def _parent(config: Config, **changes: Any) -> tuple[SessionRecord, Manifest, list[CredentialRecord]]:
     network = changes.pop("network", {"allow": ["github.com:443", "*.pypi.org:443"]})
-    manifest = _manifest(config, PARENT_CREDENTIALS, ttl="30m", network=network)
+    credentials = changes.pop("credentials", PARENT_CREDENTIALS)
+    manifest = _manifest(config, credentials, ttl="30m", network=network)
     record = SessionRecord(
         id="s-parent000001",
         task="fix-1",
@@ -108,7 +109,7 @@ def _parent(config: Config, **changes: Any) -> tuple[SessionRecord, Manifest, li
             expires_at=ends.get(c["name"], NOW + timedelta(minutes=20)),
             fingerprint=None,
         )
-        for c in PARENT_CREDENTIALS
+        for c in credentials
     ]
     return record, manifest, held
 
@@ -313,3 +314,39 @@ def test_the_decision_caps_each_child_credential_by_what_its_parent_credential_h
     assert reasons == [] and decision is not None
     assert decision.session_ttl == 1200 and decision.credential("kv").ttl == 240
     assert decision.delegate_depth == 0 and decision.approval is None
+
+
+def test_a_credential_the_parent_keeps_in_its_proxy_is_never_a_childs_file(tmp_path: Path) -> None:
+    table = {
+        "providers": {
+            "vault": {
+                "type": "vault",
+                "addr": "http://127.0.0.1:8200",
+                "token_file": "t",
+                "proxy_hosts": ["vault.ci.internal:8200"],
+            },
+        },
+    }
+    config = parse_config(table, tmp_path / "broker.toml")
+    proxied = {"name": "kv", "provider": "vault", "policies": ["ci-read"], "num_uses": 5, "inject": "proxy"}
+    network = {"allow": ["vault.ci.internal:8200"]}
+    record, parent, held = _parent(config, credentials=[proxied], network=network)
+    as_file = {"name": "kv", "provider": "vault", "policies": ["ci-read"], "num_uses": 1}
+    reasons, _ = cover(config, record, parent, held, _manifest(config, [as_file], ttl="20m"), NOW)
+    assert _keys(reasons) == ["credentials[0].inject"] and "never enters the sandbox" in reasons[0]
+    also_proxied = {**as_file, "inject": "proxy"}
+    reasons, _ = cover(config, record, parent, held, _manifest(config, [also_proxied], ttl="20m", network=network), NOW)
+    assert _keys(reasons) == ["credentials[0].inject"]
+
+
+def test_a_child_names_no_mount_path_of_its_own(config: Config) -> None:
+    from broker.core.broker import Broker
+    from broker.core.delegating import child_manifest
+    from broker.vocab.errors import BadInput
+
+    record, _, _ = _parent(config)
+    body = json.dumps({"version": 1, "task": "fix-1", "sandbox": {"mount_path": "/srv/x"}, "credentials": [GITHUB]})
+    broker = Broker.__new__(Broker)
+    broker.config = config
+    with pytest.raises(BadInput, match="sandbox.mount_path: a child's files are in its parent's directory"):
+        child_manifest(broker, record, body.encode())

@@ -350,3 +350,31 @@ def test_a_child_names_no_mount_path_of_its_own(config: Config) -> None:
     broker.config = config
     with pytest.raises(BadInput, match="sandbox.mount_path: a child's files are in its parent's directory"):
         child_manifest(broker, record, body.encode())
+
+
+def test_a_session_holds_a_bounded_number_of_live_children(config: Config, tmp_path: Path) -> None:
+    import dataclasses
+
+    from broker.core.broker import Broker, Requester
+    from broker.core.delegating import MAX_LIVE_CHILDREN, parent_session
+    from broker.core.store import open_store
+    from broker.vocab.errors import PolicyDenied
+
+    store = open_store(tmp_path)
+    broker = Broker.__new__(Broker)
+    broker.config, broker.store, broker.requester = config, store, Requester("ci", 1000)
+    broker.clock = lambda: NOW
+    try:
+        record, _, _ = _parent(config)
+        store.create_session(record)
+        for index in range(MAX_LIVE_CHILDREN):
+            child = dataclasses.replace(record, id=f"s-child{index:07d}", parent=record.id, delegate_depth=0)
+            store.create_session(child)
+            if index == MAX_LIVE_CHILDREN - 2:
+                assert parent_session(broker, record.id) == store.get_session(record.id)
+        with pytest.raises(PolicyDenied, match="holds 64 live children already"):
+            parent_session(broker, record.id)
+        store.set_session_state("s-child0000000", SessionState.REVOKED)
+        assert parent_session(broker, record.id).id == record.id
+    finally:
+        store.close()

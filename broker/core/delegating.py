@@ -9,7 +9,8 @@ request mints nothing: exit 3 with every widening key, and a
 parent's requester, into ``<parent's directory>/children/<id>`` (seen in the
 sandbox at ``<parent's mount_path>/children/<id>``), with ``parent`` in its
 session document, its record and its log records; it is revoked with its
-parent. A child with depth left gets a socket of its own.
+parent. A child with depth left gets a socket of its own. A session holds at
+most ``MAX_LIVE_CHILDREN`` live children at once.
 """
 
 from __future__ import annotations
@@ -29,11 +30,13 @@ from broker.core.inputs.policy import Decision
 from broker.core.issuing import DelegationSocket, issuing
 from broker.core.session_document import SessionDocument
 from broker.core.store.interface import SessionRecord
-from broker.core.store.states import SessionState
+from broker.core.store.states import LIVE_SESSION_STATES, SessionState
 from broker.host.sessiondir import CHILDREN
 from broker.vocab.errors import BadInput, PolicyDenied, UnknownSession
 
 MAX_SHOWN_REASONS = 1000
+#: Live children a session may hold at once: a sandbox cannot have the broker mint without bound for it.
+MAX_LIVE_CHILDREN = 64
 
 
 def parent_session(broker: Broker, parent_id: str) -> SessionRecord:
@@ -45,6 +48,9 @@ def parent_session(broker: Broker, parent_id: str) -> SessionRecord:
         raise PolicyDenied(f"session {parent.id} is {parent.state}: it delegates nothing")
     if parent.delegate_depth < 1:
         raise PolicyDenied(f"session {parent.id} may not delegate further (its rules' delegate_depth is used up)")
+    live = [c for c in broker.store.children(parent.id) if c.state in LIVE_SESSION_STATES]
+    if len(live) >= MAX_LIVE_CHILDREN:
+        raise PolicyDenied(f"session {parent.id} holds {len(live)} live children already; revoke one first")
     return parent
 
 

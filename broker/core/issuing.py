@@ -44,7 +44,8 @@ from datetime import timedelta
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, NoReturn
 
-from broker.core.approvals.ticket import awaiting, digest_of, open_request, same_digest, summary
+from broker.core.approvals.digest import digest_of, same_digest
+from broker.core.approvals.ticket import awaiting, open_request, summary
 from broker.core.broker import Broker, new_session_id, preload_providers
 from broker.core.credential.mint import Minting
 from broker.core.credential.proxied import ca_files, ca_hints, hold_in_proxy, require_proxy

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from broker.core.approvals.ticket import given_digest, same_digest
+from broker.core.approvals.digest import given_digest, same_digest
 from broker.core.approvals.waiting import notify
 from broker.core.broker import Broker
 from broker.core.inputs.approval import may_approve

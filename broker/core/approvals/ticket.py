@@ -11,13 +11,10 @@ again, when it is collected, still gives that digest.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import json
-import re
 from datetime import timedelta
 from typing import Any
 
+from broker.core.approvals.digest import digest_of
 from broker.core.broker import Broker
 from broker.core.inputs.manifest import Manifest
 from broker.core.inputs.policy import Decision
@@ -25,10 +22,8 @@ from broker.core.inputs.strictdata import TaskFile
 from broker.core.store.interface import ApprovalRecord, SessionRecord
 from broker.core.store.states import ApprovalState, SessionState
 from broker.vocab.durations import format_duration
-from broker.vocab.errors import AwaitingApproval, BadInput
+from broker.vocab.errors import AwaitingApproval
 from broker.vocab.time import iso
-
-DIGEST = re.compile(r"(?:sha256:)?([0-9a-fA-F]{64})")
 
 
 def summary(manifest: Manifest, decision: Decision) -> dict[str, Any]:
@@ -42,24 +37,6 @@ def summary(manifest: Manifest, decision: Decision) -> dict[str, Any]:
         },
         "decision": decision.to_json(),
     }
-
-
-def digest_of(summary: dict[str, Any]) -> str:
-    """SHA-256 of the summary's canonical JSON, as 64 hex digits."""
-    canonical = json.dumps(summary, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str)
-    return hashlib.sha256(canonical.encode("ascii")).hexdigest()
-
-
-def given_digest(text: str) -> str:
-    """The digest an approver typed (64 hex digits, ``sha256:`` optional), lower-cased; exit 2 otherwise."""
-    match = DIGEST.fullmatch(text.strip())
-    if match is None:
-        raise BadInput("--digest: expected the request's SHA-256, 64 hex digits (as broker approvals shows it)")
-    return match.group(1).lower()
-
-
-def same_digest(given: str, expected: str) -> bool:
-    return hmac.compare_digest(given.encode(), expected.encode())
 
 
 def open_request(broker: Broker, manifest: Manifest, decision: Decision, session_id: str) -> ApprovalRecord:

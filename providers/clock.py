@@ -6,6 +6,8 @@ more skew than ``MAX_CLOCK_SKEW`` between them fails the check.
 
 from __future__ import annotations
 
+from email.utils import parsedate_to_datetime
+
 from broker.vocab.checks import Check
 
 #: More clock skew than this against a provider fails the ``clock`` check (seconds).
@@ -14,8 +16,6 @@ MAX_CLOCK_SKEW = 60
 
 def clock_check(date_header: str | None, received: float, provider: str) -> Check | None:
     """The ``clock`` check from a response's ``Date`` header (received at ``received``); None without one."""
-    from email.utils import parsedate_to_datetime
-
     try:
         server = parsedate_to_datetime(date_header).timestamp() + 0.5 if date_header else None
     except (TypeError, ValueError):

@@ -30,7 +30,7 @@ def loaded_after(code: str, env: dict[str, str] | None = None) -> set[str]:
 
 def test_the_direct_revoke_path_loads_no_policy_manifest_or_yaml() -> None:
     modules = loaded_after(
-        "import broker.cli.app, broker.cli.sessions, broker.core.revoking, broker.core.sweeping, broker.core.status"
+        "import broker.cli.app, broker.cli.sessions.revoke, broker.core.revoking, broker.core.sweeping, broker.core.status"
     )
     assert "broker.core.revoking" in modules  # the measurement sees the path's own imports
     assert sorted(m for m in modules if m.split(".")[0] == "yaml" or m in PARSE_ONLY) == []

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from broker.audit.keys import load_fingerprint_keys, load_or_create_keys, load_signing_keys
-from broker.cli.ops import FIX_MARK
+from broker.cli.ops.doctor import FIX_MARK
 from broker.core.inputs.config import load_config
 from broker.core.setup.install import DEFAULT_POLICY
 from broker.vocab.checks import Check

@@ -6,10 +6,12 @@ through these functions, so both print the same thing for the same answer.
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Any
 
 from broker.vocab.durations import format_duration
+from broker.vocab.time import parse_iso
 
 
 def issue_text(document: dict[str, Any]) -> str:
@@ -49,14 +51,24 @@ def renew_lines(renewals: list[dict[str, Any]]) -> list[str]:
     ]
 
 
+def time_left(moment: datetime, now: datetime) -> str:
+    """``in 14m``, ``in 1h05m``, ``3m ago`` (expired)."""
+    seconds = int((moment - now).total_seconds())
+    span = abs(seconds)
+    if span < 60:
+        text = f"{span}s"
+    elif span < 3600:
+        text = f"{span // 60}m"
+    else:
+        text = f"{span // 3600}h{(span % 3600) // 60:02d}m"
+    return f"in {text}" if seconds >= 0 else f"{text} ago"
+
+
 RENEW_PENDING = "a replaced credential could not be revoked now; it stays pending for broker sweep"
 STATUS_COLUMNS = ("SESSION", "TASK", "STATE", "EXPIRES", "CREDENTIALS")
 
 
 def status_rows(sessions: list[dict[str, Any]], now: datetime) -> list[list[str]]:
-    from broker.cli.output import time_left
-    from broker.vocab.time import parse_iso
-
     return [
         [
             item["session"],
@@ -90,9 +102,6 @@ def decision_lines(decision: dict[str, Any]) -> list[str]:
 
 def approval_lines(requests: list[dict[str, Any]], now: datetime) -> list[str]:
     """``broker approvals``: each open request with what it would mint, who may approve, and its digest."""
-    from broker.cli.output import time_left
-    from broker.vocab.time import parse_iso
-
     if not requests:
         return ["no approval requests waiting"]
     lines: list[str] = []
@@ -111,8 +120,6 @@ def approval_lines(requests: list[dict[str, Any]], now: datetime) -> list[str]:
 
 def _approval_summary(summary: dict[str, Any]) -> list[str]:
     """What the request would mint: each credential as asked, with its rule and capped TTL, and the network."""
-    import json
-
     manifest = summary.get("manifest") or {}
     document = manifest.get("document") or {}
     decision = summary.get("decision") or {}

@@ -10,39 +10,23 @@ decision made through the same daemon answers the wait at once.
 
 from __future__ import annotations
 
+import json
 import sys
 import time
-from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
 
+from broker.cli.render import approval_lines, decided_line, waiting_line
 from broker.client.answers import checked
+from broker.daemon.transport import Answer, call
 from broker.vocab.errors import AwaitingApproval, DaemonUnreachable, PolicyDenied, UnknownRequest
+from broker.vocab.session_ids import check_session_id
+from broker.vocab.time import parse_iso, utcnow
 
+TYPE_CHECKING = False  # typing itself is not imported at run time: the client's cold path
 if TYPE_CHECKING:
-    import argparse
-
-    from broker.daemon.transport import Answer
+    from typing import Any
 
 POLL_SECONDS = 25.0  # one long-poll: well inside any proxy's or client's idle limit
 RETRY = 0.5  # a daemon that went away (restarting) is asked again this often
-
-
-def call(socket: str, method: str, target: str, body: Any = None) -> Answer:
-    from broker.daemon.transport import call as request
-
-    return request(socket, method, target, body)
-
-
-def wait_seconds(args: argparse.Namespace) -> float | None:
-    """``--wait DURATION`` in seconds, 0 with ``--no-wait``, None (until the request expires) without either."""
-    from broker.vocab.durations import parse_duration
-    from broker.vocab.errors import UsageError
-
-    if args.wait is not None and args.no_wait:
-        raise UsageError("--wait and --no-wait exclude each other")
-    if args.no_wait:
-        return 0.0
-    return float(parse_duration(args.wait, "--wait", UsageError)) if args.wait is not None else None
 
 
 def pending(answer: Answer) -> AwaitingApproval:
@@ -60,8 +44,6 @@ def announce(socket: str, waiting: AwaitingApproval, wait: float | None, as_json
             found = [a for a in _list(socket) if a.get("request") == waiting.request]
             _print(found[0] if found else {"request": waiting.request, "digest": waiting.digest})
         return
-    from broker.cli.render import waiting_line
-
     sys.stderr.write(waiting_line(waiting.message, wait) + "\n")
     sys.stderr.flush()
 
@@ -73,7 +55,7 @@ def settle(socket: str, request: str, wait: float | None) -> None:
     while True:
         left = POLL_SECONDS if deadline is None else max(deadline - time.monotonic(), 0.0)
         try:
-            target = f"/v1/approvals/{quote(request, safe='')}/wait?seconds={min(left, POLL_SECONDS):.3f}"
+            target = f"/v1/approvals/{request}/wait?seconds={min(left, POLL_SECONDS):.3f}"
             item = checked(call(socket, "POST", target)).document
             unreachable = None
         except DaemonUnreachable as exc:  # restarting: ask again until the deadline
@@ -112,8 +94,6 @@ def _settled(item: dict[str, Any]) -> None:
 
 
 def _expired(item: dict[str, Any]) -> bool:
-    from broker.vocab.time import parse_iso, utcnow
-
     try:
         return parse_iso(str(item.get("expires_at"))) <= utcnow()
     except ValueError:
@@ -121,32 +101,21 @@ def _expired(item: dict[str, Any]) -> bool:
 
 
 def collect(socket: str, request: str) -> dict[str, Any]:
-    """The approved request's session document."""
-    document: dict[str, Any] = checked(
-        call(socket, "POST", f"/v1/approvals/{quote(request, safe='')}/collect")
-    ).document
+    """The approved request's session document (``request``: a checked id, nothing in it to quote)."""
+    document: dict[str, Any] = checked(call(socket, "POST", f"/v1/approvals/{request}/collect")).document
     return document
 
 
-def run_approvals(command: str, args: argparse.Namespace, socket: str) -> int:
-    """``broker approvals``, ``approve``, ``deny``."""
+def run_approvals(command: str, args: dict[str, object], socket: str) -> int:
+    """``broker approvals``, ``approve``, ``deny`` (``args``: the command table's values)."""
     if command == "approvals":
         found = _list(socket)
-        if args.as_json:
-            _print(found)
-        else:
-            from broker.cli.render import approval_lines
-            from broker.vocab.time import utcnow
-
-            _print("\n".join(approval_lines(found, utcnow())))
+        _print(found if args["as_json"] else "\n".join(approval_lines(found, utcnow())))
         return 0
-    from broker.cli.render import decided_line
-    from broker.vocab.session_ids import check_session_id
-
-    request = check_session_id(args.request, "request id")
-    body = {"digest": args.digest} if command == "approve" else {"reason": args.reason}
+    request = check_session_id(str(args["request"]), "request id")
+    body = {"digest": args["digest"]} if command == "approve" else {"reason": args["reason"]}
     decided = checked(call(socket, "POST", f"/v1/approvals/{request}/{command}", body)).document
-    _print(decided if args.as_json else decided_line(decided, command))
+    _print(decided if args["as_json"] else decided_line(decided, command))
     return 0
 
 
@@ -156,8 +125,6 @@ def _list(socket: str) -> list[dict[str, Any]]:
 
 
 def _print(value: Any) -> None:
-    import json
-
     text = value if isinstance(value, str) else json.dumps(value, indent=2)
     sys.stdout.write(text + "\n")
     sys.stdout.flush()

@@ -16,7 +16,6 @@ forwarder in front of the command when there is a proxy.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import subprocess
@@ -26,47 +25,41 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from broker.client import approving
 from broker.client.answers import checked
 from broker.daemon.transport import Answer, Connection
+from broker.egress.bridge import forwarder_argv
 from broker.host.sandbox import EGRESS_SOCKET, check_sandbox_available
 from broker.host.spawning import Launch, launch, stop
+from broker.vocab.durations import wait_seconds
 from broker.vocab.errors import BrokerError, UsageError
+from broker.vocab.session_ids import check_session_id
 
 PASSED_TO_DAEMON = ("PATH", "LANG", "TERM")  # what direct exec takes from its own environment
 
 
-def add_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--task", required=True)
-    parser.add_argument("--sandbox", choices=("none", "bwrap"), default="bwrap")
-    parser.add_argument("--network", choices=("none", "host", "allowlist"), default=None)
-    parser.add_argument("--workspace", default=None)
-    parser.add_argument("--ro-bind", dest="read_only", action="append", default=[])
-    parser.add_argument("--wait", default=None)
-    parser.add_argument("--no-wait", action="store_true")
-    parser.add_argument("command", nargs=argparse.REMAINDER)
-
-
-def run_exec(args: argparse.Namespace, socket: str, manifest: Any) -> int:
-    """The command's exit status, as direct ``exec`` returns it."""
-    command = list(args.command[1:] if args.command[:1] == ["--"] else args.command)
+def run_exec(args: dict[str, Any], socket: str, manifest: Any) -> int:
+    """The command's exit status, as direct ``exec`` returns it (``args``: the command table's exec values)."""
+    command = list(args["command"])
     if not command:
         raise UsageError("exec needs a command: broker exec --task FILE -- CMD ARGS...")
-    check_sandbox_available(args.sandbox, args.network)  # before anything is minted, as direct exec does
-    workspace = str(Path(args.workspace).resolve()) if args.workspace else None
+    check_sandbox_available(args["sandbox"], args["network"])  # before anything is minted, as direct exec does
+    workspace = str(Path(args["workspace"]).resolve()) if args["workspace"] else None
     body = {
         "manifest": manifest,
-        "sandbox": args.sandbox,
-        "network": args.network,
-        "workspace": workspace or (os.getcwd() if args.sandbox == "none" else None),
+        "sandbox": args["sandbox"],
+        "network": args["network"],
+        "workspace": workspace or (os.getcwd() if args["sandbox"] == "none" else None),
         "parent_env": {name: os.environ[name] for name in PASSED_TO_DAEMON if name in os.environ},
     }
+    wait = wait_seconds(args["wait"], bool(args["no_wait"]))
     with contextlib.ExitStack() as stack:
         connection = stack.enter_context(Connection(socket))
         answer = connection.request("POST", "/v1/exec", body)
         if answer.status == 202:  # nothing minted: a person decides first
-            _await(socket, answer, args)
+            request = _await(socket, answer, wait)
             connection = stack.enter_context(Connection(socket))  # the first one idled past the daemon's limit
-            answer = connection.request("POST", "/v1/exec", {**body, "resume": answer.document.get("request")})
+            answer = connection.request("POST", "/v1/exec", {**body, "resume": request})
         started = checked(answer)
         session = str(started.document["session"]["session"])
         holder = _Holder(connection, session)
@@ -79,16 +72,16 @@ def run_exec(args: argparse.Namespace, socket: str, manifest: Any) -> int:
     return status
 
 
-def _await(socket: str, answer: Answer, args: argparse.Namespace) -> None:
-    """The exec's session needs an approval: wait for it (exit 8 with ``--no-wait`` or when the wait ends first)."""
-    from broker.client import approving
-
-    wait = approving.wait_seconds(args)
+def _await(socket: str, answer: Answer, wait: float | None) -> str:
+    """The exec's session needs an approval: wait for it (exit 8 with ``--no-wait`` or when the wait ends first);
+    the request id, checked, once approved."""
     waiting = approving.pending(answer)
     approving.announce(socket, waiting, wait, False)
     if wait == 0:
         raise waiting
-    approving.settle(socket, waiting.request, wait)
+    request = check_session_id(waiting.request, "request id")
+    approving.settle(socket, request, wait)
+    return request
 
 
 class _Holder:
@@ -135,24 +128,22 @@ class _Holder:
 def _run(
     started: dict[str, Any],
     command: list[str],
-    args: argparse.Namespace,
+    args: dict[str, Any],
     workspace: str | None,
     attach: Callable[[subprocess.Popen[bytes]], None],
 ) -> int:
-    from broker.egress.bridge import forwarder_argv
-
     document = started["session"]
     what = Launch(
         command=tuple(command),
-        sandbox=args.sandbox,
+        sandbox=args["sandbox"],
         uid=int(started["sandbox"]["uid"]),
         gid=int(started["sandbox"]["gid"]),
         secrets_dir=str(document["dir"]),
         mount_path=str(document["mount_path"]),
         env=dict(started["env"]),
         workspace=workspace,
-        network=args.network,
-        read_only=tuple(args.read_only),
+        network=args["network"],
+        read_only=tuple(args["read_only"]),
         egress_socket=started["egress_socket"],
         forwarder=tuple(forwarder_argv(EGRESS_SOCKET, [])),
     )

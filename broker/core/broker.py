@@ -19,10 +19,12 @@ from typing import TYPE_CHECKING, Any
 
 from broker.audit.keys import AuditKeys, load_or_create_keys
 from broker.audit.log import AppendLog, IssuanceLog
+from broker.audit.witness import FlushResult, flush, note_checkpoint
 from broker.core.inputs.config import Config
 from broker.core.store import ensure_state_dir, open_config_store
 from broker.core.store.interface import SessionStore
 from broker.core.store.locks import lock_dir, session_lock
+from broker.core.warming import sdk_ready
 from broker.host.keepsafe import KeepSafe
 from broker.host.sessiondir import RuntimeDir, prepare_runtime_dir
 from broker.vocab.globs import any_match
@@ -32,7 +34,6 @@ from broker.vocab.time import utcnow
 from providers.capabilities import SharesLocks, Warming
 
 if TYPE_CHECKING:
-    from broker.audit.witness import FlushResult
     from broker.core.inputs.policy import Policy
 
 SESSION_ALPHABET = string.ascii_lowercase + string.digits
@@ -77,8 +78,6 @@ class Requester:
 def preload_providers(broker: Broker, names: set[str], *, minting: bool = True) -> None:
     """Import the SDKs of these providers in this thread, before worker threads use them (or wait for the
     warm-up that imports them: ``broker.core.warming``)."""
-    from broker.core.warming import sdk_ready
-
     for name in sorted(names):
         provider = broker.config.providers.get(name)
         if isinstance(provider, Warming):
@@ -141,8 +140,6 @@ class Broker:
         if checkpoint is not None:
             self.store.set_log_head(int(checkpoint["seq"]), str(checkpoint["hash"]))
             if self.config.witness is not None:
-                from broker.audit.witness import note_checkpoint
-
                 note_checkpoint(self.store, self.config.witness, checkpoint, self.clock())
         return checkpoint
 
@@ -151,8 +148,6 @@ class Broker:
         witness = self.config.witness
         if witness is None:
             return None
-        from broker.audit.witness import flush
-
         return flush(self.store, witness, self.clock())
 
     def close(self) -> None:

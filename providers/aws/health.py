@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from broker.vocab.checks import Check
 from broker.vocab.errors import BrokerError
 from providers.aws.clients import AwsClients
@@ -10,8 +12,6 @@ from providers.clock import clock_check
 
 def health_checks(clients: AwsClients) -> list[Check]:
     """``GetCallerIdentity`` with the broker's own identity, and the clock; mints nothing."""
-    import time
-
     try:
         with clients.errors("GetCallerIdentity"):
             identity = clients.client("sts").get_caller_identity()

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import unquote
 
 from broker.vocab.errors import ProviderError
 from providers.aws.clients import AwsClients, aware
@@ -138,8 +139,6 @@ class DenyPolicyWriter:
 def as_document(value: object) -> Any:
     """boto3 decodes policy documents to dicts; tolerate URL-encoded JSON text too."""
     if isinstance(value, str):
-        from urllib.parse import unquote
-
         return json.loads(unquote(value))
     return value
 

@@ -18,6 +18,7 @@ are parsed in ``providers.vault.request``; ``hvac`` is imported on first use.
 from __future__ import annotations
 
 import re
+import time
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,6 +42,7 @@ from providers.clock import clock_check
 from providers.urls import is_loopback_host
 from providers.vault.client import VaultSession
 from providers.vault.dynamic import DYNAMIC_KINDS, DynamicRequest
+from providers.vault.health import dynamic_checks
 from providers.vault.identity import entity_check, minted_problems
 from providers.vault.leases import Engines
 from providers.vault.narrowing import vault_narrower
@@ -217,8 +219,6 @@ class VaultProvider(Provider[AnyVaultRequest]):
 
     def health(self) -> list[Check]:
         """Login and lookup-self, the capabilities issue and revoke need, entity inheritance, the clock; no mint."""
-        import time
-
         from hvac.adapters import RawAdapter
 
         fix = f"check addr and the broker's token or AppRole files in [providers.{self.name}]"
@@ -240,9 +240,7 @@ class VaultProvider(Provider[AnyVaultRequest]):
         return results + ([clock] if clock else [])
 
     def grant_health(self, grants: Sequence[Grant[AnyVaultRequest]]) -> list[Check]:
-        """The capabilities the granted dynamic kinds need (``providers.vault.health``, loaded for doctor only)."""
-        from providers.vault.health import dynamic_checks
-
+        """The capabilities the granted dynamic kinds need (``providers.vault.health``)."""
         return dynamic_checks(self.engines, [grant.dynamic for grant in grants if isinstance(grant, VaultGrant)])
 
     def _capabilities_check(self, client: hvac.Client) -> Check:

@@ -25,13 +25,17 @@ from pathlib import Path
 from typing import Any
 
 from broker.audit.keys import MIGRATE_HINT, load_fingerprint_keys, load_signing_keys
+from broker.audit.witness import object_lock_enabled
 from broker.core.inputs.config import Config, load_config
 from broker.core.inputs.policy import load_policy
 from broker.core.setup.install import POLICY_EXAMPLE_NAME
+from broker.core.status import deny_budgets
+from broker.core.store import has_store, open_config_store
 from broker.host import mounts
 from broker.host.sessiondir import prepare_runtime_dir
 from broker.vocab.checks import Check
 from broker.vocab.errors import REPORT_URL, BrokerError
+from broker.vocab.time import parse_iso, utcnow
 from providers.base import Grant, Provider
 from providers.capabilities import ChecksGrants, DenyBudget
 
@@ -241,10 +245,6 @@ def check_witness(config: Config) -> list[Check]:
     witness = config.witness
     if witness is None or not config.state_dir.is_dir():
         return []
-    from broker.audit.witness import object_lock_enabled
-    from broker.core.store import open_config_store
-    from broker.vocab.time import parse_iso, utcnow
-
     checks: list[Check] = []
     try:
         locked = object_lock_enabled(witness)
@@ -312,9 +312,6 @@ def _health(provider: Provider[Any], grants: list[Grant[Any]]) -> list[Check]:
 
 def check_deny_budgets(config: Config) -> list[Check]:
     """One check per role that live sessions in the store revoke into (nothing without a store)."""
-    from broker.core.status import deny_budgets
-    from broker.core.store import has_store, open_config_store
-
     if not config.providers or not has_store(config):
         return []
     now = datetime.now(UTC)

@@ -21,6 +21,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+
 from broker.audit.keys import AuditKeys
 from broker.audit.pglog import PostgresIssuanceLog
 from broker.core.store.interface import (
@@ -79,8 +82,6 @@ class PostgresSessionStore(PostgresApprovals, SessionStore):
 
     def _up_to_date(self, connection: Any) -> None:
         """Migrate only a database behind this broker: the common case costs one read, not a locked transaction."""
-        import psycopg
-
         try:
             version = current_version(connection)
         except psycopg.errors.UndefinedTable:  # a new database
@@ -91,9 +92,6 @@ class PostgresSessionStore(PostgresApprovals, SessionStore):
     # -- connection ----------------------------------------------------------------------
 
     def _connect(self) -> Any:
-        import psycopg
-        from psycopg.conninfo import conninfo_to_dict
-
         options: dict[str, Any] = {"connect_timeout": CONNECT_TIMEOUT, "autocommit": True}
         options["application_name"] = f"broker@{self.host}"[:63]
         if self._passfile is not None:
@@ -108,8 +106,6 @@ class PostgresSessionStore(PostgresApprovals, SessionStore):
 
     def _call(self, step: Any) -> Any:
         """Run ``step(connection)`` (the caller holds ``self._lock``); a database error is a StoreError."""
-        import psycopg
-
         self._locks.check()
         if self._connection is None or self._connection.closed:
             if self._connection is not None:

@@ -131,8 +131,8 @@ def _status(args: dict[str, object], socket: str) -> int:
 def _issue(args: dict[str, object], socket: str) -> int:
     from pathlib import Path
 
-    from broker.cli.launch_formats import SessionFile, emit, render
     from broker.cli.render import issue_text
+    from broker.cli.sessions.launch_formats import SessionFile, emit, render
     from broker.vocab.durations import wait_seconds
 
     if (args["task"] is None) == (args["resume"] is None):

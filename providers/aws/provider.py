@@ -46,13 +46,13 @@ from providers.aws.files import config_file, credentials_file
 from providers.aws.health import health_checks
 from providers.aws.locks import RoleLocks
 from providers.aws.names import generation_names, generation_of
-from providers.aws.narrowing import aws_narrower
 from providers.aws.request import (
     AWS_MAX_TTL,
     AWS_MIN_TTL,
     ROLE_ARN,
     AwsStsGrant,
     AwsStsRequest,
+    aws_narrower,
     compile_aws_grant,
     parse_aws_request,
 )

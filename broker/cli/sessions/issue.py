@@ -40,7 +40,7 @@ def issue(
     if task is not None:
         manifest = load_manifest(task, config)
         warm_up(config, {request.provider for request in manifest.credentials}, minting=True)  # handshakes meanwhile
-    from broker.cli.launch_formats import SessionFile
+    from broker.cli.sessions.launch_formats import SessionFile
     from broker.cli.sessions.waiting import pending_notice
     from broker.core.issuing import issuing
     from broker.core.resuming import resuming, settle
@@ -71,8 +71,8 @@ def issue(
 
 def _deliver(document: dict[str, object], target: object, as_json: bool, fmt: str | None) -> None:
     """Print the session document (or its launcher format), and write ``--session-file``."""
-    from broker.cli.launch_formats import SessionFile, emit, render
     from broker.cli.render import issue_text
+    from broker.cli.sessions.launch_formats import SessionFile, emit, render
 
     if isinstance(target, SessionFile):
         target.write(str(document["session"]))

@@ -43,6 +43,7 @@ FIGURES = (
     "fleetrevoke",
     "operations",
     "metrics",
+    "approvals",
 )
 #: egress, dynamic and daemon start what they need themselves (a proxy, OpenBao + PostgreSQL, OpenBao + a daemon).
 NEEDS_STACK = {

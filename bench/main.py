@@ -22,6 +22,7 @@ median over repeated runs, both sides of a ratio interleaved in the same run:
   fleetrevoke a revoke on host B of host A's GitHub session, confirmed by A's daemon (p95 of B's command)
   operations  the operations check's decision per request, in process (REST, GraphQL, reviews, git push and fetch)
   metrics     a /metrics scrape with 10,000 live sessions in a real SQLite store; span() with tracing off and on
+  approvals   through ``broker serve``: approve-to-session, a child session against an issue, 100 pending listed
 
 The fleet figure starts a PostgreSQL of its own beside the stack (bench/fleet.py); the last three
 start what they need themselves (bench/egress.py,
@@ -48,6 +49,7 @@ from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
+from bench.approvals import figure_approvals
 from bench.audit import figure_audit
 from bench.cold import figure_cold
 from bench.common import (
@@ -293,6 +295,8 @@ def main(argv: Sequence[str]) -> int:
                 steps.append(("dynamic", lambda: figure_dynamic(settings, report)))
             if "daemon" in selected:
                 steps.append(("daemon", lambda: figure_daemon(settings, report)))
+            if "approvals" in selected:
+                steps.append(("approvals", lambda: figure_approvals(settings, report)))
             if "latency" in selected:
                 steps.append(("latency", lambda: figure_latency(settings, report, need(stack))))
             if "fleet" in selected:

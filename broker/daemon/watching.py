@@ -25,7 +25,7 @@ import threading
 from broker.core.broker import Broker
 from broker.core.status import live_deny_budgets
 from broker.core.store.gauges import StoreGaugeReader
-from broker.daemon.wire import Raw, Request, Send, busy, error_body, serve_connection
+from broker.host.wire import Raw, Request, Send, busy, error_body, serve_connection
 from broker.telemetry.metrics import CONTENT_TYPE, BrokerMetrics, RoleBudget
 from broker.telemetry.scrape import StoreCollector
 from broker.vocab.errors import BrokerError, ConfigError

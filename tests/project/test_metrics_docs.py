@@ -18,7 +18,6 @@ from broker.telemetry.metrics import RoleBudget
 from tests.integration.telemetry.test_metrics import fill, watched
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
-NOT_YET = {"broker_approvals_pending"}  # present once the store keeps approval requests, as the page says
 
 
 def exposed(tmp_path: Path) -> dict[str, str]:
@@ -46,7 +45,7 @@ def test_the_documented_families_are_the_exposed_ones_with_their_types(tmp_path:
     documented = dict(rows)
     assert len(documented) == len(rows) >= 15
     found = exposed(tmp_path)
-    assert set(documented) - NOT_YET == set(found)
+    assert set(documented) == set(found)
     assert {name: documented[name] for name in found} == found
 
 

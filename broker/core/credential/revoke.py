@@ -40,6 +40,7 @@ def revoke_credential(
     revoke_secret: Secret | None = None,
     best_effort: bool = False,
     holder: str | None = None,
+    parent: str | None = None,
 ) -> CredentialState:
     """Revoke one credential with bounded retries; store and log the outcome.
 
@@ -49,6 +50,7 @@ def revoke_credential(
     the outcome: it is returned all the same (and said on stderr). ``holder``
     is the other host of the fleet holding the session: a credential only
     its keep-safe can revoke is left ``pending`` for it (recorded once).
+    ``parent`` is the session a delegated one came from, named in its log.
     """
     provider = broker.config.providers.get(record.provider)
     requester = str(broker.requester)
@@ -84,6 +86,7 @@ def revoke_credential(
         "type": record.type,
         "reference": dict(record.reference),
         "reason": reason,
+        **({"parent": parent} if parent is not None else {}),  # a delegated session's
     }
     try:
         broker.store.set_credential_state(session_id, record.name, outcome)

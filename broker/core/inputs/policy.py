@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from broker.core.inputs.approval import ApprovalNeed, ApprovalRule, read_approval, read_delegation
 from broker.core.inputs.config import Config
 from broker.core.inputs.manifest import Manifest
 from broker.core.inputs.strictdata import parse_document
@@ -63,6 +64,8 @@ class Rule:
     sandbox_uids: IdSet = IdSet(())
     sandbox_gids: IdSet = IdSet(())
     network: tuple[Destination, ...] = ()
+    approval: ApprovalRule | None = None  # a person decides each session (broker.core.approvals)
+    delegate_depth: int = 0  # levels of child sessions its exec sessions may ask for (0: none)
 
     @property
     def allows_no_sandbox(self) -> bool:
@@ -119,6 +122,8 @@ class Decision:
     session_ttl: int
     credentials: tuple[CredentialDecision, ...]
     network: NetworkDecision = NO_NETWORK
+    approval: ApprovalNeed | None = None  # minted only once a person approved (broker.core.approvals)
+    delegate_depth: int = 0  # levels of children the session may ask for: every rule it draws on says delegate
 
     @property
     def reasons(self) -> tuple[str, ...]:
@@ -149,6 +154,8 @@ class Decision:
             "session_ttl": self.session_ttl,
             "credentials": [c.to_json() for c in self.credentials],
             **({"network": self.network.to_json()} if self.network.requested else {}),
+            **({"approval": self.approval.to_json()} if self.approval is not None and self.allowed else {}),
+            **({"delegate_depth": self.delegate_depth} if self.delegate_depth and self.allowed else {}),
         }
 
 
@@ -207,9 +214,25 @@ def _compile_rule(fields: Fields, config: Config, source: str) -> Rule:
     gids = _id_set(fields, "sandbox_gids")
     grants = tuple(_compile_grant(g, config) for g in fields.list_of_mappings("grants", max_items=100))
     network = read_destinations(fields, "network")
+    approval = read_approval(fields)
+    depth = read_delegation(fields)
     fields.done()
     assert tasks is not None
-    return Rule(rule_id, source, description, tasks, requesters, max_ttl, grants, allow_root, uids, gids, network)
+    return Rule(
+        rule_id,
+        source,
+        description,
+        tasks,
+        requesters,
+        max_ttl,
+        grants,
+        allow_root,
+        uids,
+        gids,
+        network,
+        approval,
+        depth,
+    )
 
 
 def _id_set(fields: Fields, key: str) -> IdSet:
@@ -298,7 +321,11 @@ def decide(policy: Policy, manifest: Manifest, requester: Requester, config: Con
     if root_reason and not network.allowed:
         network = NetworkDecision(network.requested, False, None, (root_reason,))
     allowed = all(d.allowed for d in final) and network.allowed
-    return Decision(manifest.task, str(requester), allowed, session_ttl, tuple(final), network)
+    drawn = {rule.id: rule for rule in (*used_rules, *(r for r in rules if r.id == network.rule))}
+    needs = tuple((rule.id, rule.approval) for rule in drawn.values() if rule.approval is not None)
+    depth = min((rule.delegate_depth for rule in drawn.values()), default=0)
+    approval = ApprovalNeed(needs) if needs else None
+    return Decision(manifest.task, str(requester), allowed, session_ttl, tuple(final), network, approval, depth)
 
 
 def _decide_credential(

@@ -25,15 +25,16 @@ from pathlib import Path
 import pytest
 
 from devstack.github_app import GitHubAppEmulator
+from tests.fixtures.approving import APPROVAL_TASK, Group, approval_policy, approvers, pending_request
 from tests.fixtures.brokerenv import BrokerEnv
 from tests.fixtures.crash import add_github, github_tokens, tokens_of
 from tests.fixtures.daemon import SOCKET_GID, WAIT, Daemon
-from tests.fixtures.fleet import FleetDb, create_fleet_db
+from tests.fixtures.fleet import FleetDb, create_fleet_db, new_host
 from tests.fixtures.github import AppKeys
 from tests.fixtures.openbao import OpenBao
 from tests.fixtures.postgres import Postgres
-from tests.integration.core.store.test_fleet import new_host
 
+__all__ = ["approvers"]  # fixtures
 pytestmark = pytest.mark.server
 
 POLICY = """
@@ -292,3 +293,35 @@ def test_a_holder_that_listens_but_does_not_answer_is_waited_for_fleet_revoke_wa
     finished_by_a(fleet)  # A, running again, finishes the ask it heard while stopped
     assert fleet.a.stop() == 0
     quiet(fleet.a)
+
+
+def test_a_request_awaiting_approval_on_a_revoked_from_b_is_asked_of_a_and_withdrawn(
+    fleet: Fleet, postgres: Postgres, approvers: Group
+) -> None:
+    """The fleet revoke and an approval request: B asks A, as for any session A holds; the request is withdrawn
+    (nobody may approve or collect it), the session revoked, and nothing was minted for it anywhere."""
+    from tests.integration.audit.test_fleet_log import postgres_query
+
+    for daemon in (fleet.a, fleet.b):
+        daemon.env.write_policy(approval_policy(approvers))
+        listening(daemon.start(), fleet.db, postgres)
+    asked = fleet.a.client("issue", "--task", str(fleet.a.task(APPROVAL_TASK)), "--no-wait")
+    assert asked.code == 8, asked.stderr
+    request, _ = pending_request(asked.stderr)
+
+    revoked = fleet.b.env.run("revoke", "--task", "deploy-7", "--json")  # an awaiting session is one of the task's
+    assert revoked.code == 0, revoked.stderr
+    [report] = revoked.json()
+    assert (report["session"], report["credentials"], report["dir_host"]) == (request, [], "host-a")
+    sql = "SELECT host, asked_by FROM revoke_requests WHERE session_id = %s"
+    assert postgres_query(postgres, fleet.db, sql, request) == [("host-a", "host-b")]  # A was asked
+    assert fleet.b.env.run("approvals", "--json").json() == []  # withdrawn: no longer open, on either host
+    assert fleet.a.env.run("approvals", "--json").json() == []
+    resumed = fleet.a.client("issue", "--resume", request, "--no-wait")
+    assert resumed.code == 2 and "withdrawn" in resumed.stderr, resumed.stderr
+    states = {item["session"]: item["state"] for item in fleet.b.env.run("status", "--all", "--json").json()}
+    assert states == {request: "revoked"}
+    assert not [r for r in fleet.a.env.log_records() if r["event"] == "credential.issued"]
+    for daemon in (fleet.a, fleet.b):
+        assert daemon.stop() == 0
+        quiet(daemon)

@@ -24,6 +24,7 @@ from broker.core.credential.revoke import revoke_credential
 from broker.core.inputs.config import load_config
 from broker.core.store.states import CredentialState
 from broker.telemetry.metrics import BrokerMetrics
+from tests.fixtures.approving import APPROVAL_TASK, Group, approval_policy, approvers, pending_request
 from tests.fixtures.aws import ROLE_ARN, ROLE_NAME, AwsRole
 from tests.fixtures.daemon import WAIT, Daemon, _wait_for, daemon
 from tests.fixtures.net import closed_port, free_port
@@ -34,7 +35,7 @@ from tests.integration.egress.test_proxy import Sink, Upstream, sink, upstream
 from tests.providers.aws.test_budget import POLICY as AWS_POLICY
 from tests.providers.aws.test_budget import TASK as AWS_TASK
 
-__all__ = ["daemon", "sink", "upstream"]  # fixtures
+__all__ = ["approvers", "daemon", "sink", "upstream"]  # fixtures
 pytestmark = pytest.mark.server
 
 
@@ -112,6 +113,23 @@ def test_the_daemon_counts_what_it_did_on_its_socket_and_its_listener(daemon: Da
     assert session.encode() not in body and b"hvs." not in body
     assert http(address, "GET", "/v1/sessions")[0] == 404  # the listener serves the metrics and nothing else
     assert http(address, "POST", "/metrics")[0] == 405
+
+
+def test_a_request_awaiting_approval_is_counted_until_its_session_is_revoked(
+    daemon: Daemon, openbao: OpenBao, approvers: Group
+) -> None:
+    daemon.env.write_policy(approval_policy(approvers))
+    daemon.start()
+    assert scrape(daemon)["broker_approvals_pending"] == {(): 0.0}
+    asked = daemon.client("issue", "--task", str(daemon.task(APPROVAL_TASK)), "--no-wait")
+    assert asked.code == 8, asked.stderr
+    request, _ = pending_request(asked.stderr)
+    found = scrape(daemon)
+    assert found["broker_approvals_pending"] == {(): 1.0} and found["broker_sessions_live"] == {(): 0.0}
+    revoked = daemon.client("revoke", "--session", request)  # withdrawn: nobody may approve it any more
+    assert revoked.code == 0, revoked.stderr
+    assert scrape(daemon)["broker_approvals_pending"] == {(): 0.0}
+    assert daemon.env.run("approvals", "--json").json() == []
 
 
 def test_a_provider_that_is_down_is_counted_as_a_failed_mint(daemon: Daemon, openbao: OpenBao) -> None:

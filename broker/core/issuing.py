@@ -37,7 +37,7 @@ from broker.core.reserving import Reservation, reserved
 from broker.core.states import SETTLED_CREDENTIAL_STATES, CredentialState, SessionState
 from broker.core.store import SessionRecord
 from broker.core.withholding import cause_text
-from broker.egress.inject import Interceptor
+from broker.egress.terminate.plan import Interceptor
 from broker.host.sessiondir import SessionDirectory
 from broker.host.signals import signals_blocked
 from broker.vocab.errors import (

@@ -20,7 +20,8 @@ from broker.core.config import Config
 from broker.core.manifest import Manifest
 from broker.egress.ca import SessionCA, ca_bundle
 from broker.egress.destinations import Destination
-from broker.egress.inject import Injection, Interceptor, placeholder_for
+from broker.egress.inject import Injection, placeholder_for
+from broker.egress.terminate.plan import Interceptor
 from broker.vocab.errors import BadInput, ProviderError
 from broker.vocab.files import read_bounded
 from broker.vocab.secret import Secret
@@ -75,6 +76,7 @@ def hold_in_proxy(
             credential.secret,
             target.upstream_ca_file,
             vault=config.providers[request.provider].type_name == "vault",  # its answers are checked for wrapping
+            name=request.name,
         )
     )
     env = dict(credential.env)

@@ -48,7 +48,7 @@ from broker.vocab.errors import BadInput
 from broker.vocab.holding import Lock
 
 if TYPE_CHECKING:
-    from broker.egress.inject import Interceptor
+    from broker.egress.terminate.plan import Interceptor
 
 WAKE = 0.5  # how often a hold looks at the session's expiry and the daemon's stop
 

@@ -1,10 +1,13 @@
-"""The per-session CA the egress proxy terminates TLS with, for the hosts of ``inject: proxy`` credentials only.
+"""The per-session CA the egress proxy terminates TLS with, for the hosts it terminates only.
 
-An EC P-256 key made in memory when the session is issued and dropped with
-the proxy: it is never written to a file. Its certificate is name-constrained
-to the credential hosts (a critical ``NameConstraints`` extension), so even a
-sandbox that trusts it trusts it for those hosts and nothing else; it lives
-no longer than the session. Leaf certificates are made per host on first use.
+Those are the hosts of ``inject: proxy`` credentials and the hosts the
+session's ``operations`` limit. An EC P-256 key made in memory when the
+session is issued and dropped with the proxy: it is never written to a file.
+Its certificate is name-constrained to those hosts (a critical
+``NameConstraints`` extension; an operations entry ``*.example.com`` is the
+subtree ``example.com``), so even a sandbox that trusts it trusts it for those
+hosts and nothing else; it lives no longer than the session. Leaf
+certificates are made per host on first use (at most ``MAX_LEAVES`` kept).
 ``ssl`` loads a certificate chain only from a path, so the leaf key goes
 through an anonymous memory file (``memfd``) that is closed at once.
 """
@@ -24,6 +27,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 CLOCK_SLACK = timedelta(minutes=5)
+MAX_LEAVES = 256  # leaf contexts kept; a wildcard host could otherwise ask for one per name
 
 
 def _general_name(host: str) -> x509.GeneralName:
@@ -34,6 +38,8 @@ def _general_name(host: str) -> x509.GeneralName:
 
 
 def _subtree(host: str) -> x509.GeneralName:
+    if host.startswith("*."):
+        return x509.DNSName(host[2:])  # the suffix and every name under it (the proxy asks only for those under)
     try:
         address = ipaddress.ip_address(host)
     except ValueError:
@@ -42,7 +48,7 @@ def _subtree(host: str) -> x509.GeneralName:
 
 
 class SessionCA:
-    """A CA for ``hosts`` (names or IP literals), valid until ``not_after``."""
+    """A CA for ``hosts`` (names, ``*.`` + a suffix, or IP literals), valid until ``not_after``."""
 
     def __init__(self, hosts: Sequence[str], not_after: datetime, label: str = "broker session") -> None:
         if not hosts:
@@ -89,13 +95,20 @@ class SessionCA:
     def pem(self) -> bytes:
         return self.certificate.public_bytes(serialization.Encoding.PEM)
 
+    def covers(self, host: str) -> bool:
+        """Whether ``host`` (canonical) is one of ``hosts``, or a name under one of its ``*.`` suffixes."""
+        return host in self.hosts or any(h.startswith("*.") and host.endswith(h[1:]) for h in self.hosts)
+
     def server_context(self, host: str) -> ssl.SSLContext:
-        """A TLS server context presenting a leaf certificate for ``host`` (one of ``hosts``)."""
-        if host not in self.hosts:
+        """A TLS server context presenting a leaf certificate for ``host`` (one the CA ``covers``)."""
+        if not self.covers(host) or host.startswith("*."):
             raise ValueError("not a host of this session CA")
-        context = self._contexts.get(host)
+        context = self._contexts.pop(host, None)  # taken out and put back last: the oldest goes first
         if context is None:
-            context = self._contexts[host] = self._make_context(host)
+            context = self._make_context(host)
+            while len(self._contexts) >= MAX_LEAVES:
+                self._contexts.pop(next(iter(self._contexts)))
+        self._contexts[host] = context
         return context
 
     def _make_context(self, host: str) -> ssl.SSLContext:

@@ -4,7 +4,9 @@ The broker's main thread waits for the sandboxed command and handles
 signals; the proxy serves on a Unix socket (bridged into the sandbox) and,
 for tests and benchmarks, on a loopback TCP port. The socket lives in a
 private directory (0700) and is made connectable for the sandbox user
-alone; it is removed when the proxy stops.
+alone; it is removed when the proxy stops. Stopping also closes the
+session's evidence writer, so every ``egress.request`` record is in the
+log before the session's revocation is.
 """
 
 from __future__ import annotations
@@ -23,8 +25,9 @@ from broker.egress.destinations import Destination
 from broker.egress.guards import RefusedRequest
 from broker.egress.proxy import EgressProxy, ProxyLimits, Resolver
 
-if TYPE_CHECKING:  # cryptography (for the session CA) loads only where a credential is intercepted
-    from broker.egress.inject import Interceptor
+if TYPE_CHECKING:  # cryptography (for the session CA) loads only where a host is terminated
+    from broker.egress.terminate.plan import Interceptor
+    from broker.egress.terminate.writer import EvidenceWriter
 
 T = TypeVar("T")
 
@@ -91,13 +94,15 @@ class RunningProxy:
         with contextlib.suppress(Exception):
             self._call(self._cut(refusing=True))
 
-    def stop(self) -> None:
+    def stop(self) -> int:
+        """Cut every connection, stop the loop, write the last evidence records; how many could not be written."""
         with contextlib.suppress(Exception):
             self._call(self._cut(refusing=False))
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)
         if not self._loop.is_running():
             self._loop.close()
+        return self.proxy.evidence.close() if self.proxy.evidence is not None else 0
 
 
 @contextlib.contextmanager
@@ -110,9 +115,11 @@ def running_proxy(
     limits: ProxyLimits | None = None,
     resolver: Resolver | None = None,
     interceptor: Interceptor | None = None,
+    evidence: EvidenceWriter | None = None,
 ) -> Iterator[RunningProxy]:
-    """A proxy for ``allow`` serving until the block ends; its socket is owned by ``socket_owner`` (uid, gid)."""
-    running = RunningProxy(EgressProxy(allow, limits, resolver, interceptor))
+    """A proxy for ``allow`` serving until the block ends; its socket is owned by ``socket_owner`` (uid, gid).
+    ``evidence`` takes the ``egress.request`` records of the terminated hosts (it is closed with the proxy)."""
+    running = RunningProxy(EgressProxy(allow, limits, resolver, interceptor, evidence))
     directory = Path(tempfile.mkdtemp(prefix="broker-egress-"))
     try:
         if unix:

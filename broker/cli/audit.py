@@ -22,6 +22,22 @@ if TYPE_CHECKING:
 audit_app = typer.Typer(help="Verify and read the issuance log.", no_args_is_help=True)
 
 LIST_COLUMNS = ("seq", "time", "event", "session", "task", "credential", "provider", "requester")
+#: What an auditor reads of a session's requests (``--event egress.request``): who did what where, and the outcome.
+EVENT_COLUMNS = {
+    "egress.request": (
+        "seq",
+        "time",
+        "session",
+        "credential",
+        "method",
+        "host",
+        "path",
+        "decision",
+        "rule",
+        "status",
+        "upstream_status",
+    )
+}
 
 
 def _log_path(ctx: typer.Context, log: Path | None) -> Path:
@@ -190,6 +206,9 @@ def list_records(
 ) -> None:
     """Read the log as an auditor, filtered.
 
+    With --event egress.request the table shows each request a session made through its proxy (credential,
+    method, host, path, decision, rule, status); --json gives every field, the hashes included.
+
     Example: broker audit list --task fix-build-123 --since 2026-11-29T00:00:00Z
     """
     from broker.audit.query import RecordFilter
@@ -213,13 +232,14 @@ def list_records(
             for record in records:
                 typer.echo(json.dumps(record, sort_keys=True))
             return
-        rows = [[_cell(record.get(column)) for column in LIST_COLUMNS] for record in records]
+        columns = EVENT_COLUMNS.get(event or "", LIST_COLUMNS)
+        rows = [[_cell(record.get(column)) for column in columns] for record in records]
     if as_csv:
         writer = csv.writer(sys.stdout)
-        writer.writerow(LIST_COLUMNS)
+        writer.writerow(columns)
         writer.writerows(rows)
         return
-    _table(LIST_COLUMNS, rows)
+    _table(columns, rows)
 
 
 def _cell(value: object) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from broker.cli.reference_env import render_hints
+from broker.egress.operations.keys import SECTIONS as OPERATIONS_SECTIONS
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,16 @@ class Section:
 
 
 DURATION = "duration"
+
+
+def operations_sections(title: str, path: str) -> tuple[Section, ...]:
+    """The ``operations`` tables (``broker.egress.operations.keys``) as read at ``path``."""
+    return tuple(
+        Section(f"{title}: {suffix}", path + below, tuple(Key(*key) for key in keys), intro)
+        for suffix, below, keys, intro in OPERATIONS_SECTIONS
+    )
+
+
 CONFIG = (
     Section(
         "Config: top level",
@@ -98,6 +109,7 @@ CONFIG = (
             Key("providers", "table", False, "One [providers.NAME] table per provider instance."),
             Key("audit", "table", False, "[audit]: the issuance log's witness."),
             Key("daemon", "table", False, "[daemon]: broker serve, and the CLI as its thin client."),
+            Key("egress", "table", False, "[egress]: the session proxy's upstream trust."),
         ),
         "Relative paths are relative to the config file. Durations: 90s, 15m, 1h or whole seconds.",
     ),
@@ -120,6 +132,16 @@ CONFIG = (
         ),
         "The bucket must have Object Lock enabled; the broker's identity needs s3:PutObject and"
         " s3:PutObjectRetention on PREFIX, auditors s3:ListBucketVersions.",
+    ),
+    Section(
+        "Config: [egress]",
+        "egress",
+        (
+            Key(
+                "upstream_ca_file", "path", False, "CA bundle the proxy checks operations-only hosts against.", "system"
+            ),
+        ),
+        "A credential's own hosts keep their provider's upstream_ca_file.",
     ),
     Section(
         "Config: [daemon]",
@@ -229,6 +251,7 @@ MANIFEST = (
             Key("ttl", DURATION, False, "Session lifetime; capped by policy and config.", "default_ttl"),
             Key("sandbox", "table", False, "Who owns the files and where they are mounted."),
             Key("network", "table", False, "What the sandbox may reach (exec --network allowlist).", "none"),
+            Key("operations", "table", False, "Narrows the rule's operations (the same shape).", "the rule's"),
             Key("credentials", "list", True, "1 to 64 credentials."),
         ),
         "Untrusted input: unknown keys, duplicate keys, YAML tags, anchors and aliases are refused (exit 2).",
@@ -296,6 +319,7 @@ MANIFEST = (
             Key("Condition", "table", False, "IAM condition block."),
         ),
     ),
+    *operations_sections("Manifest", "operations"),
 )
 
 POLICY = (
@@ -317,6 +341,7 @@ POLICY = (
             Key("sandbox_gids", "list", False, 'Sandbox gids allowed: integers or "A-B" ranges.', "none"),
             Key("allow_root_sandbox", "boolean", False, "Allow a sandbox uid/gid of 0.", "false"),
             Key("network", "list", False, f"Destinations sessions may ask for: {DESTINATION}.", "none"),
+            Key("operations", "table", False, "What sessions may do on their hosts (git, github_api, http)."),
             Key("grants", "list", True, "What the rule allows, per provider instance."),
         ),
         "Deny by default: every credential must be covered by a grant of a rule matching task and requester.",
@@ -348,6 +373,7 @@ POLICY = (
             Key("permissions", "table", False, "github_app: permission -> highest level (none<read<write<admin)."),
         ),
     ),
+    *operations_sections("Policy file", "rules[].operations"),
 )
 
 

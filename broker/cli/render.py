@@ -85,4 +85,33 @@ def decision_lines(decision: dict[str, Any]) -> list[str]:
         verdict = f"allowed by rule {network['rule']}" if network["allowed"] else "denied"
         lines.append(f"  network ({', '.join(network['allow'])}): {verdict}")
         lines += [f"    - {reason}" for reason in network["reasons"]]
+    operations = decision.get("operations")
+    if operations:
+        lines += operations_lines(operations)
+    return lines
+
+
+def _listed(items: list[str]) -> str:
+    return ", ".join(items) or "none"
+
+
+def operations_lines(operations: dict[str, Any]) -> list[str]:
+    """The effective operations, section by section in the order they apply (what the session's proxy enforces)."""
+    if operations["reasons"]:
+        lines = ["  operations: denied (the manifest widens the rule's)"]
+        return lines + [f"    - {reason}" for reason in operations["reasons"]]
+    lines = [f"  operations (rule {operations['rule']}, enforced by the session's proxy):"]
+    for git in operations["git"]:
+        delete = "allowed" if git["delete"] else "refused"
+        lines.append(
+            f"    git on {_listed(git['hosts'])}: fetch and clone; push {_listed(git['push'])}; deletions {delete}"
+        )
+    for api in operations["github_api"]:
+        approve = "allowed" if api["reviews"]["approve"] else "refused"
+        lines.append(f"    github_api on {_listed(api['hosts'])}:")
+        lines.append(f"      allow {_listed(api['allow'])}")
+        lines.append(f"      deny {_listed(api['deny'])}")
+        lines.append(f"      review approvals {approve}; GraphQL mutations {_listed(api['graphql_mutations'])}")
+    for entry in operations["http"]:
+        lines.append(f"    http on {entry['host']}: {_listed(entry['methods'])} on {_listed(entry['paths'])}")
     return lines

@@ -17,7 +17,11 @@ With ``--network allowlist`` (the default when the manifest has a
 way out is the session's egress proxy (``broker.egress``), bridged in on
 ``127.0.0.1:PORT``; the refused destinations are logged as ``egress.denied``
 when the command ends, and the refused requests to credential hosts as
-``egress.refused`` (``broker.egress.records``).
+``egress.refused`` (``broker.egress.records``). The proxy terminates TLS for
+the hosts of ``inject: proxy`` credentials and the hosts the session's
+operations limit; each request to them is an ``egress.request`` record,
+written while the command runs (``broker.egress.terminate.writer``) and all
+in the log before the session's revocation is.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from broker.core.revoking import RevokeReport, revoke_locked
 from broker.egress.bridge import forwarder_argv, proxy_hints
 from broker.egress.records import log_denials
 from broker.egress.running import RunningProxy, running_proxy
+from broker.egress.terminate.writer import EvidenceWriter
 from broker.host.control import ControlSocket
 from broker.host.sandbox import EGRESS_SOCKET, SANDBOX_PATH, WORKSPACE
 from broker.host.sandbox import check_sandbox_available as check_host_sandbox
@@ -106,8 +111,9 @@ def child_environment(
 def execute(broker: Broker, manifest: Manifest, options: ExecOptions) -> ExecResult:
     """Issue, run the command, revoke; returns the command's exit status as a shell reports it."""
     check_sandbox_available(options, manifest)
-    check_proxied(manifest, network_mode(options, manifest))
-    interceptor = session_interceptor(broker.config, manifest)
+    mode = network_mode(options, manifest)
+    check_proxied(manifest, mode)
+    interceptor = session_interceptor(broker.config, manifest) if mode == "allowlist" else None
     document = issue(broker, manifest, interceptor=interceptor)
     session_id = document["session"]
     lock = broker.session_lock(session_id)
@@ -120,10 +126,11 @@ def execute(broker: Broker, manifest: Manifest, options: ExecOptions) -> ExecRes
             with contextlib.ExitStack() as stack:
                 stack.enter_context(ControlSocket(broker.config.state_dir, session_id, halt))
                 proxy = None
-                if network_mode(options, manifest) == "allowlist":
+                if mode == "allowlist":
                     owner = (manifest.sandbox.uid, manifest.sandbox.gid) if os.geteuid() == 0 else None
+                    evidence = session_evidence(broker, session_id, manifest.task)
                     proxy = stack.enter_context(
-                        running_proxy(manifest.network, socket_owner=owner, interceptor=interceptor)
+                        running_proxy(manifest.network, socket_owner=owner, interceptor=interceptor, evidence=evidence)
                     )
                     stack.callback(_log_denials, broker, proxy, session_id, manifest.task)
                 if interceptor is not None:
@@ -138,6 +145,11 @@ def execute(broker: Broker, manifest: Manifest, options: ExecOptions) -> ExecRes
     finally:
         lock.release()
     return ExecResult(status=status, session=session_id, revoke=report)
+
+
+def session_evidence(broker: Broker, session_id: str, task: str) -> EvidenceWriter:
+    """Where the session's proxy appends its ``egress.request`` records: the issuance log, from its own thread."""
+    return EvidenceWriter(broker.log, session=session_id, task=task, requester=str(broker.requester))
 
 
 def _log_denials(broker: Broker, proxy: RunningProxy, session_id: str, task: str) -> None:

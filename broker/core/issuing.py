@@ -32,7 +32,7 @@ from broker.core.credential.mint import mint_one, record_minted
 from broker.core.credential.revoke import revoke_credential
 from broker.core.manifest import Manifest
 from broker.core.policy import Decision, decide
-from broker.core.proxied import ca_files, ca_hints, hold_in_proxy, require_proxy
+from broker.core.proxied import ca_files, ca_hints, hold_in_proxy, limit_operations, require_proxy
 from broker.core.reserving import Reservation, reserved
 from broker.core.states import SETTLED_CREDENTIAL_STATES, CredentialState, SessionState
 from broker.core.store import SessionRecord
@@ -81,8 +81,9 @@ def issue(
 
     ``deliver`` hands the document to the caller (``--session-file``, stdout)
     while the session can still be rolled back: if it raises, or a signal
-    arrives first, every credential is revoked again. ``interceptor`` takes
-    the secrets of ``inject: proxy`` credentials (``broker.core.proxied``).
+    arrives first, every credential is revoked again. ``interceptor`` (the
+    session's proxy's) takes the secrets of ``inject: proxy`` credentials and
+    the effective operations (``broker.core.proxied``).
     """
     require_proxy(manifest, interceptor)
     decision = check(broker, manifest)
@@ -96,6 +97,7 @@ def issue(
             reasons=list(decision.reasons),
         )
         raise PolicyDenied(decision.denial_message(), decision.reasons)
+    limit_operations(interceptor, decision)
     _check_sandbox_owner(manifest)
     broker.log.head()  # a log that cannot take records (torn, unreadable) fails the issue before anything is minted
     runtime = broker.runtime
@@ -173,7 +175,7 @@ def _issue_locked(
         minted = [(request, credential) for request, credential, _ in results]
         files = {request.name: written for request, _, written in results}
         document = session_document(broker, manifest, session_id, expires_at, directory, minted, files)
-        if interceptor is not None and manifest.proxied:
+        if interceptor is not None and interceptor.terminates:
             for name, data in ca_files(interceptor).items():
                 directory.write_file(name, data)
             document["env"].update(ca_hints(manifest.sandbox.mount_path))

@@ -18,6 +18,7 @@ from broker.core.manifest_file import MAX_MANIFEST_BYTES as MAX_MANIFEST_BYTES
 from broker.core.manifest_file import read_manifest_bytes as read_manifest_bytes
 from broker.core.strictdata import parse_document
 from broker.egress.destinations import Destination, allowed
+from broker.egress.operations import NO_OPERATIONS, Operations, check_network, read_operations
 from broker.egress.policy import read_network_section
 from broker.vocab.errors import ManifestError
 from broker.vocab.fields import Fields, shown
@@ -96,6 +97,7 @@ class Manifest:
     credentials: tuple[CredentialRequest, ...]
     network: tuple[Destination, ...] = ()  # network.allow: what the sandbox may reach through the egress proxy
     proxied: tuple[str, ...] = ()  # credentials with inject: proxy: the files hold a placeholder, the proxy the secret
+    operations: Operations = NO_OPERATIONS  # narrows the rule's operations (``broker.egress.operations.narrow``)
     # The document as given (non-secret), kept so `renew` can decide again and re-mint; not part of equality.
     source: str = field(default="", compare=False, repr=False)
     source_is_json: bool = field(default=False, compare=False, repr=False)
@@ -119,6 +121,8 @@ def parse_manifest(data: bytes, config: Config, *, as_json: bool = False, what: 
     parsed = [_parse_credential(item, config, ttl) for item in fields.list_of_mappings("credentials")]
     credentials = tuple(request for request, _ in parsed)
     network = read_network_section(fields.mapping("network", required=False))
+    operations = read_operations(fields.mapping("operations", required=False))
+    check_network(fields, operations, network, "network.allow")
     proxied = tuple(request.name for request, inject in parsed if inject == "proxy")
     for index, (request, inject) in enumerate(parsed):
         if inject == "proxy":
@@ -135,6 +139,7 @@ def parse_manifest(data: bytes, config: Config, *, as_json: bool = False, what: 
         credentials=credentials,
         network=network,
         proxied=proxied,
+        operations=operations,
         source=data.decode("utf-8"),
         source_is_json=as_json,
     )

@@ -18,8 +18,9 @@ from broker.core.manifest import Manifest
 from broker.core.requester import Requester as Requester  # its home; imported from here too
 from broker.core.strictdata import parse_document
 from broker.egress.destinations import Destination
+from broker.egress.operations import NO_OPERATIONS, Operations, check_network, narrow, read_operations
 from broker.egress.policy import NO_NETWORK, NetworkDecision, decide_network, read_destinations
-from broker.vocab.errors import PolicyFileError
+from broker.vocab.errors import PolicyDenied, PolicyFileError
 from broker.vocab.fields import Fields, shown
 from broker.vocab.files import read_regular_file
 from broker.vocab.globs import any_match
@@ -61,6 +62,7 @@ class Rule:
     sandbox_uids: IdSet = IdSet(())
     sandbox_gids: IdSet = IdSet(())
     network: tuple[Destination, ...] = ()
+    operations: Operations = NO_OPERATIONS  # what a session may do on its hosts (``broker.egress.operations``)
 
     @property
     def allows_no_sandbox(self) -> bool:
@@ -117,11 +119,17 @@ class Decision:
     session_ttl: int
     credentials: tuple[CredentialDecision, ...]
     network: NetworkDecision = NO_NETWORK
+    operations: Operations = NO_OPERATIONS  # the effective operations: the network rule's, narrowed by the manifest
+    operations_reasons: tuple[str, ...] = ()  # each key by which the manifest widens them
 
     @property
     def reasons(self) -> tuple[str, ...]:
         credentials = (f"{c.name}: {reason}" for c in self.credentials if not c.allowed for reason in c.reasons)
-        return (*credentials, *(f"network: {reason}" for reason in self.network.reasons))
+        return (
+            *credentials,
+            *(f"network: {reason}" for reason in self.network.reasons),
+            *self.operations_reasons,
+        )
 
     def denial_message(self, prefix: str = "denied by policy") -> str:
         """One line naming what fell outside; bounded, with the rest left to ``broker policy check``."""
@@ -147,7 +155,15 @@ class Decision:
             "session_ttl": self.session_ttl,
             "credentials": [c.to_json() for c in self.credentials],
             **({"network": self.network.to_json()} if self.network.requested else {}),
+            **({"operations": self._operations_json()} if self._has_operations() else {}),
         }
+
+    def _has_operations(self) -> bool:
+        return not self.operations.empty or bool(self.operations_reasons)
+
+    def _operations_json(self) -> dict[str, object]:
+        """The effective operations (what the session's proxy enforces), the rule they come from, what widened."""
+        return {"rule": self.network.rule, **self.operations.to_json(), "reasons": list(self.operations_reasons)}
 
 
 # -- loading -----------------------------------------------------------------------------
@@ -205,9 +221,13 @@ def _compile_rule(fields: Fields, config: Config, source: str) -> Rule:
     gids = _id_set(fields, "sandbox_gids")
     grants = tuple(_compile_grant(g, config) for g in fields.list_of_mappings("grants", max_items=100))
     network = read_destinations(fields, "network")
+    operations = read_operations(fields.mapping("operations", required=False))
+    check_network(fields, operations, network)
     fields.done()
     assert tasks is not None
-    return Rule(rule_id, source, description, tasks, requesters, max_ttl, grants, allow_root, uids, gids, network)
+    return Rule(
+        rule_id, source, description, tasks, requesters, max_ttl, grants, allow_root, uids, gids, network, operations
+    )
 
 
 def _id_set(fields: Fields, key: str) -> IdSet:
@@ -295,8 +315,21 @@ def decide(policy: Policy, manifest: Manifest, requester: Requester, config: Con
     network = decide_network(manifest.network, [(r.id, r.network) for r in rules])
     if root_reason and not network.allowed:
         network = NetworkDecision(network.requested, False, None, (root_reason,))
-    allowed = all(d.allowed for d in final) and network.allowed
-    return Decision(manifest.task, str(requester), allowed, session_ttl, tuple(final), network)
+    operations, widening = _operations(rules, network, manifest.operations)
+    allowed = all(d.allowed for d in final) and network.allowed and not widening
+    return Decision(manifest.task, str(requester), allowed, session_ttl, tuple(final), network, operations, widening)
+
+
+def _operations(rules: list[Rule], network: NetworkDecision, asked: Operations) -> tuple[Operations, tuple[str, ...]]:
+    """The effective operations: those of the rule whose ``network`` allows the session's destinations, narrowed
+    by the manifest's (each widening key a reason). A session without destinations has no proxy to limit."""
+    if not network.allowed or network.rule is None:
+        return NO_OPERATIONS, ()
+    rule = next(r for r in rules if r.id == network.rule)
+    try:
+        return narrow(rule.id, rule.operations, asked), ()
+    except PolicyDenied as denied:  # each reason names the widening key (operations.git.push[0]: ...)
+        return NO_OPERATIONS, tuple(f"rule {rule.id}: {reason}" for reason in denied.reasons)
 
 
 def _decide_credential(

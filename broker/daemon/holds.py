@@ -9,7 +9,8 @@ killed), when the session expires, or when the daemon stops: nothing outlives
 the launcher. With an allowlist the session's egress proxy runs here (the
 ``inject: proxy`` secrets never leave the daemon) on a Unix socket the client
 binds into its sandbox; ending the session closes the proxy first, so it
-refuses at once, and then revokes at the providers. Each held session
+refuses at once, and then revokes at the providers; stopping the proxy writes
+its last ``egress.request`` records before the revocation is logged. Each held session
 listens on the same control socket as a direct ``exec``
 (``broker.host.control``), so a direct-mode ``broker revoke`` on this host
 asks the daemon instead of waiting on the lock: the proxy refuses at once
@@ -31,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from broker.core.broker import Broker
-from broker.core.executing import ExecOptions, check_proxied, child_environment, network_mode
+from broker.core.executing import ExecOptions, check_proxied, child_environment, network_mode, session_evidence
 from broker.core.halting import Halt
 from broker.core.issuing import issue
 from broker.core.manifest import Manifest
@@ -101,7 +102,7 @@ class Holds:
         check_network_enforceable(options.sandbox, mode)  # the client builds the sandbox: it checks the rest
         check_proxied(manifest, mode)
         owner = _socket_owner(peer, manifest) if mode == "allowlist" else None
-        interceptor = session_interceptor(broker.config, manifest)
+        interceptor = session_interceptor(broker.config, manifest) if mode == "allowlist" else None
         document = issue(broker, manifest, interceptor=interceptor)
         record = broker.store.get_session(document["session"])
         assert record is not None
@@ -119,7 +120,8 @@ class Holds:
                 held.directory = Path(tempfile.mkdtemp(prefix="broker-egress-"))
                 if peer.uid != 0:  # the launcher binds the socket itself; a root launcher needs no way in
                     os.chown(held.directory, *owner)
-                held.proxy = RunningProxy(EgressProxy(manifest.network, None, None, interceptor))
+                evidence = session_evidence(broker, held.session, held.task)
+                held.proxy = RunningProxy(EgressProxy(manifest.network, None, None, interceptor, evidence))
                 held.proxy.serve_unix(held.directory / "proxy.sock", *owner)
                 env.update(proxy_hints())
             held.halt.attach_proxy(held.proxy, interceptor)

@@ -156,6 +156,10 @@ class Interceptor:
                 context = self._upstream[ca_file] = ssl.create_default_context(cafile=cafile)
         return context
 
+    def load_trust(self) -> None:
+        """Load ``upstream_ca_file`` now (an unreadable file is an error at issue, not at the first request)."""
+        self.upstream_context("", 0)
+
     def masker(self, host: str, port: int, sent: Sequence[Header] = (), swapped: Sequence[Header] = ()) -> Masker:
         """What turns the secrets of ``host``:``port`` back into their stand-ins in an answer, and each header
         an injector changed (``sent`` became ``swapped``: a Basic pair is base64) back into what was sent."""

@@ -206,8 +206,7 @@ def _witness_bucket(directory: Path, endpoint_url: str, env: dict[str, str]) -> 
     """A bucket with Object Lock on the moto server, holding the witness objects of the log."""
     import boto3
 
-    from broker.core.config import WitnessConfig
-    from broker.core.witness import put_checkpoint
+    from broker.audit.witness import WitnessConfig, put_checkpoint
     from broker.vocab.time import utcnow
 
     s3 = boto3.client(

@@ -102,7 +102,7 @@ def _load(directory: Path, url: str, passfile: Path) -> float:
     """A fresh schema (the broker's own migrations), then COPY of the chain and the keys; seconds taken."""
     import psycopg
 
-    from broker.core.postgres_store import PostgresSessionStore
+    from broker.core.store.postgres.store import PostgresSessionStore
 
     PostgresSessionStore(url, host="bench", passfile=passfile).close()
     start = time.perf_counter()

@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 
 from broker.core.broker import Broker
-from broker.core.config import load_config
+from broker.core.inputs.config import load_config
+from broker.core.inputs.manifest import load_manifest
 from broker.core.issuing import issue
-from broker.core.manifest import load_manifest
 from broker.vocab.errors import BrokerError
 
 

@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 
 from broker.core.broker import Broker
-from broker.core.config import load_config
+from broker.core.inputs.config import load_config
+from broker.core.inputs.manifest import load_manifest
 from broker.core.issuing import issue
-from broker.core.manifest import load_manifest
 from broker.core.revoking import revoke_session
 from broker.vocab.errors import PolicyDenied
 from providers.aws.deny import POLICY_NAME, ROLE_INLINE_BUDGET, SOURCE_IDENTITY, DenyList, entries_for, policy_size
@@ -85,7 +85,7 @@ def opened(env: BrokerEnv) -> Iterator[Broker]:
 
 def issue_in(broker: Broker, env: BrokerEnv) -> str:
     document = issue(broker, load_manifest(str(env.root / "task.yaml"), broker.config))
-    return str(document["session"])
+    return document.id
 
 
 def put_filler(role: AwsRole, size: int) -> int:
@@ -266,7 +266,7 @@ def test_an_issue_held_up_by_another_provider_does_not_hold_the_role_for_the_nex
 
         def issue_both() -> None:
             with opened(env) as broker:
-                outcome["a"] = issue(broker, load_manifest(str(both), broker.config))["session"]
+                outcome["a"] = issue(broker, load_manifest(str(both), broker.config)).id
 
         first = threading.Thread(target=issue_both)
         first.start()

@@ -60,7 +60,7 @@ S3_READ = {
 
 
 def parse(body: dict[str, Any], ttl: int | None = None) -> AwsStsRequest:
-    """Parse one manifest credential the way ``broker.core.manifest`` does (generic keys read first)."""
+    """Parse one manifest credential the way ``broker.core.inputs.manifest`` does (generic keys read first)."""
     data = {"name": "artifacts", "provider": "aws", **body}
     fields = Fields(data, "credentials[0]", ManifestError)
     for key in ("name", "provider", "ttl"):
@@ -300,8 +300,8 @@ def test_parse_refuses_bad_requests(body: dict[str, Any], ttl: int | None, messa
 
 def test_manifest_and_config_wire_the_provider(tmp_path: Path) -> None:
     """The SPEC example's AWS credential through the real config and manifest loaders."""
-    from broker.core.config import parse_config
-    from broker.core.manifest import parse_manifest
+    from broker.core.inputs.config import parse_config
+    from broker.core.inputs.manifest import parse_manifest
 
     config = parse_config({"providers": {"aws": {"type": "aws_sts", "region": REGION}}}, tmp_path / "b.toml")
     manifest = parse_manifest(

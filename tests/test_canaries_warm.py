@@ -17,7 +17,7 @@ from typing import Any, cast
 
 import pytest
 
-from broker.core.config import Config
+from broker.core.inputs.config import Config
 from broker.core.warming import warm_up
 from broker.vocab.errors import ProviderError
 from broker.vocab.logs import JsonFormatter, TextFormatter

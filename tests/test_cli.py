@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import signal
 import subprocess
@@ -15,7 +14,7 @@ import pytest
 from broker import __version__
 from devstack.github_app import GitHubAppEmulator
 from tests.fixtures.brokerenv import BrokerEnv
-from tests.fixtures.crash import add_github, github_tokens, wait_for
+from tests.fixtures.crash import add_github, full_pipe, github_tokens, wait_for
 from tests.fixtures.github import AppKeys
 
 
@@ -77,6 +76,18 @@ def test_usage_errors_are_one_line_with_exit_2(args: list[str], fragment: str, t
 def test_unknown_session_is_bad_input(broker_env: BrokerEnv) -> None:
     result = broker_env.run("revoke", "--session", "s-doesnotexist")
     assert result.code == 2 and result.stderr == "broker: error: unknown session 's-doesnotexist'\n"
+
+
+def test_a_config_nested_too_deeply_is_a_one_line_error_from_the_console_script(broker_env: BrokerEnv) -> None:
+    """The look for [daemon] socket parses the config before the command line does: it must not crash on it."""
+    broker_env.config_path.write_text("a = " + "[" * 5000 + "]" * 5000 + "\n")
+    program = f"import sys\nfrom broker.entry import run\nsys.argv = ['broker', '--config', {str(broker_env.config_path)!r}, 'status']\nrun()"
+    env = {key: value for key, value in os.environ.items() if key != "BROKER_SOCKET"}
+    completed = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=env, timeout=60)
+    assert completed.returncode == 2, completed.stderr
+    assert completed.stderr == (
+        f"broker: error: config file {broker_env.config_path} is not valid TOML: too deeply nested or a number too large\n"
+    )
 
 
 def test_an_unreadable_state_dir_is_a_one_line_error(broker_env: BrokerEnv) -> None:
@@ -268,13 +279,7 @@ def test_sigterm_while_printing_revokes_and_exits_4(
 ) -> None:
     """stdout is a full pipe nobody reads: the broker blocks printing the document until the signal."""
     task = add_github(broker_env, github_emulator, github_app_keys)
-    read_end, write_end = os.pipe()
-    fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 4096)
-    os.set_blocking(write_end, False)
-    with contextlib.suppress(BlockingIOError):
-        while True:
-            os.write(write_end, b"x" * 512)
-    os.set_blocking(write_end, True)
+    read_end, write_end = full_pipe()
     process = subprocess.Popen(
         _issue_command(broker_env, task, "--json"), stdout=write_end, stderr=subprocess.PIPE, text=True
     )

@@ -1,17 +1,23 @@
 """What a cold process loads before its first provider call: only what its command needs.
 
 Not timings (the bench measures those): the modules, so a change that drags the
-policy, YAML or the config parser back into a path that does not use them fails here.
+policy, YAML or the config parser back into a path that does not use them fails here;
+and the files, so a command reads its config and opens its store once.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-PARSE_ONLY = ("broker.core.policy", "broker.core.manifest", "yaml")
+import pytest
+
+from tests.fixtures.brokerenv import BrokerEnv
+
+PARSE_ONLY = ("broker.core.inputs.policy", "broker.core.inputs.manifest", "yaml")
 
 
 def loaded_after(code: str, env: dict[str, str] | None = None) -> set[str]:
@@ -40,12 +46,60 @@ def test_the_thin_clients_issue_reads_the_task_file_without_the_config_or_provid
         "try:\n    run()\nexcept SystemExit as exit:\n    assert exit.code != 0\n"
     )
     modules = loaded_after(code, env)
-    assert "broker.core.strictdata" in modules  # it did read and parse the task file
+    assert "broker.core.inputs.strictdata" in modules  # it did read and parse the task file
     heavy = (
-        "broker.core.config",
-        "broker.core.manifest",
-        "broker.core.policy",
+        "broker.core.inputs.config",
+        "broker.core.inputs.manifest",
+        "broker.core.inputs.policy",
         "providers.base",
         "broker.egress.policy",
     )
     assert sorted(m for m in modules if m in heavy) == []
+
+
+def opened_by(args: list[str], config: Path, stdin: str = "") -> dict[str, int]:
+    """How often ``broker ARGS`` opened the config file and a SQLite store (the interpreter's audit events)."""
+    program = (
+        "import json, sys\n"
+        "seen = {'config': 0, 'store': 0}\n"
+        "def hook(event, args):\n"
+        f"    if event == 'open' and str(args[0]) == {str(config)!r}:\n"
+        "        seen['config'] += 1\n"
+        "    elif event == 'sqlite3.connect':\n"
+        "        seen['store'] += 1\n"
+        "sys.addaudithook(hook)\n"
+        "from broker.entry import run\n"
+        f"sys.argv = ['broker', '--config', {str(config)!r}, *{args!r}]\n"
+        "try:\n    run()\nexcept SystemExit:\n    pass\n"
+        "sys.stderr.write(json.dumps(seen) + '\\n')\n"
+    )
+    env = {key: value for key, value in os.environ.items() if key not in ("BROKER_SOCKET", "BROKER_CONFIG")}
+    completed = subprocess.run(
+        [sys.executable, "-c", program], input=stdin, capture_output=True, text=True, env=env, timeout=60, check=True
+    )
+    return dict(json.loads(completed.stderr.splitlines()[-1]))
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["status"],
+        ["revoke", "--session", "s-aaaaaaaaaaaa"],
+        ["policy", "check", "--task", "TASK"],
+        ["audit", "list"],
+        ["audit", "active"],
+        ["audit", "lookup", "--secret-stdin"],
+    ],
+)
+def test_a_command_reads_its_config_once(broker_env: BrokerEnv, args: list[str]) -> None:
+    """The look for a daemon and the command itself share one read; the audit commands asked for it up to 4 times."""
+    task = broker_env.write_task("version: 1\ntask: fix-1\ncredentials: []\n")
+    args = [str(task) if arg == "TASK" else arg for arg in args]
+    assert opened_by(args, broker_env.config_path, stdin="not a secret\n")["config"] == 1
+
+
+@pytest.mark.parametrize("target", [["--session", "s-aaaaaaaaaaaa"], ["--task", "fix-1"]])
+def test_revoke_opens_the_store_once(broker_env: BrokerEnv, target: list[str]) -> None:
+    """The store opened early to warm the revoked session's providers is the one the command works on."""
+    assert broker_env.run("status").code == 0  # the store exists
+    assert opened_by(["revoke", *target], broker_env.config_path) == {"config": 1, "store": 1}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.core.config import load_config
+from broker.core.inputs.config import load_config
 from broker.vocab.errors import ConfigError
 from broker.vocab.secret import Secret
 from providers.base import Provider

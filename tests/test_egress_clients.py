@@ -25,7 +25,7 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from broker.core.proxied import ca_files, ca_hints
+from broker.core.credential.proxied import ca_files, ca_hints
 from broker.egress.bridge import proxy_hints
 from broker.egress.ca import SessionCA
 from broker.egress.destinations import parse_destination

@@ -16,9 +16,9 @@ from urllib.parse import urlparse
 
 import pytest
 
-from broker.core.config import load_config
-from broker.core.postgres_schema import SCHEMA_VERSION
+from broker.core.inputs.config import load_config
 from broker.core.store import open_config_store
+from broker.core.store.postgres.schema import SCHEMA_VERSION
 from tests.fixtures.brokerenv import BrokerEnv, make_env
 from tests.fixtures.crash import TWO_CREDENTIALS, add_slow_vault, issuing_session, start_issue, tokens_of, wait_for
 from tests.fixtures.fleet import FleetDb, create_fleet_db, join_fleet

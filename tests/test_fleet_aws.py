@@ -21,9 +21,9 @@ from urllib.parse import quote
 import pytest
 
 from broker.core.broker import Broker
-from broker.core.config import load_config
+from broker.core.inputs.config import load_config
+from broker.core.inputs.manifest import load_manifest
 from broker.core.issuing import issue
-from broker.core.manifest import load_manifest
 from broker.core.revoking import revoke_session
 from broker.core.sweeping import sweep
 from broker.vocab.errors import StoreError
@@ -69,7 +69,7 @@ def aws_fleet(tmp_path: Path, role: AwsRole, db: FleetDb) -> Iterator[list[Broke
 
 def issue_in(broker: Broker) -> str:
     manifest = load_manifest(str(broker.config.path.parent / "task.yaml"), broker.config)
-    return str(issue(broker, manifest)["session"])
+    return issue(broker, manifest).id
 
 
 def stored_deny(role: AwsRole) -> DenyList:

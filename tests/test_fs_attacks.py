@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.core.config import check_own_directory
+from broker.core.inputs.config import check_own_directory
 from broker.host import mounts
 from broker.host.keepsafe import KeepSafe
 from broker.host.libc import libc

@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from broker.core.config import Config, parse_config
-from broker.core.manifest import parse_manifest
+from broker.core.inputs.config import Config, parse_config
+from broker.core.inputs.manifest import parse_manifest
 from broker.vocab.errors import ManifestError
 from tests.fixtures.brokerenv import BrokerEnv, make_env
 from tests.fixtures.net import closed_port

@@ -18,7 +18,7 @@ from urllib.parse import urlparse
 import pytest
 
 from broker.core.broker import Broker
-from broker.core.config import load_config
+from broker.core.inputs.config import load_config
 from broker.core.sweeping import SweepReport, sweep
 from broker.host import mounts
 from broker.host.sessiondir import SESSION_TMPFS_MODE, SESSION_TMPFS_SIZE
@@ -243,7 +243,8 @@ def test_sigkill_after_a_mint_before_its_log_record_and_files(vault_env: BrokerE
     try:
 
         def minted_session() -> str:
-            from broker.core.store import SessionState, open_store
+            from broker.core.store import open_store
+            from broker.core.store.states import SessionState
 
             store = open_store(vault_env.state_dir)
             try:

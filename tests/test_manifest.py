@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from broker.core.config import Config, parse_config
-from broker.core.manifest import parse_manifest
+from broker.core.inputs.config import Config, parse_config
+from broker.core.inputs.manifest import parse_manifest
 from broker.vocab.errors import ManifestError
 from providers.vault_request import VaultRequest
 

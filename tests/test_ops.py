@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from broker.audit.keys import load_fingerprint_keys, load_or_create_keys, load_signing_keys
-from broker.core.config import load_config
-from broker.core.install import DEFAULT_POLICY
+from broker.core.inputs.config import load_config
+from broker.core.setup.install import DEFAULT_POLICY
 from devstack.github_app import GitHubAppEmulator
 from providers.base import FIX_MARK, clock_check
 from tests.fixtures.aws import REGION, AwsRole

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from broker.core.config import Config, parse_config
-from broker.core.manifest import parse_manifest
-from broker.core.policy import Decision, Requester, decide, load_policy
+from broker.core.broker import Requester
+from broker.core.inputs.config import Config, parse_config
+from broker.core.inputs.manifest import parse_manifest
+from broker.core.inputs.policy import Decision, decide, load_policy
 from broker.vocab.errors import PolicyFileError
 
 CI = Requester(name="ci", uid=1001)

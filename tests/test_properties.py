@@ -29,9 +29,9 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
-from broker.core.config import Config, load_config, parse_config
-from broker.core.manifest import CREDENTIAL_NAME, TASK_NAME, Manifest, parse_manifest
-from broker.core.policy import load_policy_file
+from broker.core.inputs.config import Config, load_config, parse_config
+from broker.core.inputs.manifest import CREDENTIAL_NAME, TASK_NAME, Manifest, parse_manifest
+from broker.core.inputs.policy import load_policy_file
 from broker.vocab.errors import BadInput
 from tests.fixtures.brokerenv import BrokerEnv, make_env
 from tests.fixtures.net import closed_port

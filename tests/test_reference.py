@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from broker.cli.reference import CONFIG, MANIFEST, POLICY, Section, render
-from broker.core.config import Config, parse_config
-from broker.core.manifest import parse_manifest
-from broker.core.policy import load_policy
+from broker.core.inputs.config import Config, parse_config
+from broker.core.inputs.manifest import parse_manifest
+from broker.core.inputs.policy import load_policy
 from broker.vocab import fields as fields_module
 from tests.fixtures.stack import STACK_TASK
 

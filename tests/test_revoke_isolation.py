@@ -47,7 +47,7 @@ def test_an_unexpected_exception_inside_a_provider_comes_out_as_a_provider_error
 
     import pytest
 
-    from broker.core.config import load_config
+    from broker.core.inputs.config import load_config
     from broker.vocab.errors import ProviderError
     from providers.base import RevokeTarget
 

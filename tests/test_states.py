@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import sqlite3
 
-from broker.core.states import CredentialState, SessionState
 from broker.core.store import open_store
+from broker.core.store.states import CredentialState, SessionState
 from providers.base import RevokeOutcome
 from tests.fixtures.brokerenv import BrokerEnv
 
@@ -34,7 +34,7 @@ def test_every_revoke_outcome_leaves_the_credential_state_of_the_same_name() -> 
 def test_the_store_keeps_plain_strings_and_reads_them_back_as_states(broker_env: BrokerEnv) -> None:
     from datetime import UTC, datetime, timedelta
 
-    from broker.core.store import SessionRecord
+    from broker.core.store.interface import SessionRecord
 
     broker_env.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     store = open_store(broker_env.state_dir)

@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
-from broker.core import store_rows
-from broker.core.states import SessionState
-from broker.core.store import CredentialRecord, SessionRecord
+from broker.core.store import rows as store_rows
+from broker.core.store.interface import CredentialRecord, SessionRecord
+from broker.core.store.states import SessionState
 from tests.fixtures.brokerenv import BrokerEnv
 from tests.fixtures.crash import tokens_of
 from tests.fixtures.fleet import create_fleet_db, join_fleet

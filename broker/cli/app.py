@@ -10,16 +10,16 @@ from __future__ import annotations
 import signal
 import sys
 from enum import StrEnum
+from pathlib import Path
 from types import FrameType
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from broker import __version__
 from broker.cli import coercion
 from broker.cli.audit import audit_app
-from broker.cli.audit_fleet import export as _export  # noqa: F401 - registers audit export
-from broker.cli.context import Options, print_error
+from broker.cli.context import Options, Start, print_error
 from broker.cli.ops import register_ops
 from broker.cli.policy import policy_app
 from broker.cli.sessions import register as register_sessions
@@ -68,8 +68,9 @@ def main_options(
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
     ] = False,
 ) -> None:
-    memory = ctx.obj if isinstance(ctx.obj, MemoryLock) else None  # from run(): this process's memory lock
-    ctx.obj = Options(config=config, debug=debug)
+    start = ctx.obj if isinstance(ctx.obj, Start) else Start()  # from run(): the memory lock, the config read
+    memory = start.memory
+    ctx.obj = Options(config=config, debug=debug, read=start.config)
     import logging
 
     from broker.vocab.logs import configure, event
@@ -93,14 +94,19 @@ def _print_traceback() -> None:
     traceback.print_exc()
 
 
-def main(argv: list[str] | None = None, *, memory: MemoryLock | None = None) -> int:
+def main(
+    argv: list[str] | None = None,
+    *,
+    memory: MemoryLock | None = None,
+    config: tuple[Path, dict[str, Any]] | None = None,
+) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
     harden_process()
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _raise_interrupted)
     try:
-        result = app(args=args, prog_name="broker", standalone_mode=False, obj=memory)
+        result = app(args=args, prog_name="broker", standalone_mode=False, obj=Start(memory, config))
     except typer.Abort:
         print_error("aborted")
         return 130

@@ -12,6 +12,7 @@ import json
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -20,7 +21,20 @@ from broker.vocab.errors import BrokerError
 
 if TYPE_CHECKING:
     from broker.core.broker import Broker
-    from broker.core.config import Config
+    from broker.core.inputs.config import Config
+    from broker.core.store.interface import SessionStore
+    from broker.host.process_hardening import MemoryLock
+
+_CONFIG = "broker.config"  # where a command's config is kept on the click context (``ctx.meta``, shared)
+
+
+@dataclass(frozen=True)
+class Start:
+    """What the console script hands the command line: this process's memory lock and, when the look for a
+    daemon read it already, the config file's path and TOML table."""
+
+    memory: MemoryLock | None = None
+    config: tuple[Path, dict[str, Any]] | None = None
 
 
 @dataclass(frozen=True)
@@ -29,6 +43,7 @@ class Options:
 
     config: str | None
     debug: bool
+    read: tuple[Path, dict[str, Any]] | None = None  # the config file's table as ``Start`` brought it
 
 
 def options(ctx: typer.Context) -> Options:
@@ -37,19 +52,30 @@ def options(ctx: typer.Context) -> Options:
 
 
 def load_config(ctx: typer.Context) -> Config:
-    """The config named by ``--config``/``BROKER_CONFIG``, or the default path."""
-    from broker.core.config import config_path
-    from broker.core.config import load_config as load
+    """The config named by ``--config``/``BROKER_CONFIG``, or the default path: read and parsed once a command."""
+    loaded: Config | None = ctx.meta.get(_CONFIG)
+    if loaded is None:
+        from broker.core.inputs.config import config_path
+        from broker.core.inputs.config import load_config as load
 
-    return load(config_path(options(ctx).config))
+        path = config_path(options(ctx).config)
+        read = options(ctx).read
+        loaded = ctx.meta[_CONFIG] = load(path, table=read[1] if read is not None and read[0] == path else None)
+    return loaded
 
 
 @contextlib.contextmanager
-def open_broker(config: Config) -> Iterator[Broker]:
-    """A ``Broker`` for one command, closed (its checkpoint signed) when the command is done."""
+def open_broker(config: Config, store: SessionStore | None = None) -> Iterator[Broker]:
+    """A ``Broker`` for one command (on ``store`` when the command opened it already), closed (its checkpoint
+    signed) when the command is done."""
     from broker.core.broker import Broker
 
-    broker = Broker.open(config)
+    try:
+        broker = Broker.open(config, store)
+    except BaseException:
+        if store is not None:
+            store.close()
+        raise
     try:
         yield broker
     except BaseException:

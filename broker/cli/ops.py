@@ -12,7 +12,7 @@ import typer
 from broker.cli.context import options, print_json
 
 if TYPE_CHECKING:
-    from broker.core.doctor import Check
+    from broker.core.setup.doctor import Check
 
 OK_MARK = "✓"
 BAD_MARK = "✗"
@@ -44,8 +44,8 @@ def init(
     Refuses to overwrite an existing file without --force (exit 2); never regenerates an existing audit key.
     Example: broker init --dir /etc/broker --state-dir /var/lib/broker --runtime-dir /run/broker
     """
-    from broker.core.config import DEFAULT_CONFIG_PATH
-    from broker.core.install import InitOptions, initialise
+    from broker.core.inputs.config import DEFAULT_CONFIG_PATH
+    from broker.core.setup.install import InitOptions, initialise
 
     result = initialise(InitOptions(directory=directory, state_dir=state_dir, runtime_dir=runtime_dir, force=force))
     for step in result.steps:
@@ -69,8 +69,8 @@ def doctor(
     One line per check, ✓ or ✗ with what to fix; nothing is minted. Exit 0 when every check passes, 2 otherwise.
     Example: broker doctor --json
     """
-    from broker.core.config import config_path
-    from broker.core.doctor import run_doctor
+    from broker.core.inputs.config import config_path
+    from broker.core.setup.doctor import run_doctor
     from broker.daemon.health import check_daemon
     from broker.vocab.errors import BadInput
 

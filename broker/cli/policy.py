@@ -24,14 +24,14 @@ def policy_check(
     Example: broker policy check --task task.yaml
     """
     from broker.cli.render import decision_lines
-    from broker.core.broker import current_requester
-    from broker.core.manifest import load_manifest
-    from broker.core.policy import decide, load_policy
+    from broker.core.broker import Requester
+    from broker.core.inputs.manifest import load_manifest
+    from broker.core.inputs.policy import decide, load_policy
     from broker.vocab.errors import PolicyDenied
 
     config = load_config(ctx)
     manifest = load_manifest(task, config)
-    decision = decide(load_policy(config.policy_dir, config), manifest, current_requester(), config)
+    decision = decide(load_policy(config.policy_dir, config), manifest, Requester.current(), config)
     if as_json:
         print_json(decision.to_json())
     else:
@@ -52,7 +52,7 @@ def policy_lint(
 
     Example: broker policy lint /etc/broker/policies
     """
-    from broker.core.policy import load_policy
+    from broker.core.inputs.policy import load_policy
 
     config = load_config(ctx)
     policy = load_policy(directory or config.policy_dir, config)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -33,7 +33,7 @@ def issue(
 
     Example: broker issue --task task.yaml --format docker --session-file /tmp/session
     """
-    from broker.core.manifest import load_manifest
+    from broker.core.inputs.manifest import load_manifest
     from broker.core.warming import warm_up
 
     config = load_config(ctx)
@@ -41,22 +41,19 @@ def issue(
     warm_up(config, {request.provider for request in manifest.credentials}, minting=True)  # handshakes meanwhile
     from broker.cli.launch_formats import SessionFile, emit, render
     from broker.cli.render import issue_text
-    from broker.core.issuing import issue as issue_session
+    from broker.core.issuing import issuing
 
     target = SessionFile.open(session_file) if session_file is not None else None  # before anything is minted
-
-    def deliver(document: dict[str, Any]) -> None:
-        """Runs while the session can still be rolled back: any failure here revokes it (exit 4)."""
-        if target is not None:
-            target.write(document["session"])
-        if as_json or fmt is not None:
-            emit(render(document, (fmt or OutputFormat.json).value))
-        else:
-            emit(issue_text(document))
-
     try:
-        with open_broker(config) as broker:
-            issue_session(broker, manifest, deliver)
+        with open_broker(config) as broker, issuing(broker, manifest) as session:
+            # While the session can still be rolled back: any failure here revokes it (exit 4).
+            if target is not None:
+                target.write(session.id)
+            document = session.to_json()
+            if as_json or fmt is not None:
+                emit(render(document, (fmt or OutputFormat.json).value))
+            else:
+                emit(issue_text(document))
     finally:
         if target is not None:
             target.close()
@@ -80,14 +77,13 @@ def revoke(
     if session is not None:
         check_session_id(session)
     config = load_config(ctx)
-    if session is not None:
-        from broker.core.warming import warm_session
+    from broker.core.warming import warm_revocation
 
-        warm_session(config, session)  # the handshakes overlap the core's imports below
+    store = warm_revocation(config, session, task)  # the handshakes overlap the core's imports below
     from broker.cli.render import revoke_incomplete, revoke_lines
     from broker.core.revoking import revoke_session, revoke_task
 
-    with open_broker(config) as broker:
+    with open_broker(config, store) as broker:
         if session is not None:
             reports = [revoke_session(broker, session)]
         else:
@@ -117,7 +113,8 @@ def status(
     config = load_config(ctx)
     with open_broker(config) as broker:
         providers = broker.config.providers if as_json else None  # --json adds each AWS role's deny budget
-        sessions = session_status(broker.store, include_ended=show_all, providers=providers, now=broker.clock())
+        found = session_status(broker.store, include_ended=show_all, providers=providers, now=broker.clock())
+    sessions = [session.to_json() for session in found]
     if as_json:
         print_json(sessions)
         return
@@ -196,7 +193,7 @@ def exec(
     Example: broker exec --task task.yaml --sandbox bwrap --workspace ./repo -- make test
     """
     from broker.core.executing import ExecOptions, check_sandbox_available, execute
-    from broker.core.manifest import load_manifest
+    from broker.core.inputs.manifest import load_manifest
 
     options = ExecOptions(
         command=tuple(command),

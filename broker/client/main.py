@@ -1,8 +1,9 @@
 """``broker issue | revoke | status | renew | exec | policy check`` through the daemon: same arguments, output, codes.
 
-``thin_client`` answers None when this invocation is not the daemon's (no
+``thin_client`` answers ``Direct`` when this invocation is not the daemon's (no
 socket configured, another command, or ``--help``): ``broker.entry`` then runs
-the full command line. Options are parsed with argparse, not typer, so a
+the full command line, handing it the config file's table when this module
+read it. Options are parsed with argparse, not typer, so a
 launcher's call costs little more than starting Python.
 """
 
@@ -11,10 +12,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import quote
 
+from broker.client.answers import checked
 from broker.vocab.errors import BrokerError, IssueRolledBack, PolicyDenied, RevokeIncomplete, UsageError
 
 SOCKET_ENV = "BROKER_SOCKET"
@@ -75,11 +78,21 @@ def _command_parser(command: str) -> _Parser:
     return parser
 
 
-def daemon_socket(config: str | None) -> str | None:
-    """``BROKER_SOCKET``, else the config's ``[daemon] socket`` (relative to the config file), else None."""
-    explicit = os.environ.get(SOCKET_ENV)
-    if explicit:
-        return explicit
+@dataclass(frozen=True)
+class Direct:
+    """This invocation is not the daemon's: the full command line runs it.
+
+    ``config`` is the config file's path and TOML table when the look for
+    ``[daemon] socket`` read them, so that the command line parses the file
+    once, not twice.
+    """
+
+    config: tuple[Path, dict[str, Any]] | None = None
+
+
+def read_config_table(config: str | None) -> tuple[Path, dict[str, Any] | None]:
+    """The config file named by ``--config``, ``BROKER_CONFIG`` or the default, and its TOML table (None when it
+    cannot be read or is not TOML: the direct command line reports what is wrong with it)."""
     import tomllib  # only here: with BROKER_SOCKET set, the client never reads the config
 
     from broker.vocab.files import read_bounded
@@ -87,9 +100,13 @@ def daemon_socket(config: str | None) -> str | None:
     path = Path(config or os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG)
     try:  # the one bounded reader: a FIFO or device named as the config is refused, never waited on
         data, _ = read_bounded(path, MAX_CONFIG_BYTES)
-        table = tomllib.loads(data.decode("utf-8"))
-    except (OSError, ValueError):
-        return None  # the direct command line reports what is wrong with the config
+        return path, tomllib.loads(data.decode("utf-8"))
+    except (OSError, ValueError, RecursionError):  # RecursionError: nested too deeply
+        return path, None
+
+
+def daemon_socket(path: Path, table: dict[str, Any]) -> str | None:
+    """The config's ``[daemon] socket`` (relative to the config file), else None."""
     daemon = table.get("daemon")
     socket = daemon.get("socket") if isinstance(daemon, dict) else None
     if not isinstance(socket, str) or not socket:
@@ -97,19 +114,22 @@ def daemon_socket(config: str | None) -> str | None:
     return socket if socket.startswith("/") else str(path.resolve().parent / socket)
 
 
-def thin_client(args: list[str]) -> int | None:
-    """Run a session command through the daemon and return its exit code; None when this is not one."""
+def thin_client(args: list[str]) -> int | Direct:
+    """Run a session command through the daemon and return its exit code; ``Direct`` when this is not one."""
     try:
         options, rest = _global_options(args)
     except UsageError:
-        return None
+        return Direct()
     command = " ".join(rest[:2]) if rest[:1] == ["policy"] else " ".join(rest[:1])
     own = rest[: rest.index("--")] if "--" in rest else rest  # after --, exec's command has its own options
     if command not in COMMANDS or {"-h", "--help"} & set(own):
-        return None
-    socket = daemon_socket(options.config)
-    if socket is None:
-        return None
+        return Direct()
+    socket = os.environ.get(SOCKET_ENV)  # BROKER_SOCKET, else the config's [daemon] socket
+    if not socket:
+        path, table = read_config_table(options.config)
+        socket = daemon_socket(path, table) if table is not None else None
+        if socket is None:
+            return Direct((path, table) if table is not None else None)
     try:
         parsed = _command_parser(command).parse_args(rest[len(command.split()) :])
         return _run(command, parsed, socket)
@@ -131,7 +151,7 @@ def _run(command: str, args: argparse.Namespace, socket: str) -> int:
             _print(decision if args.as_json else _lines("decision_lines", decision))
         if answer.status == 403:
             raise PolicyDenied(str(answer.document.get("error", "denied by policy")))
-        return _checked(answer)
+        return checked(answer).exit_code
     if command == "revoke":
         return _revoke(args, socket)
     if command == "exec":
@@ -141,7 +161,7 @@ def _run(command: str, args: argparse.Namespace, socket: str) -> int:
     if command == "status":
         query = "?all=1" if args.show_all else ""
         query += ("&" if query else "?") + "budgets=1" if args.as_json else ""
-        answer = _ok(call(socket, "GET", "/v1/sessions" + query))
+        answer = checked(call(socket, "GET", "/v1/sessions" + query))
         if args.as_json:
             _print(answer.document)
         elif not answer.document:
@@ -154,7 +174,7 @@ def _run(command: str, args: argparse.Namespace, socket: str) -> int:
             print_table(STATUS_COLUMNS, status_rows(answer.document, utcnow()))
         return 0
     _check_session(args.session)
-    answer = _ok(call(socket, "POST", f"/v1/sessions/{quote(args.session, safe='')}/renew"))
+    answer = checked(call(socket, "POST", f"/v1/sessions/{quote(args.session, safe='')}/renew"))
     _print(answer.document if args.as_json else _lines("renew_lines", answer.document))
     if answer.exit_code:
         from broker.cli.render import RENEW_PENDING
@@ -169,7 +189,7 @@ def _issue(args: argparse.Namespace, socket: str) -> int:
     body = _manifest(args.task)
     target = SessionFile.open(Path(args.session_file)) if args.session_file is not None else None
     try:
-        answer = _ok(call(socket, "POST", "/v1/sessions", body))
+        answer = checked(call(socket, "POST", "/v1/sessions", body))
         document: dict[str, Any] = answer.document
         try:
             if target is not None:
@@ -205,10 +225,10 @@ def _revoke(args: argparse.Namespace, socket: str) -> int:
         raise UsageError("revoke needs exactly one of --session ID or --task NAME")
     if args.session is not None:
         _check_session(args.session)
-        answer = _ok(call(socket, "DELETE", f"/v1/sessions/{args.session}"))
+        answer = checked(call(socket, "DELETE", f"/v1/sessions/{args.session}"))
         reports = [answer.document]
     else:
-        answer = _ok(call(socket, "DELETE", f"/v1/sessions?task={quote(args.task, safe='')}"))
+        answer = checked(call(socket, "DELETE", f"/v1/sessions?task={quote(args.task, safe='')}"))
         reports = answer.document
     _print(answer.document if args.as_json else _lines("revoke_lines", reports))
     if answer.exit_code:
@@ -228,37 +248,16 @@ def _manifest(source: str) -> Any:
     """The manifest read and parsed here, with the caller's own rights; the daemon gets it as JSON."""
     import json
 
-    from broker.core.manifest_file import MAX_MANIFEST_BYTES, read_manifest_bytes
-    from broker.core.strictdata import parse_document
+    from broker.core.inputs.strictdata import read_task_file
     from broker.vocab.errors import ManifestError
-    from broker.vocab.files import shown_path
 
-    data, as_json = read_manifest_bytes(source)
-    what = "manifest" if source == "-" else f"task file {shown_path(source)}"
-    document = parse_document(data, what=what, max_bytes=MAX_MANIFEST_BYTES, as_json=as_json, error=ManifestError)
+    task = read_task_file(source)
+    document = task.document()
     try:
         json.dumps(document)
     except (TypeError, ValueError):
-        raise ManifestError(f"{what}: holds a value JSON cannot carry (a date, a binary string)") from None
+        raise ManifestError(f"{task.what}: holds a value JSON cannot carry (a date, a binary string)") from None
     return document
-
-
-def _ok(answer: Answer) -> Answer:
-    if answer.status >= 400:
-        return _raise(answer)
-    return answer
-
-
-def _checked(answer: Answer) -> int:
-    _ok(answer)
-    return answer.exit_code
-
-
-def _raise(answer: Answer) -> NoReturn:
-    document = answer.document if isinstance(answer.document, dict) else {}
-    error = BrokerError(str(document.get("error", f"the broker daemon answered {answer.status}")))
-    error.exit_code = answer.exit_code or 1
-    raise error
 
 
 def _lines(renderer: str, document: Any) -> str:

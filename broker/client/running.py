@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from broker.client.answers import checked
 from broker.daemon.transport import Answer, Connection
 from broker.host.sandbox import EGRESS_SOCKET, check_sandbox_available
 from broker.host.spawning import Launch, launch, stop
@@ -57,7 +58,7 @@ def run_exec(args: argparse.Namespace, socket: str, manifest: Any) -> int:
         "parent_env": {name: os.environ[name] for name in PASSED_TO_DAEMON if name in os.environ},
     }
     with Connection(socket) as connection:
-        started = _ok(connection.request("POST", "/v1/exec", body))
+        started = checked(connection.request("POST", "/v1/exec", body))
         session = str(started.document["session"]["session"])
         holder = _Holder(connection, session)
         status = _run(started.document, command, args, workspace, holder.attach)
@@ -135,12 +136,6 @@ def _run(
         forwarder=tuple(forwarder_argv(EGRESS_SOCKET, [])),
     )
     return launch(what, started=attach)
-
-
-def _ok(answer: Answer) -> Answer:
-    from broker.client.main import _ok as checked
-
-    return checked(answer)
 
 
 def _warn(message: str) -> None:

@@ -1,4 +1,4 @@
-"""The broker's working parts for one command: config, store, log, keys and the caller.
+"""The broker's working parts for one command: config, store, log, keys and the caller (``Requester``).
 
 ``Broker.open`` builds them from a loaded ``Config``; the operations
 (``issuing``, ``revoking``, ``status``) take a ``Broker``. Nothing here prints
@@ -19,20 +19,20 @@ from typing import TYPE_CHECKING, Any
 
 from broker.audit.keys import AuditKeys, load_or_create_keys
 from broker.audit.log import AppendLog, IssuanceLog
-from broker.core.config import Config
-from broker.core.locks import lock_dir, session_lock
-from broker.core.requester import Requester
-from broker.core.state_dir import ensure_state_dir
-from broker.core.store import SessionStore, open_config_store
+from broker.core.inputs.config import Config
+from broker.core.store import ensure_state_dir, open_config_store
+from broker.core.store.interface import SessionStore
+from broker.core.store.locks import lock_dir, session_lock
 from broker.host.keepsafe import KeepSafe
 from broker.host.sessiondir import RuntimeDir, prepare_runtime_dir
+from broker.vocab.globs import any_match
 from broker.vocab.holding import Lock
 from broker.vocab.session_ids import check_session_id
 from broker.vocab.time import utcnow
 
 if TYPE_CHECKING:
-    from broker.core.policy import Policy
-    from broker.core.witness import FlushResult
+    from broker.audit.witness import FlushResult
+    from broker.core.inputs.policy import Policy
 
 SESSION_ALPHABET = string.ascii_lowercase + string.digits
 
@@ -41,13 +41,34 @@ def new_session_id() -> str:
     return "s-" + "".join(secrets.choice(SESSION_ALPHABET) for _ in range(12))
 
 
-def current_requester() -> Requester:
-    uid = os.getuid()
-    try:
-        name = pwd.getpwuid(uid).pw_name
-    except KeyError:
-        name = ""
-    return Requester(name=name, uid=uid)
+@dataclass(frozen=True)
+class Requester:
+    """The caller of the broker: OS user name and uid (what policy rules name in ``requesters``)."""
+
+    name: str
+    uid: int
+
+    @classmethod
+    def of_uid(cls, uid: int) -> Requester:
+        """The user ``uid`` (no name when it has no account)."""
+        try:
+            name = pwd.getpwuid(uid).pw_name
+        except KeyError:
+            name = ""
+        return cls(name=name, uid=uid)
+
+    @classmethod
+    def current(cls) -> Requester:
+        """This process's user."""
+        return cls.of_uid(os.getuid())
+
+    def __str__(self) -> str:
+        return self.name or f"uid:{self.uid}"
+
+    def matches(self, pattern: str) -> bool:
+        if pattern.startswith("uid:"):
+            return pattern == f"uid:{self.uid}"
+        return any_match((pattern,), self.name)
 
 
 def preload_providers(broker: Broker, names: set[str], *, minting: bool = True) -> None:
@@ -72,10 +93,11 @@ class Broker:
     clock: Callable[[], datetime] = field(default=utcnow)
 
     @classmethod
-    def open(cls, config: Config) -> Broker:
+    def open(cls, config: Config, store: SessionStore | None = None) -> Broker:
+        """The broker of ``config``; ``store`` is its store when the command opened it already."""
         ensure_state_dir(config)
         keys = load_or_create_keys(config.audit_key, config.fingerprint_key)
-        store = open_config_store(config)
+        store = store if store is not None else open_config_store(config)
         fleet = store.fleet_state()
         for provider in config.providers.values():
             provider.use_lock_dir(lock_dir(config.state_dir))
@@ -86,7 +108,7 @@ class Broker:
             store=store,
             log=store.issuance_log(keys) or IssuanceLog(config.state_dir, keys),
             keys=keys,
-            requester=current_requester(),
+            requester=Requester.current(),
         )
 
     def session_lock(self, session_id: str) -> Lock:
@@ -96,7 +118,7 @@ class Broker:
 
     @cached_property
     def policy(self) -> Policy:
-        from broker.core.policy import load_policy  # not for revoke, sweep or status: no YAML to load
+        from broker.core.inputs.policy import load_policy  # not for revoke, sweep or status: no YAML to load
 
         return load_policy(self.config.policy_dir, self.config)
 
@@ -114,7 +136,7 @@ class Broker:
         if checkpoint is not None:
             self.store.set_log_head(int(checkpoint["seq"]), str(checkpoint["hash"]))
             if self.config.witness is not None:
-                from broker.core.witness import note_checkpoint
+                from broker.audit.witness import note_checkpoint
 
                 note_checkpoint(self.store, self.config.witness, checkpoint, self.clock())
         return checkpoint
@@ -124,7 +146,7 @@ class Broker:
         witness = self.config.witness
         if witness is None:
             return None
-        from broker.core.witness import flush
+        from broker.audit.witness import flush
 
         return flush(self.store, witness, self.clock())
 

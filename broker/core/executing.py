@@ -31,14 +31,14 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from broker.core.broker import Broker
+from broker.core.credential.proxied import session_interceptor
 from broker.core.halting import Halt
+from broker.core.inputs.manifest import Manifest
 from broker.core.issuing import issue
-from broker.core.manifest import Manifest
-from broker.core.proxied import session_interceptor
 from broker.core.revoking import RevokeReport, revoke_locked
+from broker.core.session_document import SessionDocument
 from broker.egress.bridge import forwarder_argv, proxy_hints
 from broker.egress.records import log_denials
 from broker.egress.running import RunningProxy, running_proxy
@@ -86,7 +86,7 @@ def check_proxied(manifest: Manifest, mode: str) -> None:
 
 
 def child_environment(
-    document: Mapping[str, Any], manifest: Manifest, options: ExecOptions, parent: Mapping[str, str]
+    document: SessionDocument, manifest: Manifest, options: ExecOptions, parent: Mapping[str, str]
 ) -> dict[str, str]:
     env: dict[str, str] = {}
     if options.sandbox == "bwrap":
@@ -99,9 +99,8 @@ def child_environment(
         if name in parent:
             env[name] = parent[name]
     env.update(manifest.sandbox.env)
-    hints: Mapping[str, str] = document["env"]
-    mount_path, directory = str(document["mount_path"]), str(document["dir"])
-    for key, value in hints.items():
+    mount_path, directory = document.mount_path, document.dir
+    for key, value in document.env.items():
         if options.sandbox == "none" and value.startswith(mount_path + "/"):
             value = directory + value[len(mount_path) :]  # no mount: point at the host directory
         env[key] = value
@@ -115,7 +114,7 @@ def execute(broker: Broker, manifest: Manifest, options: ExecOptions) -> ExecRes
     check_proxied(manifest, mode)
     interceptor = session_interceptor(broker.config, manifest) if mode == "allowlist" else None
     document = issue(broker, manifest, interceptor=interceptor)
-    session_id = document["session"]
+    session_id = document.id
     lock = broker.session_lock(session_id)
     lock.acquire()  # held while the command runs: if this broker dies, sweep revokes the session
     try:
@@ -157,7 +156,7 @@ def _log_denials(broker: Broker, proxy: RunningProxy, session_id: str, task: str
 
 
 def _run(
-    document: Mapping[str, Any], manifest: Manifest, options: ExecOptions, proxy: RunningProxy | None, halt: Halt
+    document: SessionDocument, manifest: Manifest, options: ExecOptions, proxy: RunningProxy | None, halt: Halt
 ) -> int:
     env = child_environment(document, manifest, options, os.environ)
     if proxy is not None:
@@ -167,8 +166,8 @@ def _run(
         sandbox=options.sandbox,
         uid=manifest.sandbox.uid,
         gid=manifest.sandbox.gid,
-        secrets_dir=str(document["dir"]),
-        mount_path=str(document["mount_path"]),
+        secrets_dir=document.dir,
+        mount_path=document.mount_path,
         env=env,
         workspace=str(options.workspace.resolve()) if options.workspace else None,
         network=options.network,

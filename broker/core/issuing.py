@@ -1,42 +1,50 @@
 """``issue``: decide, mint, inject, log; and roll everything back when any step fails.
 
+One issue is one transaction, ``Issuing``, built once from its inputs (the
+broker, the manifest, the decision, the session id and end, the session
+directory, the interceptor) with each credential's ``MintContext`` made once
+for both the reservation and the mint. ``with issuing(broker, manifest) as
+session:`` hands the caller the session document while the session can still
+be rolled back: a clean exit commits it, an exception (or a signal) inside
+the block revokes everything minted and fails with exit 4. The caller writes
+``--session-file`` and prints, or the daemon answers, inside the block, so a
+launcher that never got the document never keeps a live session.
+
 The order keeps every minted credential reachable (each credential's steps
 are ``broker.core.credential.mint``): the store records a credential as
 ``minting`` (with the part of its reference known in advance) before the
 provider call and ``active`` with its reference right after, the log records
-the issuance, then its files are written. A credential the
-provider returned but that cannot be recorded, or that fails a check after
-minting, is withheld (``broker.core.withholding``): logged with its fingerprint
-and revoked at once, or kept ``pending`` for ``sweep``. Once anything is
-minted, ``issue`` either
-completes (checkpoint, ``--session-file``, the printed document: ``deliver``)
-or revokes everything and fails with exit 4.
-Before all that, each provider reserves room to revoke what it will mint
-(``broker.core.reserving``); without room the issue is denied like a policy denial.
+the issuance, then its files are written. A credential the provider returned
+but that cannot be recorded, or that fails a check after minting, is withheld
+(``broker.core.credential.withholding``): logged with its fingerprint and
+revoked at once, or kept ``pending`` for ``sweep``. Before all that, each
+provider reserves room to revoke what it will mint
+(``broker.core.credential.reserving``); without room the issue is denied like
+a policy denial.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Iterator
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import PurePosixPath
-from typing import Any
+from typing import NoReturn
 
 from broker.core.broker import Broker, new_session_id, preload_providers
-from broker.core.credential.mint import mint_one, record_minted
+from broker.core.credential.mint import Minting
+from broker.core.credential.proxied import ca_files, ca_hints, hold_in_proxy, limit_operations, require_proxy
+from broker.core.credential.reserving import Reservation, log_denial, reserved
 from broker.core.credential.revoke import revoke_credential
-from broker.core.manifest import Manifest
-from broker.core.policy import Decision, decide
-from broker.core.proxied import ca_files, ca_hints, hold_in_proxy, limit_operations, require_proxy
-from broker.core.reserving import Reservation, reserved
-from broker.core.states import SETTLED_CREDENTIAL_STATES, CredentialState, SessionState
-from broker.core.store import SessionRecord
-from broker.core.withholding import cause_text
+from broker.core.credential.withholding import cause_text
+from broker.core.inputs.manifest import Manifest
+from broker.core.inputs.policy import Decision, decide
+from broker.core.session_document import IssuedCredential, SessionDocument
+from broker.core.store.interface import SessionRecord
+from broker.core.store.states import SETTLED_CREDENTIAL_STATES, CredentialState, SessionState
 from broker.egress.terminate.plan import Interceptor
 from broker.host.sessiondir import SessionDirectory
 from broker.host.signals import signals_blocked
@@ -71,158 +79,209 @@ def check(broker: Broker, manifest: Manifest) -> Decision:
     return decision
 
 
-Deliver = Callable[[dict[str, Any]], None]
+@contextlib.contextmanager
+def issuing(broker: Broker, manifest: Manifest, interceptor: Interceptor | None = None) -> Iterator[SessionDocument]:
+    """Issue a session for ``manifest``; the block receives its document and commits it by ending cleanly.
 
-
-def issue(
-    broker: Broker, manifest: Manifest, deliver: Deliver | None = None, interceptor: Interceptor | None = None
-) -> dict[str, Any]:
-    """Issue a session for ``manifest``; returns the session document.
-
-    ``deliver`` hands the document to the caller (``--session-file``, stdout)
-    while the session can still be rolled back: if it raises, or a signal
-    arrives first, every credential is revoked again. ``interceptor`` (the
-    session's proxy's) takes the secrets of ``inject: proxy`` credentials and
-    the effective operations (``broker.core.proxied``).
+    An exception raised in the block, or a signal arriving, revokes every
+    credential again (exit 4, its message naming what became of them).
+    ``interceptor`` (the session proxy's) takes the secrets of ``inject: proxy``
+    credentials and the effective operations (``broker.core.credential.proxied``).
     """
     require_proxy(manifest, interceptor)
     decision = check(broker, manifest)
     if not decision.allowed:
-        broker.log.append(
-            "session.denied",
-            session=None,
-            task=manifest.task,
-            requester=str(broker.requester),
-            credentials=[c.to_json() for c in decision.credentials],
-            reasons=list(decision.reasons),
-        )
+        log_denial(broker, manifest, decision, decision.reasons)
         raise PolicyDenied(decision.denial_message(), decision.reasons)
     limit_operations(interceptor, decision)
     _check_sandbox_owner(manifest)
     broker.log.head()  # a log that cannot take records (torn, unreadable) fails the issue before anything is minted
-    runtime = broker.runtime
-    now = broker.clock().replace(microsecond=0)
-    expires_at = now + timedelta(seconds=decision.session_ttl)
-    session_id = new_session_id()
-    directory = SessionDirectory(runtime, session_id, manifest.sandbox.uid, manifest.sandbox.gid)
-    with reserved(broker, manifest, decision, session_id, expires_at, now) as reservation:
-        lock = broker.session_lock(session_id)
+    transaction = Issuing(broker, manifest, decision, interceptor)
+    with reserved(transaction, transaction.contexts, transaction.now) as reservation:
+        lock = broker.session_lock(transaction.session_id)
         lock.acquire()  # held until the session is complete or rolled back: sweep leaves it alone
         try:
-            _record_session(broker, manifest, session_id, now, expires_at, directory)
-            return _issue_locked(
-                broker, manifest, decision, session_id, expires_at, directory, deliver, interceptor, reservation
-            )
+            transaction.begin()
+            try:
+                yield transaction.run(reservation)
+            except BaseException as exc:
+                transaction.abort(exc)
         finally:
             lock.release()
 
 
-def _record_session(
-    broker: Broker,
-    manifest: Manifest,
-    session_id: str,
-    now: datetime,
-    expires_at: datetime,
-    directory: SessionDirectory,
-) -> None:
-    broker.store.create_session(
-        SessionRecord(
-            id=session_id,
-            task=manifest.task,
-            requester=str(broker.requester),
-            state=SessionState.ISSUING,
-            created_at=now,
-            expires_at=expires_at,
-            dir=str(directory.path),
-            mount_path=str(manifest.sandbox.mount_path),
-            uid=manifest.sandbox.uid,
-            gid=manifest.sandbox.gid,
-            mounted=directory.runtime.mount_per_session,
-            document=None,
-            manifest={"json": manifest.source_is_json, "text": manifest.source},
-            host=broker.config.host,
-        )
-    )
+def issue(broker: Broker, manifest: Manifest, interceptor: Interceptor | None = None) -> SessionDocument:
+    """Issue and commit at once, for a caller with nothing to deliver while the session can be rolled back."""
+    with issuing(broker, manifest, interceptor) as session:
+        return session
 
 
-def _issue_locked(
-    broker: Broker,
-    manifest: Manifest,
-    decision: Decision,
-    session_id: str,
-    expires_at: datetime,
-    directory: SessionDirectory,
-    deliver: Deliver | None,
-    interceptor: Interceptor | None = None,
-    reservation: Reservation | None = None,
-) -> dict[str, Any]:
-    preload_providers(broker, {request.provider for request in manifest.credentials})
-    pool = ThreadPoolExecutor(max_workers=len(manifest.credentials), thread_name_prefix="mint")
-    try:
-        directory.create()
-        futures = [
-            pool.submit(
-                _mint_and_inject, broker, manifest, decision, request, session_id, expires_at, directory, interceptor
+class Issuing(Minting):
+    """One issue: its session's credentials minted, recorded, written, and delivered or rolled back."""
+
+    def __init__(self, broker: Broker, manifest: Manifest, decision: Decision, interceptor: Interceptor | None) -> None:
+        runtime = broker.runtime
+        now = broker.clock().replace(microsecond=0)
+        super().__init__(broker, manifest, decision, new_session_id(), now + timedelta(seconds=decision.session_ttl))
+        self.now = now
+        self.interceptor = interceptor
+        self.directory = SessionDirectory(runtime, self.session_id, manifest.sandbox.uid, manifest.sandbox.gid)
+        #: Made once: the reservation and the mint tell each provider the same.
+        self.contexts = {request.name: self.context(request) for request in manifest.credentials}
+        self.pool: ThreadPoolExecutor | None = None
+
+    def begin(self) -> None:
+        """The session in the store, ``issuing``, before anything is minted (sweep finds it if this broker
+        dies); the providers' SDKs loaded here, before the minting threads use them."""
+        manifest = self.manifest
+        self.broker.store.create_session(
+            SessionRecord(
+                id=self.session_id,
+                task=manifest.task,
+                requester=str(self.broker.requester),
+                state=SessionState.ISSUING,
+                created_at=self.now,
+                expires_at=self.expires_at,
+                dir=str(self.directory.path),
+                mount_path=str(manifest.sandbox.mount_path),
+                uid=manifest.sandbox.uid,
+                gid=manifest.sandbox.gid,
+                mounted=self.directory.runtime.mount_per_session,
+                document=None,
+                manifest={"json": manifest.source_is_json, "text": manifest.source},
+                host=self.broker.config.host,
             )
-            for request in manifest.credentials
-        ]
-        if reservation is not None:  # once the store has what the reserving providers minted, the room is known
-            held = zip(manifest.credentials, futures, strict=True)
-            wait([future for request, future in held if request.provider in reservation.providers])
-            reservation.release()
+        )
+        preload_providers(self.broker, {request.provider for request in manifest.credentials})
+        self.pool = ThreadPoolExecutor(max_workers=len(manifest.credentials), thread_name_prefix="mint")
+
+    def run(self, reservation: Reservation) -> SessionDocument:
+        """Mint every credential at once, write the directory, record and log the session; its document."""
+        broker, manifest = self.broker, self.manifest
+        assert self.pool is not None
+        self.directory.create()
+        futures = [self.pool.submit(self.provide, request) for request in manifest.credentials]
+        # once the store has what the reserving providers minted, the room is known
+        held = zip(manifest.credentials, futures, strict=True)
+        wait([future for request, future in held if request.provider in reservation.providers])
+        reservation.release()
         wait(futures, return_when=FIRST_EXCEPTION)
         results = [future.result() for future in futures]  # the first failure raises here
-        minted = [(request, credential) for request, credential, _ in results]
-        files = {request.name: written for request, _, written in results}
-        document = session_document(broker, manifest, session_id, expires_at, directory, minted, files)
-        if interceptor is not None and interceptor.terminates:
-            for name, data in ca_files(interceptor).items():
-                directory.write_file(name, data)
-            document["env"].update(ca_hints(manifest.sandbox.mount_path))
-        directory.write_file("session.json", json.dumps(document, indent=2).encode() + b"\n")
-        directory.seal()
-        broker.store.set_session_document(session_id, document)
-        broker.store.set_session_state(session_id, SessionState.ACTIVE)
+        document = self.document(results)
+        self.directory.write_file("session.json", document.file_content())
+        self.directory.seal()
+        broker.store.set_session_document(self.session_id, document.to_json())
+        broker.store.set_session_state(self.session_id, SessionState.ACTIVE)
         broker.log.append(
             "session.issued",
-            session=session_id,
+            session=self.session_id,
             task=manifest.task,
             requester=str(broker.requester),
-            expires_at=iso(expires_at),
-            credentials=[r.name for r, _ in minted],
-            dir=str(directory.path),
+            expires_at=iso(self.expires_at),
+            credentials=[request.name for request, _, _ in results],
+            dir=str(self.directory.path),
         )
         broker.checkpoint()
-        if deliver is not None:
-            deliver(document)
         return document
-    except BaseException as exc:
+
+    def provide(self, request: CredentialRequest) -> tuple[CredentialRequest, MintedCredential, list[str]]:
+        """One credential's whole path: record, mint, record again, log, write its files (or their placeholder)."""
+        credential = self.mint(request, self.contexts[request.name])
+        self.record(request, credential)
+        if self.interceptor is not None and request.name in self.manifest.proxied:
+            credential = hold_in_proxy(self.broker.config, request, credential, self.interceptor)
+        return request, credential, self.directory.write_credential(request.name, credential.files)
+
+    def document(self, results: list[tuple[CredentialRequest, MintedCredential, list[str]]]) -> SessionDocument:
+        """The session document (the CA files of proxied credentials are written on the way)."""
+        broker, manifest = self.broker, self.manifest
+        env: dict[str, str] = {}
+        credentials = []
+        for request, credential, files in results:
+            credentials.append(
+                IssuedCredential(
+                    name=request.name,
+                    provider=request.provider,
+                    type=broker.config.providers[request.provider].type_name,
+                    expires_at=iso(credential.expires_at),
+                    files=tuple(files),
+                    scope=dict(credential.scope),
+                )
+            )
+            for key, value in credential.env.items():
+                env.setdefault(key, value)
+        env["BROKER_SESSION"] = self.session_id
+        if self.interceptor is not None and self.interceptor.terminates:
+            for name, data in ca_files(self.interceptor).items():
+                self.directory.write_file(name, data)
+            env.update(ca_hints(manifest.sandbox.mount_path))
+        return SessionDocument(
+            id=self.session_id,
+            task=manifest.task,
+            expires_at=iso(self.expires_at),
+            dir=str(self.directory.path),
+            mount_path=str(PurePosixPath(manifest.sandbox.mount_path)),
+            credentials=tuple(credentials),
+            env=env,
+            host=broker.config.host if broker.store.shared else None,  # only this host touches the directory
+        )
+
+    def abort(self, cause: BaseException) -> NoReturn:
+        """Roll back with the stop signals held, then fail: exit 4 once anything was minted."""
         with signals_blocked():
-            pool.shutdown(wait=True, cancel_futures=True)  # nothing may still be minting while we roll back
+            if self.pool is not None:
+                self.pool.shutdown(wait=True, cancel_futures=True)  # nothing may still be minting while we roll back
             try:
-                any_minted, pending = _roll_back(broker, manifest, session_id, directory, exc)
+                any_minted, pending = self.rollback(cause)
             except BaseException as failure:  # the store or the log is unusable: sweep finishes the job
                 raise IssueRolledBack(
-                    f"issue failed ({cause_text(exc)}) and rolling back failed too ({cause_text(failure)});"
+                    f"issue failed ({cause_text(cause)}) and rolling back failed too ({cause_text(failure)});"
                     " run broker sweep: it revokes whatever this session minted"
                 ) from None
         if any_minted:
-            raise _after_mint(exc, pending) from None
-        if isinstance(exc, BrokerError | KeyboardInterrupt | SystemExit):
-            raise
-        raise InternalError(f"issue failed unexpectedly ({type(exc).__name__}); nothing was left behind") from exc
+            raise _after_mint(cause, pending) from None
+        if isinstance(cause, BrokerError | KeyboardInterrupt | SystemExit):
+            raise cause
+        raise InternalError(f"issue failed unexpectedly ({type(cause).__name__}); nothing was left behind") from cause
+
+    def rollback(self, cause: BaseException) -> tuple[bool, list[str]]:
+        """Revoke whatever was minted, remove the directory, mark the session failed.
+
+        Returns whether anything had been minted and which credentials stay pending.
+        A credential still ``minting`` (its provider call ended without an answer
+        the broker kept) is looked for at its provider, as ``sweep`` does.
+        """
+        broker, session_id = self.broker, self.session_id
+        requester = str(broker.requester)
+        now = broker.clock()
+        for record in broker.store.credentials(session_id):
+            if record.state in (CredentialState.MINTING, CredentialState.ACTIVE):
+                revoke_credential(broker, session_id, self.manifest.task, record, now, reason="rollback")
+        with contextlib.suppress(OSError):  # sweep removes orphaned directories
+            self.directory.remove()
+        broker.store.set_session_state(session_id, SessionState.FAILED)
+        records = broker.store.credentials(session_id)
+        pending = [r.name for r in records if r.state not in (*SETTLED_CREDENTIAL_STATES, CredentialState.FAILED)]
+        reason = cause.message if isinstance(cause, BrokerError) else type(cause).__name__
+        broker.log.append(
+            "session.revoked",
+            session=session_id,
+            task=self.manifest.task,
+            requester=requester,
+            reason=f"issue failed: {reason}",
+            pending=pending,
+        )
+        return any(r.state != CredentialState.FAILED for r in records), pending
 
 
 def _after_mint(exc: BaseException, pending: list[str]) -> BrokerError:
-    """The exit-4 error once something was minted; its message says truly what became of it."""
+    """The exit-4 error once something was minted, made with its final message: what truly became of it."""
     if pending:
         fate = f"rollback left {', '.join(pending)} pending for broker sweep"
     else:
         fate = "what was minted has been rolled back"
     if isinstance(exc, ProviderError):  # the message names the provider's failure already
-        if pending:
-            exc.message += f" ({fate})"
-        return exc
+        return ProviderError(f"{exc.message} ({fate})", retryable=exc.retryable) if pending else exc
     if isinstance(exc, Interrupted):
         return IssueRolledBack(f"interrupted by signal {exc.signum}; {fate}")
     return IssueRolledBack(f"issue failed after minting ({cause_text(exc)}); {fate}")
@@ -234,92 +293,3 @@ def _check_sandbox_owner(manifest: Manifest) -> None:
             f"sandbox.uid/gid {manifest.sandbox.uid}/{manifest.sandbox.gid}: only root can issue files"
             " owned by another user"
         )
-
-
-def _mint_and_inject(
-    broker: Broker,
-    manifest: Manifest,
-    decision: Decision,
-    request: CredentialRequest,
-    session_id: str,
-    expires_at: datetime,
-    directory: SessionDirectory,
-    interceptor: Interceptor | None = None,
-) -> tuple[CredentialRequest, MintedCredential, list[str]]:
-    """One credential's whole path: record, mint, record again, log, write its files (or their placeholder)."""
-    credential = mint_one(broker, manifest, decision, request, session_id, expires_at)
-    record_minted(broker, manifest, decision, request, credential, session_id)
-    if interceptor is not None and request.name in manifest.proxied:
-        credential = hold_in_proxy(broker.config, request, credential, interceptor)
-    return request, credential, directory.write_credential(request.name, credential.files)
-
-
-def _roll_back(
-    broker: Broker, manifest: Manifest, session_id: str, directory: SessionDirectory, cause: BaseException
-) -> tuple[bool, list[str]]:
-    """Revoke whatever was minted, remove the directory, mark the session failed.
-
-    Returns whether anything had been minted and which credentials stay pending.
-    A credential still ``minting`` (its provider call ended without an answer
-    the broker kept) is looked for at its provider, as ``sweep`` does.
-    """
-    requester = str(broker.requester)
-    now = broker.clock()
-    for record in broker.store.credentials(session_id):
-        if record.state in (CredentialState.MINTING, CredentialState.ACTIVE):
-            revoke_credential(broker, session_id, manifest.task, record, now, reason="rollback")
-    with contextlib.suppress(OSError):  # sweep removes orphaned directories
-        directory.remove()
-    broker.store.set_session_state(session_id, SessionState.FAILED)
-    records = broker.store.credentials(session_id)
-    pending = [r.name for r in records if r.state not in (*SETTLED_CREDENTIAL_STATES, CredentialState.FAILED)]
-    reason = cause.message if isinstance(cause, BrokerError) else type(cause).__name__
-    broker.log.append(
-        "session.revoked",
-        session=session_id,
-        task=manifest.task,
-        requester=requester,
-        reason=f"issue failed: {reason}",
-        pending=pending,
-    )
-    return any(r.state != CredentialState.FAILED for r in records), pending
-
-
-def session_document(
-    broker: Broker,
-    manifest: Manifest,
-    session_id: str,
-    expires_at: Any,
-    directory: SessionDirectory,
-    minted: list[tuple[CredentialRequest, MintedCredential]],
-    files: dict[str, list[str]],
-) -> dict[str, Any]:
-    env: dict[str, str] = {}
-    credentials = []
-    for request, credential in minted:
-        provider_type = broker.config.providers[request.provider].type_name
-        credentials.append(
-            {
-                "name": request.name,
-                "provider": request.provider,
-                "type": provider_type,
-                "expires_at": iso(credential.expires_at),
-                "files": files[request.name],
-                "scope": dict(credential.scope),
-            }
-        )
-        for key, value in credential.env.items():
-            env.setdefault(key, value)
-    env["BROKER_SESSION"] = session_id
-    document: dict[str, Any] = {
-        "session": session_id,
-        "task": manifest.task,
-        "expires_at": iso(expires_at),
-        "dir": str(directory.path),
-        "mount_path": str(PurePosixPath(manifest.sandbox.mount_path)),
-        "credentials": credentials,
-        "env": env,
-    }
-    if broker.store.shared:
-        document["host"] = broker.config.host  # only this host touches the directory
-    return document

@@ -15,17 +15,16 @@ whose ``expires_at`` is before the session's, under the session lock:
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
-from typing import Any
 
 from broker.core.broker import Broker
-from broker.core.credential.mint import mint_one, record_minted
+from broker.core.credential.mint import Minting
 from broker.core.credential.revoke import revoke_credential
-from broker.core.manifest import Manifest, parse_manifest
-from broker.core.policy import decide
-from broker.core.states import CredentialState, SessionState
-from broker.core.store import SessionRecord
+from broker.core.inputs.manifest import Manifest, parse_manifest
+from broker.core.inputs.policy import decide
+from broker.core.session_document import SessionDocument
+from broker.core.store.interface import SessionRecord
+from broker.core.store.states import CredentialState, SessionState
 from broker.host.sessiondir import SessionDirectory
 from broker.vocab.errors import BadInput, PolicyDenied, UnknownSession
 from broker.vocab.holding import holding
@@ -55,7 +54,7 @@ def renew_session(broker: Broker, session_id: str) -> list[Renewal]:
             raise UnknownSession(f"unknown session {session_id[:64]!r}")
         if session.state != SessionState.ACTIVE:
             raise BadInput(f"session {session_id} is {session.state}; only active sessions are renewed")
-        if session.manifest is None:
+        if session.manifest is None or session.document is None:
             raise BadInput(f"session {session_id} was issued by an older broker and cannot be renewed")
         manifest = parse_manifest(
             str(session.manifest["text"]).encode(), broker.config, as_json=bool(session.manifest["json"])
@@ -85,23 +84,15 @@ def _renew(broker: Broker, session: SessionRecord, manifest: Manifest) -> list[R
     if proxied:
         raise BadInput(f"credential {proxied[0]!r} has inject: proxy: its proxy cannot be given a renewed secret")
     renewals = []
+    minting = Minting(broker, manifest, decision, session.id, session.expires_at)
     generation = 1 + sum(1 for c in broker.store.credentials(session.id) if "~" in c.name)
     for old in due:
         retired = f"{old.name}~{generation}"
         broker.store.retire_credential(session.id, old.name, retired)
         broker.keepsafe.rename(session.id, old.name, retired)
         request = requests[old.name]
-        credential = mint_one(
-            broker,
-            manifest,
-            decision,
-            request,
-            session.id,
-            session.expires_at,
-            ttl_cap=remaining,
-            generation=generation,
-        )
-        record_minted(broker, manifest, decision, request, credential, session.id, renewal_of=retired)
+        credential = minting.mint(request, minting.context(request, ttl_cap=remaining, generation=generation))
+        minting.record(request, credential, renewal_of=retired)
         directory.unseal()
         try:
             directory.write_credential(request.name, credential.files)
@@ -119,14 +110,11 @@ def _renew(broker: Broker, session: SessionRecord, manifest: Manifest) -> list[R
 def _refresh_document(
     broker: Broker, session: SessionRecord, directory: SessionDirectory, renewals: list[Renewal]
 ) -> None:
-    document: dict[str, Any] = dict(session.document or {})
-    new_expiry = {r.name: r.new_expires_at for r in renewals}
-    document["credentials"] = [
-        {**c, "expires_at": new_expiry.get(c["name"], c["expires_at"])} for c in document.get("credentials", [])
-    ]
+    assert session.document is not None
+    document = SessionDocument.from_json(session.document).renewed({r.name: r.new_expires_at for r in renewals})
     directory.unseal()
     try:
-        directory.write_file("session.json", json.dumps(document, indent=2).encode() + b"\n")
+        directory.write_file("session.json", document.file_content())
     finally:
         directory.seal()
-    broker.store.set_session_document(session.id, document)
+    broker.store.set_session_document(session.id, document.to_json())

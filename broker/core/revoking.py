@@ -20,8 +20,9 @@ from typing import Any
 
 from broker.core.broker import Broker, preload_providers
 from broker.core.credential.revoke import revoke_credential
-from broker.core.locks import try_lock
-from broker.core.states import (
+from broker.core.store.interface import CredentialRecord, SessionRecord
+from broker.core.store.locks import try_lock
+from broker.core.store.states import (
     ENDED_SESSION_STATES,
     LIVE_SESSION_STATES,
     SETTLED_CREDENTIAL_STATES,
@@ -29,8 +30,6 @@ from broker.core.states import (
     CredentialState,
     SessionState,
 )
-from broker.core.store import CredentialRecord, SessionRecord
-from broker.core.warming import warm_up
 from broker.host.control import ask_to_revoke
 from broker.host.sessiondir import remove_session_path
 from broker.vocab.errors import StoreError, UnknownSession
@@ -87,7 +86,6 @@ def revoke_task(broker: Broker, task: str, *, requester: str | None = None) -> l
 
 
 def _revoke(broker: Broker, session: SessionRecord, *, reason: str) -> RevokeReport:
-    warm_up(broker.config, {r.provider for r in broker.store.credentials(session.id)}, minting=False)
     lock = broker.session_lock(session.id)
     if session.exec_bound and session.state not in ENDED_SESSION_STATES:
         if try_lock(lock):

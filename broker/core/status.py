@@ -1,4 +1,4 @@
-"""``status``: the sessions the store knows, as JSON-able objects.
+"""``status``: the sessions the store knows, as frozen values (``SessionStatus``) with their JSON.
 
 With the providers given (``status --json``), each credential whose
 revocation draws on a deny budget (AWS ``deny-policy``: its role's inline
@@ -8,22 +8,72 @@ policies) also carries ``deny_budget``, read once per role from the provider.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from broker.core.store import LIVE_SESSION_STATES, CredentialRecord, SessionStore
+from broker.core.store.interface import LIVE_SESSION_STATES, CredentialRecord, Credentials, Records
+from broker.core.store.states import CredentialState, SessionState
 from broker.vocab.time import iso
 from providers.base import DenyBudget, Provider, RevokeTarget
 
 
+@dataclass(frozen=True)
+class CredentialStatus:
+    name: str
+    provider: str
+    type: str
+    state: CredentialState
+    expires_at: datetime | None
+    deny_budget: DenyBudget | None = None  # ``status --json``: the room left in its role's deny policies
+
+    def to_json(self) -> dict[str, Any]:
+        item: dict[str, Any] = {
+            "name": self.name,
+            "provider": self.provider,
+            "type": self.type,
+            "state": self.state,
+            "expires_at": iso(self.expires_at) if self.expires_at else None,
+        }
+        if self.deny_budget is not None:
+            item["deny_budget"] = self.deny_budget.to_json()
+        return item
+
+
+@dataclass(frozen=True)
+class SessionStatus:
+    id: str
+    task: str
+    state: SessionState
+    requester: str
+    created_at: datetime
+    expires_at: datetime
+    credentials: tuple[CredentialStatus, ...]
+    host: str | None = None  # a fleet's store: the host holding its directory
+
+    def to_json(self) -> dict[str, Any]:
+        entry: dict[str, Any] = {
+            "session": self.id,
+            "task": self.task,
+            "state": self.state,
+            "requester": self.requester,
+            "created_at": iso(self.created_at),
+            "expires_at": iso(self.expires_at),
+            "credentials": [c.to_json() for c in self.credentials],
+        }
+        if self.host is not None:
+            entry["host"] = self.host
+        return entry
+
+
 def session_status(
-    store: SessionStore,
+    store: Records,
     *,
     include_ended: bool,
     providers: Mapping[str, Provider[Any]] | None = None,
     now: datetime | None = None,
     requester: str | None = None,
-) -> list[dict[str, Any]]:
+) -> list[SessionStatus]:
     """Every session, or with ``requester`` only the sessions that requester asked for."""
     states = None if include_ended else LIVE_SESSION_STATES
     found = [s for s in store.sessions(states=states) if requester is None or s.requester == requester]
@@ -31,42 +81,41 @@ def session_status(
     budgets: dict[tuple[str, str], DenyBudget] = {}
     if providers is not None and now is not None:
         budgets = deny_budgets(store, providers, [c for _, records in sessions for c in records], now)
-    result = []
-    for session, records in sessions:
-        credentials = []
-        for c in records:
-            item: dict[str, Any] = {
-                "name": c.name,
-                "provider": c.provider,
-                "type": c.type,
-                "state": c.state,
-                "expires_at": iso(c.expires_at) if c.expires_at else None,
-            }
-            provider = (providers or {}).get(c.provider)
-            role = provider.budget_role(c.reference) if provider is not None else None
-            if role is not None and (c.provider, role) in budgets:
-                item["deny_budget"] = budgets[(c.provider, role)].to_json()
-            credentials.append(item)
-        entry = {
-            "session": session.id,
-            "task": session.task,
-            "state": session.state,
-            "requester": session.requester,
-            "created_at": iso(session.created_at),
-            "expires_at": iso(session.expires_at),
-            "credentials": credentials,
-        }
-        if store.shared:
-            entry["host"] = session.host  # the host holding its directory
-        result.append(entry)
-    return result
+    return [
+        SessionStatus(
+            id=session.id,
+            task=session.task,
+            state=session.state,
+            requester=session.requester,
+            created_at=session.created_at,
+            expires_at=session.expires_at,
+            credentials=tuple(_credential_status(c, providers or {}, budgets) for c in records),
+            host=session.host if store.shared else None,
+        )
+        for session, records in sessions
+    ]
+
+
+def _credential_status(
+    record: CredentialRecord, providers: Mapping[str, Provider[Any]], budgets: Mapping[tuple[str, str], DenyBudget]
+) -> CredentialStatus:
+    provider = providers.get(record.provider)
+    role = provider.budget_role(record.reference) if provider is not None else None
+    return CredentialStatus(
+        name=record.name,
+        provider=record.provider,
+        type=record.type,
+        state=record.state,
+        expires_at=record.expires_at,
+        deny_budget=budgets.get((record.provider, role)) if role is not None else None,
+    )
 
 
 #: Credential states that may still work at the provider (a pending revocation, a credential that cannot be revoked).
 STILL_VALID_STATES = ("active", "pending", "valid-until-expiry")
 
 
-def fleet_active(store: SessionStore, providers: Mapping[str, Provider[Any]], now: datetime) -> list[dict[str, Any]]:
+def fleet_active(store: Records, providers: Mapping[str, Provider[Any]], now: datetime) -> list[dict[str, Any]]:
     """``audit active`` from the shared store: every host's credentials that still work at ``now``."""
     result = []
     sessions: dict[str, Any] = {}
@@ -91,7 +140,7 @@ def fleet_active(store: SessionStore, providers: Mapping[str, Provider[Any]], no
 
 
 def deny_budgets(
-    store: SessionStore, providers: Mapping[str, Provider[Any]], records: list[CredentialRecord], now: datetime
+    store: Credentials, providers: Mapping[str, Provider[Any]], records: list[CredentialRecord], now: datetime
 ) -> dict[tuple[str, str], DenyBudget]:
     """The deny budget of every role ``records`` draw on, by (provider, role)."""
     roles: dict[str, set[str]] = {}

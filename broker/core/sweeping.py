@@ -18,7 +18,7 @@ is working on are skipped (their session lock is held). In order:
    with something the broker knows nothing about;
 6. checkpoints the witness has not received yet (an outage): sent again.
 
-A row of the store that fails its checks (``broker.core.store_rows``: a
+A row of the store that fails its checks (``broker.core.store.rows``: a
 session id that is no session id, a state or host no broker writes) is
 skipped, and so is anything it names; the sweep goes on with every other
 session, reports the row under ``malformed`` and records it once in the
@@ -34,10 +34,10 @@ from typing import Any
 
 from broker.core.broker import Broker
 from broker.core.credential.revoke import revoke_credential
-from broker.core.locks import remove_session_lock, sweep_lock, try_lock
 from broker.core.revoking import RevokeReport, revoke_locked
-from broker.core.store import LIVE_SESSION_STATES, CredentialState, SessionRecord, SessionState
-from broker.core.store_rows import MalformedRow
+from broker.core.store.interface import LIVE_SESSION_STATES, CredentialState, SessionRecord, SessionState
+from broker.core.store.locks import remove_session_lock, sweep_lock, try_lock
+from broker.core.store.rows import MalformedRow
 from broker.host.keepsafe import KEEP_DIR
 from broker.host.sessiondir import is_broker_session_dir, remove_session_path
 from broker.vocab.holding import holding

@@ -1,10 +1,11 @@
 """Providers made ready in the background: a cold broker opens their connections while it does local work.
 
 ``broker issue`` starts this as soon as it knows the manifest's providers,
-``revoke`` as soon as it knows the session's (``warm_session``: a look into
-the store before the core is even imported): each provider's SDK is imported
-and its ``warm_up`` (clients, kept-alive connections; nothing minted or
-changed) run in a thread of its own, so the TCP and TLS handshakes overlap
+``revoke`` as soon as it knows the session's (``warm_revocation``: the store
+opened before the core is even imported, and kept for the command): each
+provider's SDK is imported and its ``warm_up`` (clients, kept-alive
+connections; nothing minted or changed) run in a thread of its own, so the
+TCP and TLS handshakes overlap
 with the broker's local work instead of preceding its first call. Providers
 marked ``warm_first`` (the longest chain of round trips) get the CPU first:
 the others start importing once their SDKs are in. ``sdk_ready`` lets the
@@ -22,7 +23,8 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from broker.core.config import Config
+    from broker.core.inputs.config import Config
+    from broker.core.store.interface import SessionStore
 
 LOG = logging.getLogger("broker.warm")
 _IMPORTED: weakref.WeakKeyDictionary[Any, threading.Event] = weakref.WeakKeyDictionary()
@@ -50,25 +52,32 @@ def warm_up(config: Config, names: Iterable[str], *, minting: bool) -> None:
             imported.set()
 
 
-def warm_session(config: Config, session_id: str) -> None:
-    """Start warming the providers of a stored session (for ``revoke``), or nothing when there is no store yet.
+def warm_revocation(config: Config, session_id: str | None, task: str | None) -> SessionStore | None:
+    """The store a cold ``revoke`` works on, opened now, with the providers it will call starting to warm.
 
-    Only a peek: the command opens the store again for its work, and ``warm_up`` runs once per provider.
+    The revoked session's providers (or those of the task's live sessions)
+    open their connections while the command loads the core; the command's
+    ``Broker`` takes this store, so it is opened once. None when there is no
+    store yet: the ``Broker`` creates one, and there is nothing to revoke.
     """
-    from broker.core.state_dir import ensure_state_dir
-    from broker.core.store import has_store, open_config_store
+    from broker.core.store import ensure_state_dir, has_store, open_config_store
+    from broker.core.store.states import LIVE_SESSION_STATES
 
-    if config.store is not None:  # a shared store is opened once, by the command
-        return
     ensure_state_dir(config)  # the checks Broker.open makes, before anything in the directory is read
     if not has_store(config):
-        return
+        return None
     store = open_config_store(config)
     try:
-        names = {record.provider for record in store.credentials(session_id)}
-    finally:
+        if session_id is not None:
+            sessions = [session_id]
+        else:
+            sessions = [s.id for s in store.sessions(states=LIVE_SESSION_STATES, task=task)]
+        names = {record.provider for session in sessions for record in store.credentials(session)}
+    except BaseException:
         store.close()
+        raise
     warm_up(config, names, minting=False)
+    return store
 
 
 def sdk_ready(provider: Any) -> None:

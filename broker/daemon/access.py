@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 
 from broker.core.broker import Broker
-from broker.core.store import SessionRecord
+from broker.core.store.interface import SessionRecord
 from broker.daemon.peer import Peer
 from broker.vocab.errors import PolicyDenied, UnknownSession
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 import stat
 
-from broker.core.config import Config
-from broker.core.doctor import Check
+from broker.core.inputs.config import Config
+from broker.core.setup.doctor import Check
 from broker.daemon.server import SOCKET_MODE, socket_gid
 from broker.vocab.errors import BrokerError
 

@@ -32,11 +32,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from broker.core.broker import Broker
+from broker.core.credential.proxied import session_interceptor
 from broker.core.executing import ExecOptions, check_proxied, child_environment, network_mode, session_evidence
 from broker.core.halting import Halt
+from broker.core.inputs.manifest import Manifest
 from broker.core.issuing import issue
-from broker.core.manifest import Manifest
-from broker.core.proxied import session_interceptor
 from broker.core.revoking import RevokeReport, revoke_locked
 from broker.daemon.peer import Peer
 from broker.egress.bridge import proxy_hints
@@ -104,7 +104,7 @@ class Holds:
         owner = _socket_owner(peer, manifest) if mode == "allowlist" else None
         interceptor = session_interceptor(broker.config, manifest) if mode == "allowlist" else None
         document = issue(broker, manifest, interceptor=interceptor)
-        record = broker.store.get_session(document["session"])
+        record = broker.store.get_session(document.id)
         assert record is not None
         held = Held(record.id, record.task, broker.session_lock(record.id), record.expires_at, interceptor=interceptor)
         held.lock.acquire()  # held until the session ends: the daemon's sweep leaves it alone meanwhile
@@ -129,7 +129,7 @@ class Holds:
             self.end(broker, held, "exec failed to start")
             raise
         return {
-            "session": document,
+            "session": document.to_json(),
             "env": env,
             "sandbox": {"uid": manifest.sandbox.uid, "gid": manifest.sandbox.gid},
             "network": mode,
@@ -191,7 +191,7 @@ class Holds:
 def _request(broker: Broker, body: Any) -> tuple[Manifest, ExecOptions]:
     import json
 
-    from broker.core.manifest import parse_manifest
+    from broker.core.inputs.manifest import parse_manifest
 
     if not isinstance(body, dict) or not isinstance(body.get("manifest"), dict):
         raise BadInput("exec needs a JSON object with the manifest under 'manifest'")

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import pwd
 import socket
 from dataclasses import dataclass
 
-from broker.core.requester import Requester
+from broker.core.broker import Requester
 from broker.host.peercred import peer_credentials
 
 
@@ -17,11 +16,7 @@ class Peer:
     gid: int
 
     def requester(self) -> Requester:
-        try:
-            name = pwd.getpwuid(self.uid).pw_name
-        except KeyError:
-            name = ""
-        return Requester(name=name, uid=self.uid)
+        return Requester.of_uid(self.uid)
 
 
 def peer_of(connection: socket.socket) -> Peer:

@@ -90,12 +90,13 @@ class Routes:
             _answer(send, 404, error_body(f"no endpoint {request.method[:10]} {url.path[:80]}", 2))
 
     def _issue(self, broker: Broker, request: Request, send: Send) -> None:
-        from broker.core.issuing import issue
-        from broker.core.manifest import parse_manifest
+        from broker.core.inputs.manifest import parse_manifest
+        from broker.core.issuing import issuing
 
         manifest = parse_manifest(request.body, broker.config, as_json=True, what="manifest")
-        # The answer leaves while the session can still be rolled back: a peer that is gone gets nothing minted.
-        issue(broker, manifest, lambda document: send(201, document))
+        with issuing(broker, manifest) as session:
+            # The answer leaves while the session can still be rolled back: a peer that is gone gets nothing minted.
+            send(201, session.to_json())
         with contextlib.suppress(BrokerError):
             broker.witness()
 
@@ -113,7 +114,7 @@ class Routes:
 
     def _revoke_task(self, broker: Broker, peer: Peer, query: dict[str, str]) -> tuple[Any, int, str]:
         """Every live session of the task that the peer may act on (its own; all of them for root)."""
-        from broker.core.states import LIVE_SESSION_STATES
+        from broker.core.store.states import LIVE_SESSION_STATES
         from broker.vocab.errors import UsageError
 
         task = query.get("task")
@@ -162,13 +163,14 @@ def _status(broker: Broker, peer: Peer, query: dict[str, str]) -> Any:
     from broker.core.status import session_status
 
     providers = broker.config.providers if query.get("budgets") == "1" else None
-    return session_status(
+    found = session_status(
         broker.store,
         include_ended=query.get("all") == "1",
         providers=providers,
         now=broker.clock(),
         requester=owner_filter(peer),
     )
+    return [session.to_json() for session in found]
 
 
 def _session_id(value: str) -> str:
@@ -200,8 +202,8 @@ def _sweep(broker: Broker) -> tuple[Any, int]:
 
 def _check(broker: Broker, request: Request) -> tuple[int, Any]:
     """The decision; a denial is the exit-3 error with the decision beside it, for the client to print."""
-    from broker.core.manifest import parse_manifest
-    from broker.core.policy import decide
+    from broker.core.inputs.manifest import parse_manifest
+    from broker.core.inputs.policy import decide
 
     manifest = parse_manifest(request.body, broker.config, as_json=True, what="manifest")
     decision = decide(broker.policy, manifest, broker.requester, broker.config)

@@ -22,7 +22,7 @@ from pathlib import Path
 from types import FrameType
 
 from broker.core.broker import Broker
-from broker.core.config import Config
+from broker.core.inputs.config import Config
 from broker.daemon.holds import Link
 from broker.daemon.peer import peer_of
 from broker.daemon.routes import Routes

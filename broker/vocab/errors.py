@@ -27,7 +27,8 @@ class InternalError(BrokerError):
 
 
 class BadInput(BrokerError):
-    """Usage, manifest, config or policy file errors; unknown session (exit 2)."""
+    """What the caller or the operator gave is wrong: usage, manifest, config or policy file; unknown session
+    (exit 2)."""
 
     exit_code = 2
 
@@ -52,12 +53,24 @@ class UnknownSession(BadInput):
     """No session with that id (or no live session for that task)."""
 
 
-class RuntimeDirError(BadInput):
+class StateError(BrokerError):
+    """The broker's own state cannot be used: its session store, or a directory it keeps state or secrets in.
+
+    Not something the caller gave (that is ``BadInput``) nor a provider's
+    failure: the host needs its operator (a directory to fix, a database to
+    bring back) or a moment (a lock another broker holds). Exit 2, where
+    SPEC's table puts "runtime directory not on tmpfs".
+    """
+
+    exit_code = 2
+
+
+class RuntimeDirError(StateError):
     """The runtime directory cannot hold secrets safely (not tmpfs, wrong owner...)."""
 
 
-class StoreError(BadInput):
-    """The session store is corrupt, locked or unreadable."""
+class StoreError(StateError):
+    """The session store (or the state directory holding it) is corrupt, locked, unreadable or unreachable."""
 
 
 class OutputError(BrokerError):
@@ -106,6 +119,14 @@ class DaemonUnreachable(BrokerError):
     """The daemon named by ``[daemon] socket`` or ``BROKER_SOCKET`` cannot be reached (exit 7; never a fallback)."""
 
     exit_code = 7
+
+
+class DaemonReported(BrokerError):
+    """An error the daemon answered with: its one-line message and the exit code the direct command has for it."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 class Interrupted(BrokerError):

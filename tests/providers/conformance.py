@@ -112,7 +112,7 @@ class ProviderConformance:
 
 
 def parse_request(provider: type[Provider[Any]], body: dict[str, Any], name: str = "conformance") -> CredentialRequest:
-    """One manifest credential parsed the way ``broker.core.manifest`` does (generic keys read first)."""
+    """One manifest credential parsed the way ``broker.core.inputs.manifest`` does (generic keys read first)."""
     from broker.vocab.errors import ManifestError
     from broker.vocab.fields import Fields
 

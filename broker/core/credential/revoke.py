@@ -15,8 +15,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from broker.core.broker import Broker
-from broker.core.states import CredentialState
-from broker.core.store import CredentialRecord
+from broker.core.store.interface import CredentialRecord
+from broker.core.store.states import CredentialState
 from broker.vocab.errors import BrokerError, ProviderError
 from broker.vocab.logs import event
 from broker.vocab.secret import Secret

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from broker.core.config import HOST_NAME
-from broker.core.states import CredentialState, SessionState
-from broker.core.store import CredentialRecord, SessionRecord
+from broker.core.inputs.config import HOST_NAME
+from broker.core.store.interface import CredentialRecord, SessionRecord
+from broker.core.store.states import CredentialState, SessionState
 from broker.vocab.fields import describe, shown
 from broker.vocab.session_ids import is_session_id
 from broker.vocab.time import parse_iso

@@ -11,12 +11,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from broker.core.config import Config
-from broker.core.manifest import Manifest
-from broker.core.requester import Requester as Requester  # its home; imported from here too
-from broker.core.strictdata import parse_document
+from broker.core.inputs.config import Config
+from broker.core.inputs.manifest import Manifest
+from broker.core.inputs.strictdata import parse_document
 from broker.egress.destinations import Destination
 from broker.egress.operations import NO_OPERATIONS, Operations, check_network, narrow, read_operations
 from broker.egress.policy import NO_NETWORK, NetworkDecision, decide_network, read_destinations
@@ -25,6 +24,9 @@ from broker.vocab.fields import Fields, shown
 from broker.vocab.files import read_regular_file
 from broker.vocab.globs import any_match
 from providers.base import CredentialRequest, Grant
+
+if TYPE_CHECKING:
+    from broker.core.broker import Requester
 
 MAX_POLICY_BYTES = 256 * 1024
 MAX_DENIAL_CHARS = 1000

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from broker.core.store_url import SHAPE, store_url_problem
+from broker.audit.witness import DEFAULT_WITNESS_RETENTION, WitnessConfig, parse_witness_url
+from broker.core.inputs.store_url import SHAPE, store_url_problem
 from broker.egress.destinations import Destination, DestinationError, parse_destination
 from broker.vocab.errors import ConfigError
 from broker.vocab.fields import Fields, shown
@@ -38,36 +39,10 @@ FIRST_USER_UID = 1000
 NOBODY_UID = 65534
 
 
-WITNESS_URL = re.compile(r"s3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?:/([A-Za-z0-9!_.*'()/-]{0,512}))?")
 LONG_DURATION = re.compile(r"([0-9]{1,6})([smhd])")
 LONG_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-DEFAULT_WITNESS_RETENTION = 400 * 86400
 DEFAULT_SWEEP_INTERVAL = 60
 DAEMON_SOCKET_NAME = "broker.sock"
-
-
-@dataclass(frozen=True)
-class WitnessConfig:
-    """``[audit] witness``: an S3 bucket with Object Lock where every checkpoint is also written."""
-
-    bucket: str
-    prefix: str
-    endpoint_url: str | None = None
-    region: str | None = None
-    profile: str | None = None
-    retention: int = DEFAULT_WITNESS_RETENTION  # seconds of COMPLIANCE retention per object
-    interval: int = 0  # 0: every checkpoint; else only the newest, once per interval
-
-    @property
-    def url(self) -> str:
-        return f"s3://{self.bucket}/{self.prefix}"
-
-
-def parse_witness_url(value: str, field: str) -> tuple[str, str]:
-    match = WITNESS_URL.fullmatch(value)
-    if match is None:
-        raise ConfigError(f"{field}: {value[:60]!r} is not s3://BUCKET/PREFIX")
-    return match.group(1), (match.group(2) or "").strip("/")
 
 
 #: Provider types whose credentials the egress proxy can put in (an HTTP header it knows).
@@ -180,7 +155,10 @@ def _home_directories() -> set[Path]:
     return {Path(e.pw_dir).resolve() for e in accounts if e.pw_dir.startswith("/") and e.pw_dir != "/nonexistent"}
 
 
-def load_config(path: Path) -> Config:
+def load_config(path: Path, table: dict[str, Any] | None = None) -> Config:
+    """The config file at ``path``; ``table`` is its TOML when read already (the thin client's look for a daemon)."""
+    if table is not None:
+        return parse_config(table, path)
     hint = " (use --config or BROKER_CONFIG)"
     data, _ = read_regular_file(
         path, what="config file", max_bytes=MAX_CONFIG_BYTES, error=ConfigError, missing_hint=hint
@@ -205,7 +183,7 @@ def _toml_problem(message: str) -> str:
     where = _TOML_WHERE.fullmatch(" ".join(message.split()))
     if where is None:
         return ": malformed"
-    from broker.core.strictdata import elided  # only for a broken config: YAML stays unloaded otherwise
+    from broker.core.inputs.strictdata import elided  # only for a broken config: YAML stays unloaded otherwise
 
     line = f" at line {where.group(2)}" if where.group(2) else " at the end"
     return f"{line}: {elided(where.group(1))}"

@@ -1,11 +1,11 @@
 """The session store in PostgreSQL (``store = "postgresql://..."``): one store for brokers on many hosts.
 
-The same interface as the embedded SQLite store (``broker.core.store``),
+The same interface as the embedded SQLite store (``broker.core.store.interface``),
 one transaction per step. Sessions carry the host that holds their
 directory; the log head, checked prefixes and witness state are kept per
 host, since each host signs its own log. The schema is versioned
-(``broker.core.postgres_schema``); the locks brokers share are advisory locks
-(``broker.core.postgres_locks``), taken on the one connection the store's
+(``broker.core.store.postgres.schema``); the locks brokers share are advisory locks
+(``broker.core.store.postgres.locks``), taken on the one connection the store's
 statements use. A lost connection is a ``StoreError`` (one line, exit 2) and
 the next step connects again, unless locks were held on it: then every step
 fails until they are released (``AdvisoryLocks.check``).
@@ -23,9 +23,7 @@ from urllib.parse import urlsplit
 
 from broker.audit.keys import AuditKeys
 from broker.audit.pglog import PostgresIssuanceLog
-from broker.core.postgres_locks import AdvisoryLock, AdvisoryLocks, PostgresFleetState, first_line
-from broker.core.postgres_schema import SCHEMA_VERSION, current_version, migrate
-from broker.core.store import (
+from broker.core.store.interface import (
     CREDENTIAL_STATES,
     SESSION_STATES,
     UNSETTLED_CREDENTIAL_STATES,
@@ -33,8 +31,10 @@ from broker.core.store import (
     SessionRecord,
     SessionStore,
 )
-from broker.core.store_rows import MalformedRows, credential_record, keep, session_record
-from broker.core.store_rows import unknown_states as unknown_states_sql
+from broker.core.store.postgres.locks import AdvisoryLock, AdvisoryLocks, PostgresFleetState, first_line
+from broker.core.store.postgres.schema import SCHEMA_VERSION, current_version, migrate
+from broker.core.store.rows import MalformedRows, credential_record, keep, session_record
+from broker.core.store.rows import unknown_states as unknown_states_sql
 from broker.vocab.errors import StoreError
 from broker.vocab.holding import Lock
 

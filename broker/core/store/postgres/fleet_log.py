@@ -15,9 +15,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from broker.audit.pglog import TableSource
-from broker.core.postgres_locks import first_line
-from broker.core.postgres_store import CONNECT_TIMEOUT, shown_url
-from broker.core.store_url import SHAPE, store_url_problem
+from broker.core.inputs.store_url import SHAPE, store_url_problem
+from broker.core.store.postgres.locks import first_line
+from broker.core.store.postgres.store import CONNECT_TIMEOUT, shown_url
 from broker.vocab.errors import BadInput, StoreError
 
 

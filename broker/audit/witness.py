@@ -11,6 +11,11 @@ every object is read (a newer version or a delete marker cannot hide an older
 one). A checkpoint is first kept pending in the session store and dropped only
 once its object is written, so an outage loses nothing: the next command and
 ``sweep`` retry. Nothing here prints or exits.
+
+It owns its address (``WitnessConfig``, ``[audit] witness`` and ``audit verify
+--witness``) and declares the little it needs from the session store
+(``WitnessQueue``), which the store implements: the audit layer does not
+import the core.
 """
 
 from __future__ import annotations
@@ -18,18 +23,64 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
+from abc import abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from broker.audit.log import canonical
-from broker.core.config import WitnessConfig
-from broker.core.store import SessionStore
-from broker.vocab.errors import BadInput, LogVerificationError
+from broker.vocab.errors import BadInput, ConfigError, LogVerificationError
 from broker.vocab.time import iso, parse_iso
 
 OBJECT_NAME = re.compile(r"([0-9]{20})-([0-9a-f]{64})\.json")
+WITNESS_URL = re.compile(r"s3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?:/([A-Za-z0-9!_.*'()/-]{0,512}))?")
+DEFAULT_WITNESS_RETENTION = 400 * 86400
+
+
+@dataclass(frozen=True)
+class WitnessConfig:
+    """``[audit] witness``: an S3 bucket with Object Lock where every checkpoint is also written."""
+
+    bucket: str
+    prefix: str
+    endpoint_url: str | None = None
+    region: str | None = None
+    profile: str | None = None
+    retention: int = DEFAULT_WITNESS_RETENTION  # seconds of COMPLIANCE retention per object
+    interval: int = 0  # 0: every checkpoint; else only the newest, once per interval
+
+    @property
+    def url(self) -> str:
+        return f"s3://{self.bucket}/{self.prefix}"
+
+
+def parse_witness_url(value: str, field: str) -> tuple[str, str]:
+    match = WITNESS_URL.fullmatch(value)
+    if match is None:
+        raise ConfigError(f"{field}: {value[:60]!r} is not s3://BUCKET/PREFIX")
+    return match.group(1), (match.group(2) or "").strip("/")
+
+
+class WitnessQueue(Protocol):
+    """Where checkpoints wait for the witness, and how its last write went: the session store keeps both."""
+
+    @abstractmethod
+    def add_witness_pending(self, seq: int, record_hash: str, body: str, created_at: str, *, only: bool) -> None:
+        """Keep a checkpoint for the witness until written (``only``: drop older pending ones)."""
+
+    @abstractmethod
+    def witness_pending(self) -> list[tuple[int, str, str, str]]:
+        """Pending checkpoints, oldest first: (seq, hash, body, created_at)."""
+
+    @abstractmethod
+    def drop_witness_pending(self, seq: int) -> None: ...
+
+    @abstractmethod
+    def set_witness_status(self, *, success_at: str | None, error: str | None) -> None: ...
+
+    @abstractmethod
+    def witness_status(self) -> dict[str, str | None]: ...
 
 
 def object_key(witness: WitnessConfig, seq: int, record_hash: str) -> str:
@@ -62,7 +113,7 @@ def put_checkpoint(s3: Any, witness: WitnessConfig, seq: int, record_hash: str, 
     )
 
 
-def note_checkpoint(store: SessionStore, witness: WitnessConfig, record: Mapping[str, Any], now: datetime) -> None:
+def note_checkpoint(store: WitnessQueue, witness: WitnessConfig, record: Mapping[str, Any], now: datetime) -> None:
     """Keep a new checkpoint pending for the witness (with an interval, only the newest is kept)."""
     store.add_witness_pending(
         int(record["seq"]), str(record["hash"]), canonical(dict(record)).decode(), iso(now), only=witness.interval > 0
@@ -76,7 +127,7 @@ class FlushResult:
     error: str | None = None
 
 
-def flush(store: SessionStore, witness: WitnessConfig, now: datetime, *, s3: Any = None) -> FlushResult:
+def flush(store: WitnessQueue, witness: WitnessConfig, now: datetime, *, s3: Any = None) -> FlushResult:
     """Write every pending checkpoint that is due; a failure keeps it pending and is remembered for doctor."""
     pending = store.witness_pending()
     if not pending:

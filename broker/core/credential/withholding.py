@@ -11,18 +11,16 @@ log that cannot be written: the revocation happens regardless.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from broker.core.broker import Broker
 from broker.core.credential.revoke import revoke_credential
-from broker.core.manifest import Manifest
-from broker.core.policy import Decision
-from broker.core.states import CredentialState
-from broker.core.store import CredentialRecord
+from broker.core.store.interface import CredentialRecord
+from broker.core.store.states import CredentialState
 from broker.vocab.errors import BrokerError
 from broker.vocab.logs import event
-from broker.vocab.time import iso
-from providers.base import CredentialRequest, MintedCredential
+from providers.base import MintedCredential
 
 LOG = logging.getLogger("broker.issue")
 
@@ -45,59 +43,23 @@ def fate(outcome: CredentialState) -> str:
     return "revoking it failed; it stays pending for broker sweep"
 
 
-def issued_fields(
-    broker: Broker,
-    manifest: Manifest,
-    decision: Decision,
-    request: CredentialRequest,
-    credential: MintedCredential,
-    session_id: str,
-) -> dict[str, Any]:
-    """The fields of a ``credential.issued`` record."""
-    provider = broker.config.providers[request.provider]
-    return {
-        "session": session_id,
-        "task": manifest.task,
-        "requester": str(broker.requester),
-        "credential": request.name,
-        "provider": provider.name,
-        "type": provider.type_name,
-        "rule": decision.credential(request.name).rule,
-        "scope": dict(credential.scope),
-        "expires_at": iso(credential.expires_at),
-        "reference": dict(credential.reference),
-        "fingerprint": broker.keys.fingerprint(credential.secret),
-        "fingerprint_key_id": broker.keys.fingerprints.key_id,
-    }
-
-
-def withhold(
-    broker: Broker,
-    manifest: Manifest,
-    decision: Decision,
-    request: CredentialRequest,
-    credential: MintedCredential,
-    session_id: str,
-    *,
-    why: str,
-) -> CredentialState:
+def withhold(broker: Broker, fields: Mapping[str, Any], credential: MintedCredential, *, why: str) -> CredentialState:
     """A credential the provider returned that is not handed out: log it with its fingerprint, then revoke it.
 
-    Every write here is best effort (the failure being handled may be the
-    store's or the log's); the revocation itself happens whatever they do,
-    and when it fails the credential stays ``pending`` for ``sweep``.
+    ``fields`` are its ``credential.issued`` record's (``Minting.issued_fields``). Every write here is best
+    effort (the failure being handled may be the store's or the log's); the revocation itself happens
+    whatever they do, and when it fails the credential stays ``pending`` for ``sweep``.
     """
-    provider = broker.config.providers[request.provider]
-    fields = issued_fields(broker, manifest, decision, request, credential, session_id)
-    event(LOG, "withheld", credential=request.name, fingerprint=fields["fingerprint"], why=why)
+    session_id, name, fingerprint = str(fields["session"]), str(fields["credential"]), str(fields["fingerprint"])
+    event(LOG, "withheld", credential=name, fingerprint=fingerprint, why=why)
     steps = (
         lambda: broker.store.credential_minted(
             session_id,
-            request.name,
+            name,
             reference=credential.reference,
             scope=credential.scope,
             expires_at=credential.expires_at,
-            fingerprint=fields["fingerprint"],
+            fingerprint=fingerprint,
         ),
         lambda: broker.log.append("credential.issued", **fields, withheld=why),
     )
@@ -110,27 +72,27 @@ def withhold(
                 extra={
                     "broker_fields": {
                         "session": session_id,
-                        "credential": request.name,
-                        "fingerprint": fields["fingerprint"],
+                        "credential": name,
+                        "fingerprint": fingerprint,
                         "error": cause_text(exc),
                     }
                 },
             )
     record = CredentialRecord(
         session_id=session_id,
-        name=request.name,
-        provider=provider.name,
-        type=provider.type_name,
+        name=name,
+        provider=str(fields["provider"]),
+        type=str(fields["type"]),
         state=CredentialState.ACTIVE,
         reference=credential.reference,
         scope=credential.scope,
         expires_at=credential.expires_at,
-        fingerprint=fields["fingerprint"],
+        fingerprint=fingerprint,
     )
     return revoke_credential(
         broker,
         session_id,
-        manifest.task,
+        str(fields["task"]),
         record,
         broker.clock(),
         reason="withheld",

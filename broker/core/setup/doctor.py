@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from broker.audit.keys import MIGRATE_HINT, load_fingerprint_keys, load_signing_keys
-from broker.core.config import Config, load_config
-from broker.core.install import POLICY_EXAMPLE_NAME
-from broker.core.policy import load_policy
+from broker.core.inputs.config import Config, load_config
+from broker.core.inputs.policy import load_policy
+from broker.core.setup.install import POLICY_EXAMPLE_NAME
 from broker.host import mounts
 from broker.host.sessiondir import prepare_runtime_dir
 from broker.vocab.errors import REPORT_URL, BrokerError
@@ -210,8 +210,8 @@ def check_store(config: Config) -> list[Check]:
     """A shared store: it answers, its schema is this broker's, and this host's clock agrees with it."""
     if config.store is None:
         return []
-    from broker.core.postgres_schema import SCHEMA_VERSION
-    from broker.core.postgres_store import PostgresSessionStore, shown_url
+    from broker.core.store.postgres.schema import SCHEMA_VERSION
+    from broker.core.store.postgres.store import PostgresSessionStore, shown_url
 
     fix = f"check store and store_passfile in {config.path}, and that the database accepts this host"
     try:
@@ -250,8 +250,8 @@ def check_witness(config: Config) -> list[Check]:
     witness = config.witness
     if witness is None or not config.state_dir.is_dir():
         return []
+    from broker.audit.witness import object_lock_enabled
     from broker.core.store import open_config_store
-    from broker.core.witness import object_lock_enabled
     from broker.vocab.time import parse_iso, utcnow
 
     checks: list[Check] = []

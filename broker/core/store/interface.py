@@ -1,32 +1,36 @@
-"""The session store: what the broker remembers about sessions and credentials (no secrets).
+"""The session store's records and the small protocols the core uses it through (no secrets kept).
 
-``SessionStore`` is the small interface the core uses; ``SqliteSessionStore``
-(``broker.core.sqlite_store``) is the embedded implementation in
-``state_dir/sessions.db`` (WAL, one transaction per step, synchronous=FULL so
-each step is durable before the next begins). A credential is recorded as ``minting`` before the provider
-call (with what its reference will hold that is known before: an AWS session
-name) and ``active`` with its non-secret reference after, so nothing minted
-is ever forgotten. Rows are checked as they are read (``broker.core.store_rows``):
-a malformed one is skipped and noted in ``malformed``, never a reason to stop.
+A user of the store depends on the part it uses: ``Sessions`` and
+``Credentials`` (the records, both together ``Records``), ``LogHead`` (the
+issuance log's signed head and how far its chain was checked),
+``WitnessQueue`` (checkpoints waiting for the witness, declared by
+``broker.audit.witness``) and ``Fleet`` (what brokers on other hosts share).
+``SessionStore`` is all of them, as the two implementations are:
+``broker.core.store.sqlite`` (embedded, in ``state_dir/sessions.db``) and
+``broker.core.store.postgres`` (one store for a fleet); the factory is
+``broker.core.store``. A credential is recorded as ``minting`` before the
+provider call (with what its reference will hold that is known before: an AWS
+session name) and ``active`` with its non-secret reference after, so nothing
+minted is ever forgotten.
+Rows are checked as they are read (``broker.core.store.rows``): a malformed one is
+skipped and noted in ``malformed`` (``MalformedReports``), never a reason to stop.
 """
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from broker.core.states import LIVE_SESSION_STATES, UNSETTLED_CREDENTIAL_STATES, CredentialState, SessionState
+from broker.audit.witness import WitnessQueue
+from broker.core.store.states import LIVE_SESSION_STATES, UNSETTLED_CREDENTIAL_STATES, CredentialState, SessionState
 
 if TYPE_CHECKING:
     from broker.audit.keys import AuditKeys
     from broker.audit.log import AppendLog
-    from broker.core.config import Config
-    from broker.core.sqlite_store import SqliteSessionStore
-    from broker.core.store_rows import MalformedRows
+    from broker.core.store.rows import MalformedRows
     from broker.vocab.holding import Lock
     from providers.base import FleetState
 
@@ -67,8 +71,8 @@ class CredentialRecord:
     fingerprint: str | None
 
 
-class SessionStore(ABC):
-    """What the core needs from a session store."""
+class Sessions(Protocol):
+    """The sessions: created ``issuing``, given their document, moved through their states."""
 
     #: Whether brokers on other hosts share it (fleet mode): sessions then name their ``host``.
     shared: bool = False
@@ -82,15 +86,29 @@ class SessionStore(ABC):
     def set_session_state(self, session_id: str, state: SessionState) -> None: ...
 
     @abstractmethod
-    def retire_credential(self, session_id: str, name: str, retired_name: str) -> None:
-        """Rename a credential that a renewal replaces; it stays until it is revoked."""
-
-    @abstractmethod
     def mark_exec_bound(self, session_id: str) -> None:
         """The session ends with the ``broker exec`` that holds its lock."""
 
     @abstractmethod
     def set_session_document(self, session_id: str, document: Mapping[str, Any]) -> None: ...
+
+    @abstractmethod
+    def get_session(self, session_id: str) -> SessionRecord | None: ...
+
+    @abstractmethod
+    def sessions(
+        self,
+        *,
+        states: tuple[SessionState, ...] | None = None,
+        task: str | None = None,
+        unknown_states: bool = False,
+    ) -> list[SessionRecord]:
+        """Sessions in ``states`` (all without); ``unknown_states``: rows in a state no broker writes are read
+        too, so they are noted as malformed (``sweep`` reports them)."""
+
+
+class Credentials(Protocol):
+    """Each session's credentials: recorded before the provider call, then minted, revoked or left pending."""
 
     @abstractmethod
     def add_credential(
@@ -114,26 +132,11 @@ class SessionStore(ABC):
     def set_credential_state(self, session_id: str, name: str, state: CredentialState) -> None: ...
 
     @abstractmethod
-    def get_session(self, session_id: str) -> SessionRecord | None: ...
+    def retire_credential(self, session_id: str, name: str, retired_name: str) -> None:
+        """Rename a credential that a renewal replaces; it stays until it is revoked."""
 
     @abstractmethod
     def credentials(self, session_id: str) -> list[CredentialRecord]: ...
-
-    @abstractmethod
-    def sessions(
-        self,
-        *,
-        states: tuple[SessionState, ...] | None = None,
-        task: str | None = None,
-        unknown_states: bool = False,
-    ) -> list[SessionRecord]:
-        """Sessions in ``states`` (all without); ``unknown_states``: rows in a state no broker writes are read
-        too, so they are noted as malformed (``sweep`` reports them)."""
-
-    @abstractmethod
-    def claim_report(self, digest: str) -> bool:
-        """Whether this call is the first to report the malformed row ``digest`` (in a shared store: of the
-        fleet), so each is recorded once in the issuance log."""
 
     @abstractmethod
     def live_credentials(self, provider: str, now: datetime) -> list[CredentialRecord]:
@@ -142,6 +145,26 @@ class SessionStore(ABC):
     @abstractmethod
     def unsettled_credentials(self) -> list[CredentialRecord]:
         """Every credential that may still be valid at its provider (minting, active, pending)."""
+
+
+class MalformedReports(Protocol):
+    """The rows a store's reads skipped because they failed their checks, and reporting each once."""
+
+    #: The malformed rows its reads skipped (set by each store when it opens).
+    malformed: MalformedRows
+
+    @abstractmethod
+    def claim_report(self, digest: str) -> bool:
+        """Whether this call is the first to report the malformed row ``digest`` (in a shared store: of the
+        fleet), so each is recorded once in the issuance log."""
+
+
+class Records(Sessions, Credentials, Protocol):
+    """Sessions with their credentials: what ``status`` and ``audit active`` read."""
+
+
+class LogHead(Protocol):
+    """What the store remembers of the issuance log: its last signed head and how far its chain was checked."""
 
     @abstractmethod
     def set_log_head(self, seq: int, record_hash: str) -> None:
@@ -157,25 +180,9 @@ class SessionStore(ABC):
     @abstractmethod
     def checked_prefix(self, log: str) -> dict[str, Any] | None: ...
 
-    @abstractmethod
-    def add_witness_pending(self, seq: int, record_hash: str, body: str, created_at: str, *, only: bool) -> None:
-        """Keep a checkpoint for the witness until written (``only``: drop older pending ones)."""
 
-    @abstractmethod
-    def witness_pending(self) -> list[tuple[int, str, str, str]]:
-        """Pending checkpoints, oldest first: (seq, hash, body, created_at)."""
-
-    @abstractmethod
-    def drop_witness_pending(self, seq: int) -> None: ...
-
-    @abstractmethod
-    def set_witness_status(self, *, success_at: str | None, error: str | None) -> None: ...
-
-    @abstractmethod
-    def witness_status(self) -> dict[str, str | None]: ...
-
-    def close(self) -> None:  # noqa: B027 - optional hook
-        """Release the connection."""
+class Fleet(Protocol):
+    """What brokers on other hosts share through the store; a one-host store shares nothing."""
 
     def shared_lock(self, name: str) -> Lock | None:
         """A lock every broker sharing this store honours (fleet mode); None: this host's file locks do."""
@@ -190,21 +197,8 @@ class SessionStore(ABC):
         return None
 
 
-def open_store(state_dir: Path) -> SqliteSessionStore:
-    from broker.core.sqlite_store import SqliteSessionStore
+class SessionStore(Records, MalformedReports, LogHead, WitnessQueue, Fleet, Protocol):
+    """The whole store, as its implementations provide it and the ``Broker`` holds it."""
 
-    return SqliteSessionStore(state_dir / "sessions.db")
-
-
-def open_config_store(config: Config) -> SessionStore:
-    """The store the config names: PostgreSQL with ``store = "postgresql://..."``, else SQLite in state_dir."""
-    if config.store is None:
-        return open_store(config.state_dir)
-    from broker.core.postgres_store import PostgresSessionStore
-
-    return PostgresSessionStore(config.store.url, host=config.host, passfile=config.store.passfile)
-
-
-def has_store(config: Config) -> bool:
-    """Whether there is a store to read without creating one (a shared store always exists)."""
-    return config.store is not None or (config.state_dir / "sessions.db").is_file()
+    def close(self) -> None:
+        """Release the connection."""

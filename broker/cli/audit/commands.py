@@ -1,4 +1,7 @@
-"""``broker audit ...``: the auditor's commands (verify, list, lookup, active, public-key, rotate-key)."""
+"""``broker audit verify | list | lookup | active | public-key | rotate-key | migrate-keys``: the log, read and keyed.
+
+Registered by ``broker.cli.audit``; the fleet's side of each (a log kept in PostgreSQL) is ``broker.cli.audit.fleet``.
+"""
 
 from __future__ import annotations
 
@@ -19,24 +22,10 @@ if TYPE_CHECKING:
     from broker.audit.pglog import TableSource
     from broker.audit.verify import VerifyResult
 
-audit_app = typer.Typer(help="Verify and read the issuance log.", no_args_is_help=True)
-
 LIST_COLUMNS = ("seq", "time", "event", "session", "task", "credential", "provider", "requester")
 #: What an auditor reads of a session's requests (``--event egress.request``): who did what where, and the outcome.
 EVENT_COLUMNS = {
-    "egress.request": (
-        "seq",
-        "time",
-        "session",
-        "credential",
-        "method",
-        "host",
-        "path",
-        "decision",
-        "rule",
-        "status",
-        "upstream_status",
-    )
+    "egress.request": ("seq", "time", "session", "credential", "method", "host", "path", "decision", "rule", "status")
 }
 
 
@@ -57,7 +46,6 @@ def _parse_time(value: str | None, option: str) -> datetime | None:
         raise BadInput(f"{option}: {value[:40]!r} is not an RFC 3339 time such as 2026-11-29T10:00:00Z") from None
 
 
-@audit_app.command("verify")
 def verify(
     ctx: typer.Context,
     log: Annotated[Path | None, typer.Option("--log", help="Log file [default: the config's state_dir log].")] = None,
@@ -89,7 +77,7 @@ def verify(
     """
     from broker.audit.chain import repair_torn_tail
     from broker.audit.verify import failure_json, parse_head, verify_log
-    from broker.cli.audit_fleet import fleet_target, optional_config, pinned_keys, store_head, verify_fleet
+    from broker.cli.audit.fleet import fleet_target, optional_config, pinned_keys, store_head, verify_fleet
     from broker.vocab.errors import LogVerificationError
 
     expected = [parse_head(expect_head)] if expect_head is not None else []
@@ -106,8 +94,7 @@ def verify(
         expected += store_head(config)
     witnessed = None
     if witness is not None:
-        from broker.core.config import WitnessConfig, parse_witness_url
-        from broker.core.witness import witnessed_checkpoints
+        from broker.audit.witness import WitnessConfig, parse_witness_url, witnessed_checkpoints
 
         bucket, prefix = parse_witness_url(witness, "--witness")
         configured = config.witness if config is not None else None
@@ -150,7 +137,7 @@ def _checked(ctx: typer.Context, path: Path | TableSource, no_verify: bool) -> V
     if no_verify:
         return None
     if not isinstance(path, Path):
-        from broker.cli.audit_fleet import check_fleet_chain
+        from broker.cli.audit.fleet import check_fleet_chain
 
         return check_fleet_chain(path)
     import contextlib
@@ -191,7 +178,6 @@ def _checked(ctx: typer.Context, path: Path | TableSource, no_verify: bool) -> V
     return result
 
 
-@audit_app.command("list")
 def list_records(
     ctx: typer.Context,
     session: Annotated[str | None, typer.Option("--session", help="Only this session.")] = None,
@@ -213,7 +199,7 @@ def list_records(
     """
     from broker.audit.query import RecordFilter
     from broker.audit.query import list_records as select
-    from broker.cli.audit_fleet import log_source
+    from broker.cli.audit.fleet import log_source
     from broker.vocab.session_ids import check_session_id
 
     if session is not None:
@@ -252,7 +238,6 @@ def _table(columns: tuple[str, ...], rows: list[list[str]]) -> None:
     print_table(columns, rows)
 
 
-@audit_app.command("lookup")
 def lookup(
     ctx: typer.Context,
     secret_file: Annotated[Path | None, typer.Option("--secret-file", help="File holding the leaked secret.")] = None,
@@ -268,7 +253,7 @@ def lookup(
     from broker.audit.keys import load_fingerprint_keys
     from broker.audit.query import check_fingerprint_keys, read_leaked_secret
     from broker.audit.query import lookup as find
-    from broker.cli.audit_fleet import fleet_keys_partly_held, log_source
+    from broker.cli.audit.fleet import fleet_keys_partly_held, log_source
 
     if (secret_file is None) == (not secret_stdin):
         raise BadInput("lookup needs exactly one of --secret-file FILE or --secret-stdin")
@@ -300,7 +285,6 @@ def lookup(
         raise typer.Exit(1 if not as_json else 0)
 
 
-@audit_app.command("active")
 def active(
     ctx: typer.Context,
     log: Annotated[Path | None, typer.Option("--log", help="Log file [default: the config's].")] = None,
@@ -344,7 +328,6 @@ def _fleet_active(ctx: typer.Context) -> list[dict[str, Any]] | None:
         store.close()
 
 
-@audit_app.command("public-key")
 def public_key(ctx: typer.Context) -> None:
     """Print the public keys auditors verify checkpoints with: current, then retired (a fleet: every host's).
 
@@ -354,7 +337,7 @@ def public_key(ctx: typer.Context) -> None:
 
     config = load_config(ctx)
     if config.store is not None:  # a fleet: every host's key, each with its host
-        from broker.cli.audit_fleet import fleet_public_keys
+        from broker.cli.audit.fleet import fleet_public_keys
 
         for line in fleet_public_keys(config):
             typer.echo(line)
@@ -363,7 +346,6 @@ def public_key(ctx: typer.Context) -> None:
         typer.echo(line)
 
 
-@audit_app.command("rotate-key")
 def rotate_key(
     ctx: typer.Context,
     which: Annotated[
@@ -389,7 +371,6 @@ def rotate_key(
         raise BadInput(f"--key: {which[:20]!r} is not signing or fingerprint")
 
 
-@audit_app.command("migrate-keys")
 def migrate_keys(ctx: typer.Context) -> None:
     """Split an older one-file audit key into audit_key (signing) and fingerprint_key (HMAC).
 

@@ -1,7 +1,7 @@
 """The session store in ``state_dir/sessions.db``: SQLite in WAL mode, one transaction per step.
 
 synchronous=FULL makes each step durable before the next begins; the records
-and the interface the core uses are in ``broker.core.store``.
+and the interface the core uses are in ``broker.core.store.interface``.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from broker.core import store_rows
-from broker.core.store import (
+from broker.core.store import rows as store_rows
+from broker.core.store.interface import (
     CREDENTIAL_STATES,
     SESSION_STATES,
     UNSETTLED_CREDENTIAL_STATES,
@@ -27,7 +27,7 @@ from broker.core.store import (
     SessionState,
     SessionStore,
 )
-from broker.core.store_rows import MalformedRows, credential_record, keep, session_record
+from broker.core.store.rows import MalformedRows, credential_record, keep, session_record
 from broker.vocab.errors import StoreError
 from broker.vocab.time import iso, utcnow
 

@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from broker.cli.audit import audit_app
 from broker.cli.context import load_config
 from broker.vocab.errors import BadInput
 
@@ -29,7 +28,7 @@ if TYPE_CHECKING:
     from broker.audit.keys import FingerprintKeys
     from broker.audit.pglog import TableSource
     from broker.audit.verify import Head, VerifyResult
-    from broker.core.config import Config
+    from broker.core.inputs.config import Config
 
 CHUNK_BYTES = 1 << 20
 MAX_KEY_FILE = 1 << 20  # a fleet's key lines: far below this
@@ -95,7 +94,7 @@ def log_source(ctx: typer.Context, log: Path | None) -> Iterator[Path | TableSou
     if target is None:
         yield log if log is not None else Path(load_config(ctx).state_dir) / "issuance.jsonl"
         return
-    from broker.core.fleet_log import read_fleet_log
+    from broker.core.store.postgres.fleet_log import read_fleet_log
 
     with read_fleet_log(*target) as source:
         yield source
@@ -136,7 +135,7 @@ def verify_fleet(
 ) -> VerifyResult:
     """``audit verify`` of the fleet's chain in the store, streamed; every host's checkpoint checked."""
     from broker.audit.verify import parse_pinned_keys, verify_stream
-    from broker.core.fleet_log import read_fleet_log
+    from broker.core.store.postgres.fleet_log import read_fleet_log
 
     with read_fleet_log(*target) as source:
         if public_key is not None:
@@ -179,7 +178,6 @@ class _Counted:
             yield line
 
 
-@audit_app.command("export")
 def export(
     ctx: typer.Context,
     output: Annotated[
@@ -193,7 +191,7 @@ def export(
 
     Example: broker audit export --output issuance.jsonl
     """
-    from broker.core.fleet_log import read_fleet_log
+    from broker.core.store.postgres.fleet_log import read_fleet_log
     from broker.vocab.files import write_private_file
 
     target = fleet_target(ctx, None, store)
@@ -217,8 +215,8 @@ def export(
 def fleet_public_keys(config: Config) -> list[str]:
     """Every host's signing key, ``ed25519:<base64> HOST`` (this host's listed first if it never signed yet)."""
     from broker.audit.keys import load_or_create_keys
-    from broker.core.fleet_log import read_fleet_log
     from broker.core.store import open_config_store
+    from broker.core.store.postgres.fleet_log import read_fleet_log
 
     assert config.store is not None
     keys = load_or_create_keys(config.audit_key, config.fingerprint_key)

@@ -5,6 +5,11 @@ aliases (no billion-laughs), no tags, no merge keys, no duplicate keys, a
 bounded nesting depth. JSON refuses duplicate keys and NaN/Infinity. The
 caller gives the size limit.
 
+A task file is read here too (``read_task_file``): the daemon's thin client
+reads and parses the manifest with its caller's rights and sends it as JSON,
+and needs this module, not the config or the provider vocabulary that
+``broker.core.inputs.manifest`` checks a manifest against.
+
 Errors name the document and the line, never a line of its content: the
 file may be anything the broker can read (a credentials file given as a
 manifest), so the parsers' own messages, which quote the offending line or
@@ -16,6 +21,9 @@ from __future__ import annotations
 
 import json
 import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -24,10 +32,12 @@ from yaml.events import AliasEvent, CollectionStartEvent, ScalarEvent
 from yaml.nodes import MappingNode, Node
 from yaml.reader import ReaderError
 
-from broker.vocab.errors import BadInput
+from broker.vocab.errors import BadInput, ManifestError
 from broker.vocab.fields import shown
+from broker.vocab.files import read_regular_file, shown_path
 
 MAX_DEPTH = 32
+MAX_MANIFEST_BYTES = 64 * 1024
 NEWLINE, NUL = "\n", "\x00"
 
 
@@ -177,3 +187,31 @@ def _load_yaml(text: str, what: str, error: type[BadInput]) -> Any:
     finally:
         if loader is not None:
             loader.dispose()
+
+
+@dataclass(frozen=True)
+class TaskFile:
+    """A task file's bytes, whether to parse them as JSON, and the name its errors use."""
+
+    data: bytes
+    as_json: bool
+    what: str
+
+    def document(self) -> Any:
+        """The manifest's document, strictly parsed (its size checked too)."""
+        return parse_document(
+            self.data, what=self.what, max_bytes=MAX_MANIFEST_BYTES, as_json=self.as_json, error=ManifestError
+        )
+
+
+def read_task_file(source: str) -> TaskFile:
+    """The manifest's bytes (``-`` reads stdin).
+
+    A file must be a regular file (a symbolic link to one is followed: its
+    content is never echoed); a FIFO, a device or a directory is refused
+    without reading it.
+    """
+    if source == "-":
+        return TaskFile(sys.stdin.buffer.read(MAX_MANIFEST_BYTES + 1), False, "manifest")
+    data, _ = read_regular_file(source, what="task file", max_bytes=MAX_MANIFEST_BYTES, error=ManifestError)
+    return TaskFile(data, Path(source).suffix.lower() == ".json", f"task file {shown_path(source)}")

@@ -21,8 +21,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
-from broker.core.config import Config
-from broker.core.manifest import Manifest
+from broker.core.inputs.config import Config
+from broker.core.inputs.manifest import Manifest
 from broker.egress.ca import SessionCA, ca_bundle
 from broker.egress.inject import Injection, placeholder_for
 from broker.egress.terminate.plan import Interceptor
@@ -32,7 +32,7 @@ from broker.vocab.secret import Secret
 from providers.base import CredentialRequest, MintedCredential
 
 if TYPE_CHECKING:
-    from broker.core.policy import Decision
+    from broker.core.inputs.policy import Decision
 
 MAX_SYSTEM_BUNDLE = 4 * 1024 * 1024
 CA_FILE, BUNDLE_FILE = "ca.pem", "ca-bundle.pem"

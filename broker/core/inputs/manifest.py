@@ -13,16 +13,13 @@ import re
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
-from broker.core.config import PROXY_TYPES, Config
-from broker.core.manifest_file import MAX_MANIFEST_BYTES as MAX_MANIFEST_BYTES
-from broker.core.manifest_file import read_manifest_bytes as read_manifest_bytes
-from broker.core.strictdata import parse_document
+from broker.core.inputs.config import PROXY_TYPES, Config
+from broker.core.inputs.strictdata import TaskFile, read_task_file
 from broker.egress.destinations import Destination, allowed
 from broker.egress.operations import NO_OPERATIONS, Operations, check_network, read_operations
 from broker.egress.policy import read_network_section
 from broker.vocab.errors import ManifestError
 from broker.vocab.fields import Fields, shown
-from broker.vocab.files import shown_path
 from providers.base import CredentialRequest
 
 TASK_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
@@ -104,13 +101,12 @@ class Manifest:
 
 
 def load_manifest(source: str, config: Config) -> Manifest:
-    data, as_json = read_manifest_bytes(source)
-    what = "manifest" if source == "-" else f"task file {shown_path(source)}"
-    return parse_manifest(data, config, as_json=as_json, what=what)
+    task_file = read_task_file(source)
+    return parse_manifest(task_file.data, config, as_json=task_file.as_json, what=task_file.what)
 
 
 def parse_manifest(data: bytes, config: Config, *, as_json: bool = False, what: str = "manifest") -> Manifest:
-    document = parse_document(data, what=what, max_bytes=MAX_MANIFEST_BYTES, as_json=as_json, error=ManifestError)
+    document = TaskFile(data, as_json, what).document()
     fields = Fields(document, "", ManifestError)
     version = fields.integer("version", required=True)
     if version != 1:

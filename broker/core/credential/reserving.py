@@ -8,20 +8,23 @@ provider decides (``Provider.reserve``) from the live credentials the store
 knows; ``issue`` keeps the reservation until the store has the credentials
 of the providers that reserved (``Reservation.release``), and no longer: the
 rest of the issue (other providers, files, log records, delivering the
-document) must not keep every other issue on the same role waiting.
+document) must not keep every other issue on the same role waiting. The
+providers are told what they will be told at the mint: the issue's
+``MintContext`` of each credential, made once. ``log_denial`` writes the
+``session.denied`` record, for a policy's denial and a provider's alike.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 
 from broker.core.broker import Broker
-from broker.core.credential.mint import mint_context
-from broker.core.manifest import Manifest
-from broker.core.policy import Decision
+from broker.core.credential.mint import Minting
+from broker.core.inputs.manifest import Manifest
+from broker.core.inputs.policy import Decision
 from broker.core.warming import sdk_ready
 from broker.vocab.errors import PolicyDenied
 from providers.base import CredentialRequest, MintContext, RevokeTarget
@@ -39,14 +42,12 @@ class Reservation:
 
 
 @contextlib.contextmanager
-def reserved(
-    broker: Broker, manifest: Manifest, decision: Decision, session_id: str, expires_at: datetime, now: datetime
-) -> Iterator[Reservation]:
+def reserved(minting: Minting, contexts: Mapping[str, MintContext], now: datetime) -> Iterator[Reservation]:
     """Every provider's room for this session's revocations; PolicyDenied (logged) when one has none."""
+    broker = minting.broker
     wanted: dict[str, list[tuple[CredentialRequest, MintContext]]] = {}
-    for request in manifest.credentials:
-        context = mint_context(broker, manifest, decision, request, session_id, expires_at)
-        wanted.setdefault(request.provider, []).append((request, context))
+    for request in minting.manifest.credentials:
+        wanted.setdefault(request.provider, []).append((request, contexts[request.name]))
     holding: set[str] = set()
     with contextlib.ExitStack() as stack:
         for name in sorted(wanted):
@@ -58,16 +59,21 @@ def reserved(
                     holding.add(name)
                 stack.enter_context(hold)
             except PolicyDenied as exc:
-                broker.log.append(
-                    "session.denied",
-                    session=None,
-                    task=manifest.task,
-                    requester=str(broker.requester),
-                    credentials=[c.to_json() for c in decision.credentials],
-                    reasons=list(exc.reasons or (exc.message,)),
-                )
+                log_denial(broker, minting.manifest, minting.decision, exc.reasons or (exc.message,))
                 raise
         yield Reservation(stack, frozenset(holding))
+
+
+def log_denial(broker: Broker, manifest: Manifest, decision: Decision, reasons: Sequence[str]) -> None:
+    """The ``session.denied`` record: the policy said no, or a provider has no room to revoke."""
+    broker.log.append(
+        "session.denied",
+        session=None,
+        task=manifest.task,
+        requester=str(broker.requester),
+        credentials=[c.to_json() for c in decision.credentials],
+        reasons=list(reasons),
+    )
 
 
 def _live(broker: Broker, provider: str, now: datetime) -> list[RevokeTarget]:

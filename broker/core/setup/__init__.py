@@ -1,0 +1,1 @@
+"""Setting the broker up and checking it: ``broker init`` and ``broker doctor``."""

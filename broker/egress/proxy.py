@@ -158,6 +158,7 @@ class EgressProxy:
             return
         self.active += 1
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=self.limits.max_head_bytes)
+        cut = False
         try:
             await self._serve(conn, reader, writer)
         except Refused as refused:
@@ -166,9 +167,16 @@ class EgressProxy:
             _answer(conn, writer, 400, "malformed request")
         except (OSError, TimeoutError, h11.LocalProtocolError, asyncio.IncompleteReadError):
             pass
+        except asyncio.CancelledError:
+            # The proxy stops (``RunningProxy``) and cuts every connection: the connection ends here, quietly
+            # (asyncio of Python 3.11 reports a cancelled connection handler as an unhandled exception).
+            cut = True
         finally:
             self.active -= 1
-            await _close(writer)
+            if cut:
+                writer.transport.abort()
+            else:
+                await _close(writer)
 
     async def _serve(self, conn: h11.Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         request = await read_head(conn, reader, self.limits, self.limits.head_timeout)

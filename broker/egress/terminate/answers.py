@@ -9,6 +9,7 @@ otherwise. Nothing is sent once the exchange no longer allows an answer
 from __future__ import annotations
 
 import asyncio
+import http
 
 import h11
 
@@ -33,7 +34,8 @@ def send_answer(conn: h11.Connection, writer: asyncio.StreamWriter, answer: Answ
     if close:
         headers.append((b"connection", b"close"))
     try:
-        writer.write(conn.send(h11.Response(status_code=answer.status, headers=headers)) or b"")
+        reason = http.HTTPStatus(answer.status).phrase.encode()
+        writer.write(conn.send(h11.Response(status_code=answer.status, headers=headers, reason=reason)) or b"")
         if answer.body:
             writer.write(conn.send(h11.Data(data=answer.body)) or b"")
         writer.write(conn.send(h11.EndOfMessage()) or b"")
@@ -45,4 +47,4 @@ def send_answer(conn: h11.Connection, writer: asyncio.StreamWriter, answer: Answ
 def send_continue(conn: h11.Connection, writer: asyncio.StreamWriter) -> None:
     """``100 Continue`` when the client waits for it before it sends the body the proxy is about to read."""
     if conn.they_are_waiting_for_100_continue:
-        writer.write(conn.send(h11.InformationalResponse(status_code=100, headers=[])) or b"")
+        writer.write(conn.send(h11.InformationalResponse(status_code=100, headers=[], reason=b"Continue")) or b"")

@@ -14,7 +14,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -96,10 +96,11 @@ class Daemon:
     def socket(self) -> Path:
         return self.shared / "broker.sock"
 
-    def start(self, *flags: str) -> Daemon:
+    def start(self, *flags: str, prefix: Sequence[str] = ()) -> Daemon:
+        """Start ``broker serve`` (``prefix``: what it runs under, such as a mount namespace of its own)."""
         log = open(self.env.root / "daemon.log", "ab")  # noqa: SIM115 - the daemon's stderr, closed with it
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "broker", *flags, "--config", str(self.env.config_path), "serve"],
+            [*prefix, sys.executable, "-m", "broker", *flags, "--config", str(self.env.config_path), "serve"],
             stdout=subprocess.DEVNULL,
             stderr=log,
         )
@@ -122,7 +123,14 @@ class Daemon:
         path.chmod(0o644)
         return path
 
-    def client(self, *args: str, uid: int | None = None, gid: int = SOCKET_GID, env: Mapping[str, str] = {}) -> Result:
+    def client(
+        self,
+        *args: str,
+        uid: int | None = None,
+        gid: int = SOCKET_GID,
+        env: Mapping[str, str] = {},
+        timeout: float = WAIT,
+    ) -> Result:
         """The ``broker`` console script's path (``python -m broker``), as ``uid`` when given."""
         prefix = [] if uid is None else ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups"]
         environment = {"PATH": os.environ["PATH"], "BROKER_SOCKET": str(self.socket), "HOME": "/", **env}
@@ -133,7 +141,7 @@ class Daemon:
             capture_output=True,
             text=True,
             env=environment,
-            timeout=WAIT,
+            timeout=timeout,
             check=False,
             cwd="/",
         )

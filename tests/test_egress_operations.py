@@ -10,12 +10,22 @@ inside ``broker exec --network allowlist`` and through the daemon.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
+import socket
+import ssl
+import subprocess
+import threading
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
+from broker.egress.ca import SessionCA
+from broker.egress.inject import Injection, placeholder_for
+from broker.vocab.secret import Secret
+from devstack.git_http import git_env
 from tests.fixtures.operations_stage import API, GIT, INDEX, PLAIN, RULE, Stage, stage
 
 __all__ = ["stage"]
@@ -184,3 +194,77 @@ def test_http_read_only_hosts_pass_reads_and_refuse_writes_over_tls_and_plain_ht
         (PLAIN, "POST", "refused"),
     ]
     assert {r["operations"] for r in records} == {"http"}
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "::1", "ghe.test", "files.pythonhosted.test"])
+def test_the_session_ca_serves_addresses_names_and_wildcard_hosts_side_by_side(tmp_path: Path, host: str) -> None:
+    """Operations hosts mix addresses, names and ``*.`` suffixes in one name-constrained CA; each leaf verifies.
+    (An address's leaf once carried the address as its common name, which OpenSSL checks against the DNS
+    constraints as soon as there is one: a "permitted subtree violation".)"""
+    ca = SessionCA(["127.0.0.1", "::1", "ghe.test", "*.pythonhosted.test"], datetime.now(UTC) + timedelta(minutes=5))
+    cafile = tmp_path / "ca.pem"
+    cafile.write_bytes(ca.pem)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listener = socket.create_server(("::1" if ":" in host else "127.0.0.1", 0), family=family)
+    server = ca.server_context(host)
+
+    def serve() -> None:
+        connection, _ = listener.accept()
+        with contextlib.suppress(OSError):
+            server.wrap_socket(connection, server_side=True).close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    client = ssl.create_default_context(cafile=str(cafile))
+    raw = socket.create_connection(listener.getsockname()[:2], timeout=10)
+    with client.wrap_socket(raw, server_hostname=host) as tls:
+        assert tls.version() is not None
+    listener.close()
+    with pytest.raises(ValueError, match="not a host of this session CA"):
+        ca.server_context("pythonhosted.test")  # the suffix itself is not under *.pythonhosted.test
+
+
+def test_git_s_gnutls_takes_an_address_leaf_beside_a_name_constraint(tmp_path: Path) -> None:
+    """git's libcurl here is built on GnuTLS, which checks any common name of a certificate without a DNS
+    subjectAltName against the DNS constraints: an address's leaf has no common name at all."""
+    ca = SessionCA(["127.0.0.1", "ghe.test"], datetime.now(UTC) + timedelta(minutes=5))
+    cafile = tmp_path / "ca.pem"
+    cafile.write_bytes(ca.pem)
+    listener = socket.create_server(("127.0.0.1", 0))
+    server = ca.server_context("127.0.0.1")
+
+    def serve() -> None:
+        while True:
+            try:
+                connection, _ = listener.accept()
+            except OSError:
+                return
+            with contextlib.suppress(OSError), server.wrap_socket(connection, server_side=True) as tls:
+                tls.recv(65536)
+                tls.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+
+    threading.Thread(target=serve, daemon=True).start()
+    url = f"https://127.0.0.1:{listener.getsockname()[1]}/octo/widgets.git"
+    env = git_env(GIT_SSL_CAINFO=str(cafile))
+    done = subprocess.run(["git", "ls-remote", url], env=env, capture_output=True, text=True, timeout=30)
+    listener.close()
+    assert "not found" in done.stderr and "certificate" not in done.stderr, done.stderr
+
+
+def test_an_inject_proxy_credential_on_a_limited_host_is_checked_first_and_named_in_the_record(stage: Stage) -> None:
+    secret = Secret("ghs_" + "S3cr3t" * 6)
+    placeholder = placeholder_for(secret)
+    hosts = frozenset({(API, stage.ports[API])})
+    stage.interceptor.add(Injection(hosts, placeholder, secret, stage.interceptor.upstream_ca_file, name="repo"))
+    auth = f"Authorization: token {placeholder.reveal()}"
+    merged = stage.run(
+        "curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", "-X", "PUT", "-H", auth, stage.url(API, MERGE)
+    )
+    assert merged.stdout == "403"
+    pulls = stage.run("curl", "-sS", "-f", "-H", auth, stage.url(API, "/api/v3/repos/octo/widgets/pulls"))
+    assert pulls.returncode == 0, pulls.stderr
+    [seen] = stage.api.seen  # the refused merge never reached the upstream, with or without the secret
+    assert dict((k.lower(), v) for k, v in seen.headers)["authorization"] == f"token {secret.reveal()}"
+    refused, allowed = stage.records(2)
+    assert (refused["credential"], allowed["credential"]) == (None, "repo")  # refused before the secret went in
+    log = stage.log.path.read_text()
+    assert secret.reveal() not in log and placeholder.reveal() not in log

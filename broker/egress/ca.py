@@ -37,6 +37,20 @@ def _general_name(host: str) -> x509.GeneralName:
         return x509.DNSName(host)
 
 
+def _subject(host: str) -> x509.Name:
+    """The leaf's subject: the host name as its common name; none for an address (its subjectAltName names it).
+
+    With a DNS name beside an address among the hosts, the CA has a DNS constraint, and both OpenSSL (for a common
+    name that looks like a DNS name, as ``127.0.0.1`` does) and GnuTLS (for any common name of a certificate
+    without a DNS subjectAltName) check the common name against it: an address's leaf with a common name fails.
+    """
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host[:64])])
+    return x509.Name([])
+
+
 def _subtree(host: str) -> x509.GeneralName:
     if host.startswith("*."):
         return x509.DNSName(host[2:])  # the suffix and every name under it (the proxy asks only for those under)
@@ -116,14 +130,14 @@ class SessionCA:
         ca_public = self._key.public_key()
         leaf = (
             x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host[:64])]))
+            .subject_name(_subject(host))
             .issuer_name(self.certificate.subject)
             .public_key(key.public_key())
             .serial_number(x509.random_serial_number())
             .not_valid_before(self._not_before)
             .not_valid_after(self._not_after)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.SubjectAlternativeName([_general_name(host)]), critical=False)
+            .add_extension(x509.SubjectAlternativeName([_general_name(host)]), critical=not _subject(host))
             .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
             .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_public), critical=False)
             .sign(self._key, hashes.SHA256())

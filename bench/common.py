@@ -41,6 +41,7 @@ FIGURES = (
     "latency",
     "fleet",
     "operations",
+    "terminated",
 )
 #: egress, dynamic and daemon start what they need themselves (a proxy, OpenBao + PostgreSQL, OpenBao + a daemon).
 NEEDS_STACK = {

@@ -83,6 +83,7 @@ class Cycle:
         self.sink = sink
         self.limits = hooks.limits
         self.forwarding = False
+        self._out = bytearray()  # the answer's bytes for the client, written once the proxy would wait
 
     async def run(self) -> bool:
         try:
@@ -128,6 +129,9 @@ class Cycle:
             self.hooks.count_refusal(host, port, Refusal.MALFORMED)
             self.evidence.refused("malformed request")
             self._answer(text_answer(400, "malformed request"))
+            return False
+        except (OSError, TimeoutError) as exc:  # the client went away, or stopped sending
+            self.evidence.failure = f"the client's connection ended ({type(exc).__name__})"
             return False
 
     def _answer(self, answer: Answer, *, close: bool = True) -> bool:
@@ -226,8 +230,6 @@ class Cycle:
     async def _exchange(self, passage: Passage, held: list[bytes], masker: Masker, *, stale_ok: bool) -> None:
         link = self.link
         assert link.conn is not None and link.writer is not None and link.reader is not None
-        if passage.head is not None:
-            link.writer.write(link.conn.send(_request(passage.head)) or b"")
         send_continue(self.conn, self.writer)
         pump = asyncio.create_task(self._pump(passage, held, link.conn, link.writer))
         relay = asyncio.create_task(self._relay(link.conn, link.reader, masker, stale_ok))
@@ -251,40 +253,58 @@ class Cycle:
                         await task
 
     async def _pump(self, passage: Passage, held: list[bytes], up: h11.Connection, out: asyncio.StreamWriter) -> None:
-        """The body upstream through the passage: what was held, then the rest as it arrives."""
+        """The head and body upstream through the passage: what was held, then the rest as it arrives. What is
+        ready goes in one write (one TLS record, one system call, where a small request is all ready at once)."""
+        buffer = bytearray(up.send(_request(passage.head)) or b"") if passage.head is not None else bytearray()
 
         def send(pieces: Iterable[bytes]) -> None:
             for piece in pieces:
                 if piece:
-                    out.write(up.send(h11.Data(data=piece)) or b"")
+                    buffer.extend(up.send(h11.Data(data=piece)) or b"")
+
+        async def flush() -> None:
+            if buffer:
+                out.write(bytes(buffer))
+                buffer.clear()
+                await out.drain()
 
         for piece in held:
             send(passage.feed(piece))
-        await out.drain()
         while self.conn.their_state is h11.SEND_BODY:
+            await flush()
             event = await self._body_event()
             if isinstance(event, h11.Data):
                 send(passage.feed(event.data))
-                await out.drain()
         ending = passage.end()
         if ending.head is not None:
-            out.write(up.send(_request(ending.head)) or b"")
+            buffer.extend(up.send(_request(ending.head)) or b"")
         send(ending.pieces)
-        out.write(up.send(h11.EndOfMessage()) or b"")
-        await out.drain()
+        buffer.extend(up.send(h11.EndOfMessage()) or b"")
+        await flush()
 
     async def _relay(self, up: h11.Connection, upstream: asyncio.StreamReader, masker: Masker, stale_ok: bool) -> None:
-        """The answer back to the client; a Vault host's JSON answer is held whole and checked first."""
+        """The answer back to the client; a Vault host's JSON answer is held whole and checked first. What is
+        ready goes to the client in one write, before the proxy waits for more."""
         vault = self.plan.is_vault(self.site.host, self.site.port)
         held: HeldAnswer | None = None
         answered = False
         while True:
             try:
-                event = await next_event(up, upstream, self.limits.idle_timeout, self.limits.body_chunk)
-            except (ConnectionError, h11.RemoteProtocolError):
-                if stale_ok and not answered:
-                    raise _Stale() from None
-                raise Refused(502, "the upstream broke the connection") from None
+                event = up.next_event()
+            except h11.RemoteProtocolError:
+                raise Refused(502, "the upstream's answer is not HTTP/1.1 the proxy can read") from None
+            if event is h11.NEED_DATA:
+                await self._flush()
+                try:
+                    data = await asyncio.wait_for(upstream.read(self.limits.body_chunk), self.limits.idle_timeout)
+                except ConnectionError:
+                    if stale_ok and not answered:
+                        raise _Stale() from None
+                    raise Refused(502, "the upstream broke the connection") from None
+                except TimeoutError:
+                    raise Refused(504, "the upstream did not answer in time") from None
+                up.receive_data(data)
+                continue
             if isinstance(event, h11.InformationalResponse):
                 answered = True
             elif isinstance(event, h11.Response):
@@ -296,23 +316,28 @@ class Cycle:
                     held.add(data)
                 elif data:
                     self._send(data)
-                    await self.writer.drain()
             elif isinstance(event, h11.EndOfMessage):
                 rest = masker.flush()
                 if held is not None:
                     held.add(rest)
                     rest = held.check()  # refused when it holds a wrapping token: nothing of it was sent
-                    self.writer.write(self.conn.send(held.response) or b"")
+                    self._out.extend(self.conn.send(held.response) or b"")
                     self.evidence.status = held.response.status_code
                 if rest:
                     self._send(rest)
-                self.writer.write(self.conn.send(h11.EndOfMessage()) or b"")
-                await self.writer.drain()
+                self._out.extend(self.conn.send(h11.EndOfMessage()) or b"")
+                await self._flush()
                 return
             else:
                 if stale_ok and not answered:
                     raise _Stale()
                 raise Refused(502, "the upstream closed the connection before answering")
+
+    async def _flush(self) -> None:
+        if self._out:
+            self.writer.write(bytes(self._out))
+            self._out.clear()
+            await self.writer.drain()
 
     def _respond(self, event: h11.Response, masker: Masker, vault: bool) -> HeldAnswer | None:
         self.evidence.upstream_status = event.status_code
@@ -324,12 +349,12 @@ class Cycle:
         response = h11.Response(status_code=event.status_code, headers=headers, reason=masker.whole(event.reason))
         if vault and held_back(event.headers):
             return HeldAnswer(response, self.limits.max_checked_answer)
-        self.writer.write(self.conn.send(response) or b"")
+        self._out.extend(self.conn.send(response) or b"")
         self.evidence.status = event.status_code
         return None
 
     def _send(self, data: bytes) -> None:
-        self.writer.write(self.conn.send(h11.Data(data=data)) or b"")
+        self._out.extend(self.conn.send(h11.Data(data=data)) or b"")
         self.evidence.answer_bytes += len(data)
 
 

@@ -56,6 +56,7 @@ class EvidenceWriter:
         self.failing: str | None = None
         self.written = 0
         self.batches = 0
+        self.peak = 0  # the most records ever waiting at once (the bench reads it)
         self._queue: collections.deque[Entry] = collections.deque()
         self._pending = 0  # submitted and not yet written
         self._cond = threading.Condition()
@@ -86,6 +87,7 @@ class EvidenceWriter:
         with self._cond:
             self._queue.append(entry)
             self._pending += 1
+            self.peak = max(self.peak, self._pending)
             self._cond.notify()
 
     @property

@@ -103,7 +103,6 @@ def test_policy_check_shows_the_effective_operations_narrowed_by_the_manifest(en
     start = lines.index("  operations (rule agents, enforced by the session's proxy):")
     assert lines[start + 1 :] == [
         "    git on github.com:443: fetch and clone; push refs/heads/agent/fix-*; deletions refused",
-        "    git on github.com:443: fetch and clone; push refs/heads/agent/*; deletions refused",
         "    github_api on api.github.com:443:",
         "      allow GET *, POST /repos/*/*/pulls",
         "      deny PUT /repos/*/*/pulls/*/merge",

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import Report, Row, Settings
-from bench.terminated import ProxyChild
+from bench.proxychild import ProxyChild
 from bench.tunnels import Child
 
 GIT_UPSTREAM = """

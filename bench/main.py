@@ -27,7 +27,8 @@ median over repeated runs, both sides of a ratio interleaved in the same run:
 
 The fleet figure starts a PostgreSQL of its own beside the stack (bench/fleet.py); egress, dynamic,
 daemon and terminated start what they need themselves (bench/egress.py, bench/vault_dynamic.py,
-bench/daemon.py, bench/terminated.py with bench/gitpush.py; each also runs alone with ``python -m``).
+bench/daemon.py, bench/terminated.py with bench/gitpush.py and bench/proxychild.py; each also runs
+alone with ``python -m``).
 
 Prints a table and writes ``bench-results/bench-<git short sha>.json`` and
 ``bench-results/latest.json``. ``--quick`` for a smoke run, ``--only a,b``

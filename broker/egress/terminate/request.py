@@ -231,6 +231,14 @@ class Cycle:
         link = self.link
         assert link.conn is not None and link.writer is not None and link.reader is not None
         send_continue(self.conn, self.writer)
+        if not _has_body(self.request) or self.conn.their_state is not h11.SEND_BODY:
+            try:  # the whole request is here: send it, then read the answer (no second task needed)
+                await self._pump(passage, held, link.conn, link.writer)
+                await self._relay(link.conn, link.reader, masker, stale_ok)
+            except BaseException:
+                await link.close()
+                raise
+            return
         pump = asyncio.create_task(self._pump(passage, held, link.conn, link.writer))
         relay = asyncio.create_task(self._relay(link.conn, link.reader, masker, stale_ok))
         try:

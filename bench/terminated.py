@@ -17,6 +17,8 @@ clients keep one tunnel each, as gh and git do.
   through the proxy with operations: the rate reached, latencies, the
   evidence backlog at its peak, records written against requests sent, and
   how long the last records took to reach the log after the load stopped.
+- The evidence path alone: 1,000 records/s handed to an ``EvidenceWriter``
+  on a real log (the proxy's side without the proxy): backlog, lag, CPU.
 - The log's own cost per record: ``append`` (one lock, write, fsync per
   record) and ``append_many`` in batches, in process, on the work directory's
   file system.
@@ -138,35 +140,72 @@ def paced_load(work: Path, rate: int, seconds: float, tunnels: int = 8) -> dict[
     }
 
 
+RECORD = {
+    "host": "api.github.com:443",
+    "credential": "repo",
+    "method": "GET",
+    "path": "/repos/octo/widgets/pulls",
+    "decision": "allowed",
+    "rule": "dev-agents",
+    "operations": "github_api",
+    "reason": "GET /repos/octo/widgets/pulls matches allow GET *",
+    "status": 200,
+    "upstream_status": 200,
+    "request_bytes": 0,
+    "answer_bytes": 2048,
+    "head_sha256": "0" * 64,
+    "body_sha256": "1" * 64,
+    "body_complete": True,
+    "failure": None,
+}
+
+
+def writer_alone(work: Path, rate: int, seconds: float) -> dict[str, float]:
+    """The evidence path alone at ``rate`` records/s: an ``EvidenceWriter`` on a real log, records handed to it on
+    a fixed schedule as the proxy hands them (``submit``); its backlog, how far the log lags, CPU per record."""
+    import os
+
+    from broker.audit.keys import load_or_create_keys
+    from broker.audit.log import IssuanceLog
+    from broker.egress.terminate.writer import EvidenceWriter
+
+    work.mkdir(parents=True)
+    log = IssuanceLog(work, load_or_create_keys(work / "audit.key", work / "fp.key"))
+    writer = EvidenceWriter(log, session="s-aaaaaaaaaaaa", task="bench", requester="bench")
+    total = int(rate * seconds)
+    cpu = sum(os.times()[:2])
+    start = time.perf_counter()
+    for number in range(total):
+        time.sleep(max(0.0, start + number / rate - time.perf_counter()))
+        writer.submit(dict(RECORD, path=f"/repos/octo/widgets/issues/{number}"))
+    offered = time.perf_counter() - start
+    backlog = writer.pending
+    lost = writer.close()
+    lag = time.perf_counter() - start - offered
+    used = sum(os.times()[:2]) - cpu
+    return {
+        "rate": total / offered,
+        "records": writer.written,
+        "lost": lost,
+        "backlog_peak": writer.peak,
+        "backlog_at_end": backlog,
+        "lag_ms": lag * 1000,
+        "per_batch": writer.written / max(1, writer.batches),
+        "cpu_us": used / max(1, total) * 1e6,
+    }
+
+
 def log_cost(work: Path, records: int) -> dict[str, float]:
     """Microseconds per record the issuance log itself takes: one append each, and batches of 16 and 256."""
     from broker.audit.keys import load_or_create_keys
     from broker.audit.log import Entry, IssuanceLog
 
-    fields = {
-        "host": "api.github.com:443",
-        "credential": "repo",
-        "method": "GET",
-        "path": "/repos/octo/widgets/pulls",
-        "decision": "allowed",
-        "rule": "dev-agents",
-        "operations": "github_api",
-        "reason": "GET /repos/octo/widgets/pulls matches allow GET *",
-        "status": 200,
-        "upstream_status": 200,
-        "request_bytes": 0,
-        "answer_bytes": 2048,
-        "head_sha256": "0" * 64,
-        "body_sha256": "1" * 64,
-        "body_complete": True,
-        "failure": None,
-    }
     found: dict[str, float] = {}
     for batch in (1, 16, 256):
         directory = work / f"log-{batch}"
         directory.mkdir(parents=True)
         log = IssuanceLog(directory, load_or_create_keys(directory / "audit.key", directory / "fp.key"))
-        entries = [Entry("egress.request", "s-aaaaaaaaaaaa", "bench", "bench", fields)] * batch
+        entries = [Entry("egress.request", "s-aaaaaaaaaaaa", "bench", "bench", RECORD)] * batch
         count = max(batch, records // batch * batch) if batch > 1 else min(records, 500)
         start = time.perf_counter()
         for _ in range(count // batch):
@@ -175,7 +214,9 @@ def log_cost(work: Path, records: int) -> dict[str, float]:
     return found
 
 
-def add_rows(latency: dict[str, Any], load: dict[str, Any], cost: dict[str, float], report: Report) -> None:
+def add_rows(
+    latency: dict[str, Any], load: dict[str, Any], alone: dict[str, float], cost: dict[str, float], report: Report
+) -> None:
     for kind, title in (("rest", "a REST GET"), ("graphql", "a GraphQL query (its body decides)")):
         sides = latency[kind]
         added = sides["operations"]["median_ms"] - sides["terminated"]["median_ms"]
@@ -216,6 +257,21 @@ def add_rows(latency: dict[str, Any], load: dict[str, Any], cost: dict[str, floa
             load,
         )
     )
+    keeps_up = alone["lost"] == 0 and alone["rate"] >= 950 and alone["lag_ms"] < 1000
+    report.add(
+        Row(
+            "terminated",
+            "terminated: the evidence path alone, 1,000 egress.request records/s handed to the writer",
+            round(alone["lag_ms"], 1),
+            "ms behind at the end",
+            "< 1 s behind, none lost",
+            keeps_up,
+            f"({alone['records']:,.0f} records at {alone['rate']:,.0f}/s; backlog peak {alone['backlog_peak']:.0f},"
+            f" {alone['backlog_at_end']:.0f} at the end; {alone['per_batch']:.1f} records per fsync; CPU"
+            f" {alone['cpu_us']:.0f} us per record, writer thread included; lost {alone['lost']:.0f})",
+            alone,
+        )
+    )
     report.add(
         Row(
             "terminated",
@@ -239,8 +295,9 @@ def figure_terminated(settings: Settings, report: Report) -> None:
     requests = settings.egress_requests
     latency = decision_latency(work / "latency", requests)
     load = paced_load(work / "load", 1000, 3.0 if settings.quick else 10.0)
+    alone = writer_alone(work / "alone", 1000, 3.0 if settings.quick else 10.0)
     cost = log_cost(work / "cost", 2000 if settings.quick else 20000)
-    add_rows(latency, load, cost, report)
+    add_rows(latency, load, alone, cost, report)
     figure_gitpush(settings, report, work / "push")
 
 
@@ -256,8 +313,9 @@ def main() -> int:
     report = Report()
     latency = decision_latency(work / "latency", 100 if args.quick else args.requests)
     load = paced_load(work / "load", args.rate, 3.0 if args.quick else args.seconds)
+    alone = writer_alone(work / "alone", args.rate, 3.0 if args.quick else args.seconds)
     cost = log_cost(work / "cost", 2000 if args.quick else 20000)
-    add_rows(latency, load, cost, report)
+    add_rows(latency, load, alone, cost, report)
     if not args.no_push:
         from bench.gitpush import measure_push
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from broker.cli.reference_env import render_hints
-from broker.egress.operations.keys import SECTIONS as OPERATIONS_SECTIONS
+from broker.egress.operations.parsing import SECTIONS as OPERATIONS_SECTIONS
 from broker.vocab.reference import Key, Section
 from providers.base import Provider
 from providers.registry import provider_classes
@@ -23,7 +23,7 @@ DURATION = "duration"
 
 
 def operations_sections(title: str, path: str) -> tuple[Section, ...]:
-    """The ``operations`` tables (``broker.egress.operations.keys``) as read at ``path``."""
+    """The ``operations`` tables (``broker.egress.operations.parsing.SECTIONS``) as read at ``path``."""
     return tuple(
         Section(f"{title}: {suffix}", path + below, tuple(Key(*key) for key in keys), intro)
         for suffix, below, keys, intro in OPERATIONS_SECTIONS

@@ -43,6 +43,7 @@ FIGURES = (
     "operations",
     "terminated",
     "metrics",
+    "approvals",
 )
 #: egress, dynamic and daemon start what they need themselves (a proxy, OpenBao + PostgreSQL, OpenBao + a daemon).
 NEEDS_STACK = {

@@ -18,9 +18,9 @@ from broker.core.inputs.config import Config
 from broker.core.inputs.manifest import Manifest
 from broker.core.inputs.strictdata import parse_document
 from broker.egress.destinations import Destination
-from broker.egress.operations import NO_OPERATIONS, Operations, check_network, narrow, read_operations
+from broker.egress.operations import NO_OPERATIONS, Operations, check_network, narrowed, read_operations
 from broker.egress.policy import NO_NETWORK, NetworkDecision, decide_network, read_destinations
-from broker.vocab.errors import PolicyDenied, PolicyFileError
+from broker.vocab.errors import PolicyFileError
 from broker.vocab.fields import Fields, shown
 from broker.vocab.files import read_regular_file
 from broker.vocab.globs import any_match
@@ -339,7 +339,10 @@ def decide(policy: Policy, manifest: Manifest, requester: Requester, config: Con
     network = decide_network(manifest.network, [(r.id, r.network) for r in rules])
     if root_reason and not network.allowed:
         network = NetworkDecision(network.requested, False, None, (root_reason,))
-    operations, widening = _operations(rules, network, manifest.operations)
+    # The rule whose network allows the destinations limits what the session does there (none: no proxy to limit).
+    asked = manifest.operations
+    limiting = next((r for r in rules if r.id == network.rule), None) if network.allowed else None
+    operations, widening = (NO_OPERATIONS, ()) if not limiting else narrowed(limiting.id, limiting.operations, asked)
     allowed = all(d.allowed for d in final) and network.allowed and not widening
     drawn = {rule.id: rule for rule in (*used_rules, *(r for r in rules if r.id == network.rule))}
     needs = tuple((rule.id, rule.approval) for rule in drawn.values() if rule.approval is not None)
@@ -357,18 +360,6 @@ def decide(policy: Policy, manifest: Manifest, requester: Requester, config: Con
         approval,
         depth,
     )
-
-
-def _operations(rules: list[Rule], network: NetworkDecision, asked: Operations) -> tuple[Operations, tuple[str, ...]]:
-    """The effective operations: those of the rule whose ``network`` allows the session's destinations, narrowed
-    by the manifest's (each widening key a reason). A session without destinations has no proxy to limit."""
-    if not network.allowed or network.rule is None:
-        return NO_OPERATIONS, ()
-    rule = next(r for r in rules if r.id == network.rule)
-    try:
-        return narrow(rule.id, rule.operations, asked), ()
-    except PolicyDenied as denied:  # each reason names the widening key (operations.git.push[0]: ...)
-        return NO_OPERATIONS, tuple(f"rule {rule.id}: {reason}" for reason in denied.reasons)
 
 
 def _decide_credential(

@@ -41,6 +41,7 @@ FIGURES = (
     "latency",
     "fleet",
     "operations",
+    "terminated",
     "metrics",
     "approvals",
 )

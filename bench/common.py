@@ -42,6 +42,7 @@ FIGURES = (
     "fleet",
     "fleetrevoke",
     "operations",
+    "terminated",
     "metrics",
     "approvals",
 )

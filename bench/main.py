@@ -21,12 +21,17 @@ median over repeated runs, both sides of a ratio interleaved in the same run:
   fleet       3 hosts on one PostgreSQL store x N concurrent cycles; the store's cost per issue/revoke vs SQLite
   fleetrevoke a revoke on host B of host A's GitHub session, confirmed by A's daemon (p95 of B's command)
   operations  the operations check's decision per request, in process (REST, GraphQL, reviews, git push and fetch)
+  terminated  through a terminated host: the operations decision's added latency per request (keep-alive,
+              with vs without operations), 1,000 requests/s with every request logged (backlog, records,
+              the log's cost per record), a 50 MiB git push through the proxy vs direct over a modelled
+              40 ms, 1 Gbit/s link and on loopback
   metrics     a /metrics scrape with 10,000 live sessions in a real SQLite store; span() with tracing off and on
   approvals   through ``broker serve``: approve-to-session, a child session against an issue, 100 pending listed
 
-The fleet figure starts a PostgreSQL of its own beside the stack (bench/fleet.py); the last three
-start what they need themselves (bench/egress.py,
-bench/vault_dynamic.py, bench/daemon.py; each also runs alone with ``python -m``).
+The fleet figure starts a PostgreSQL of its own beside the stack (bench/fleet.py); egress, dynamic,
+daemon and terminated start what they need themselves (bench/egress.py, bench/vault_dynamic.py,
+bench/daemon.py, bench/terminated.py with bench/gitpush.py and bench/proxychild.py; each also runs
+alone with ``python -m``).
 
 Prints a table and writes ``bench-results/bench-<git short sha>.json`` and
 ``bench-results/latest.json``. ``--quick`` for a smoke run, ``--only a,b``
@@ -79,6 +84,7 @@ from bench.metrics import figure_metrics
 from bench.operations import figure_operations
 from bench.stack_rtt import figure_latency
 from bench.sweep import figure_sweep
+from bench.terminated import figure_terminated
 from bench.vault_dynamic import figure_dynamic
 
 # -- main ----------------------------------------------------------------------------------
@@ -305,6 +311,8 @@ def main(argv: Sequence[str]) -> int:
                 steps.append(("fleetrevoke", lambda: figure_fleet_revoke(settings, report, need(stack))))
             if "operations" in selected:
                 steps.append(("operations", lambda: figure_operations(settings, report)))
+            if "terminated" in selected:
+                steps.append(("terminated", lambda: figure_terminated(settings, report)))
             if "metrics" in selected:
                 steps.append(("metrics", lambda: figure_metrics(settings, report)))
             for name, step in steps:

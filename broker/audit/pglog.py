@@ -16,11 +16,11 @@ the core.
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from broker.audit.keys import AuditKeys
-from broker.audit.log import GENESIS, canonical, checkpoint_fields, new_record
+from broker.audit.log import GENESIS, Entry, canonical, checkpoint_fields, new_record
 from broker.vocab.errors import ConfigError, StoreError
 from broker.vocab.tracing import span
 
@@ -50,6 +50,14 @@ class PostgresIssuanceLog:
             traced.set(seq=record["seq"])
         self.appended += 1
         return record
+
+    def append_many(self, entries: Sequence[Entry]) -> list[dict[str, Any]]:
+        """Every entry in one transaction, under the one advisory lock: a chained run of records, or none."""
+        if not entries:
+            return []
+        records: list[dict[str, Any]] = self._run(lambda conn: self._append_all(conn, entries))
+        self.appended += len(records)
+        return records
 
     def head(self) -> tuple[int, str]:
         head: tuple[int, str] = self._run(_head)
@@ -87,6 +95,25 @@ class PostgresIssuanceLog:
                 (record["seq"], record["hash"], self.host, canonical(record).decode("utf-8")),
             )
         return record
+
+    def _append_all(self, conn: Any, entries: Sequence[Entry]) -> list[dict[str, Any]]:
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (LOG_LOCK,))
+            seq, prev = _head(conn)
+            records = []
+            for entry in entries:
+                seq += 1
+                record = new_record(
+                    seq, prev, entry.event, entry.session, entry.task, entry.requester, dict(entry.fields)
+                )
+                records.append(record)
+                prev = record["hash"]
+            with conn.cursor() as cursor:
+                cursor.executemany(
+                    "INSERT INTO issuance_log (seq, hash, host, record) VALUES (%s, %s, %s, %s)",
+                    [(r["seq"], r["hash"], self.host, canonical(r).decode("utf-8")) for r in records],
+                )
+        return records
 
     def _list_key(self, conn: Any) -> None:
         public = "ed25519:" + base64.b64encode(self.keys.signing.public_raw()).decode()

@@ -14,11 +14,22 @@ from __future__ import annotations
 from typing import Any
 
 from broker.cli.reference_env import render_hints
+from broker.egress.operations.parsing import SECTIONS as OPERATIONS_SECTIONS
 from broker.vocab.reference import Key, Section
 from providers.base import Provider
 from providers.registry import provider_classes
 
 DURATION = "duration"
+
+
+def operations_sections(title: str, path: str) -> tuple[Section, ...]:
+    """The ``operations`` tables (``broker.egress.operations.parsing.SECTIONS``) as read at ``path``."""
+    return tuple(
+        Section(f"{title}: {suffix}", path + below, tuple(Key(*key) for key in keys), intro)
+        for suffix, below, keys, intro in OPERATIONS_SECTIONS
+    )
+
+
 CORE_CONFIG = (
     Section(
         "Config: top level",
@@ -92,6 +103,7 @@ CORE_CONFIG = (
             Key("providers", "table", False, "One [providers.NAME] table per provider instance."),
             Key("audit", "table", False, "[audit]: the issuance log's witness."),
             Key("daemon", "table", False, "[daemon]: broker serve, and the CLI as its thin client."),
+            Key("egress", "table", False, "[egress]: the session proxy's upstream trust."),
             Key("telemetry", "table", False, "[telemetry]: traces to an OpenTelemetry collector."),
         ),
         "Relative paths are relative to the config file. Durations: 90s, 15m, 1h or whole seconds.",
@@ -115,6 +127,16 @@ CORE_CONFIG = (
         ),
         "The bucket must have Object Lock enabled; the broker's identity needs s3:PutObject and"
         " s3:PutObjectRetention on PREFIX, auditors s3:ListBucketVersions.",
+    ),
+    Section(
+        "Config: [egress]",
+        "egress",
+        (
+            Key(
+                "upstream_ca_file", "path", False, "CA bundle the proxy checks operations-only hosts against.", "system"
+            ),
+        ),
+        "A credential's own hosts keep their provider's upstream_ca_file.",
     ),
     Section(
         "Config: [daemon]",
@@ -178,6 +200,7 @@ CORE_MANIFEST = (
             Key("ttl", DURATION, False, "Session lifetime; capped by policy and config.", "default_ttl"),
             Key("sandbox", "table", False, "Who owns the files and where they are mounted."),
             Key("network", "table", False, "What the sandbox may reach (exec --network allowlist).", "none"),
+            Key("operations", "table", False, "Narrows the rule's operations (the same shape).", "the rule's"),
             Key("credentials", "list", True, "1 to 64 credentials."),
         ),
         "Untrusted input: unknown keys, duplicate keys, YAML tags, anchors and aliases are refused (exit 2).",
@@ -228,6 +251,7 @@ CORE_POLICY = (
             Key("sandbox_gids", "list", False, 'Sandbox gids allowed: integers or "A-B" ranges.', "none"),
             Key("allow_root_sandbox", "boolean", False, "Allow a sandbox uid/gid of 0.", "false"),
             Key("network", "list", False, f"Destinations sessions may ask for: {DESTINATION}.", "none"),
+            Key("operations", "table", False, "What sessions may do on their hosts (git, github_api, http)."),
             Key(
                 "approval",
                 "table",
@@ -316,8 +340,13 @@ def _sections() -> tuple[tuple[Section, ...], tuple[Section, ...], tuple[Section
         *CORE_MANIFEST[:-1],
         _with_provider_keys(CORE_MANIFEST[-1], manifest_keys),
         *(section for cls in classes for section in cls.reference().sections),
+        *operations_sections("Manifest", "operations"),
     )
-    policy = (*CORE_POLICY[:-1], _with_provider_keys(CORE_POLICY[-1], grant_keys))
+    policy = (
+        *CORE_POLICY[:-1],
+        _with_provider_keys(CORE_POLICY[-1], grant_keys),
+        *operations_sections("Policy file", "rules[].operations"),
+    )
     return config, manifest, policy
 
 

@@ -97,6 +97,46 @@ def decision_lines(decision: dict[str, Any]) -> list[str]:
         verdict = f"allowed by rule {network['rule']}" if network["allowed"] else "denied"
         lines.append(f"  network ({', '.join(network['allow'])}): {verdict}")
         lines += [f"    - {reason}" for reason in network["reasons"]]
+    operations = decision.get("operations")
+    if operations:
+        lines += operations_lines(operations)
+    return lines
+
+
+def _listed(items: list[str]) -> str:
+    return ", ".join(items) or "none"
+
+
+def operations_lines(operations: dict[str, Any]) -> list[str]:
+    """The effective operations, section by section in the order they apply (what the session's proxy enforces);
+    a section whose every host an earlier one of its kind names never applies and is left out."""
+    if operations["reasons"]:
+        lines = ["  operations: denied (the manifest widens the rule's)"]
+        return lines + [f"    - {reason}" for reason in operations["reasons"]]
+    lines = [f"  operations (rule {operations['rule']}, enforced by the session's proxy):"]
+    seen: dict[str, set[str]] = {"git": set(), "github_api": set(), "http": set()}
+
+    def applies(kind: str, hosts: list[str]) -> bool:
+        fresh = not set(hosts) <= seen[kind]
+        seen[kind].update(hosts)
+        return fresh
+
+    for git in operations["git"]:
+        if applies("git", git["hosts"]):
+            delete = "allowed" if git["delete"] else "refused"
+            lines.append(
+                f"    git on {_listed(git['hosts'])}: fetch and clone; push {_listed(git['push'])}; deletions {delete}"
+            )
+    for api in operations["github_api"]:
+        if applies("github_api", api["hosts"]):
+            approve = "allowed" if api["reviews"]["approve"] else "refused"
+            lines.append(f"    github_api on {_listed(api['hosts'])}:")
+            lines.append(f"      allow {_listed(api['allow'])}")
+            lines.append(f"      deny {_listed(api['deny'])}")
+            lines.append(f"      review approvals {approve}; GraphQL mutations {_listed(api['graphql_mutations'])}")
+    for entry in operations["http"]:
+        if applies("http", [entry["host"]]):
+            lines.append(f"    http on {entry['host']}: {_listed(entry['methods'])} on {_listed(entry['paths'])}")
     return lines
 
 

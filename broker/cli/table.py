@@ -286,6 +286,8 @@ COMMANDS = (
         ("audit", "list"),
         f"{AUDIT}.reading:list_records",
         "Read the log as an auditor, filtered.\n\n"
+        "With --event egress.request the table shows each request a session made through its proxy (credential,\n"
+        "method, host, path, decision, rule, status); --json gives every field, the hashes included.\n\n"
         "Example: broker audit list --task fix-build-123 --since 2026-11-29T00:00:00Z",
         (
             _session("Only this session."),

@@ -26,7 +26,7 @@ from broker.core.broker import Broker, Requester, new_session_id
 from broker.core.delegation.coverage import Delegated, cover
 from broker.core.delegation.lineage import ancestors
 from broker.core.inputs.manifest import Manifest, parse_manifest
-from broker.core.inputs.policy import Decision
+from broker.core.inputs.policy import Decision, decide
 from broker.core.issuing import DelegationSocket, issuing
 from broker.core.session_document import SessionDocument
 from broker.core.store.interface import SessionRecord
@@ -76,7 +76,15 @@ def check_child(broker: Broker, parent: SessionRecord, manifest: Manifest) -> De
         identity=(parent.uid, parent.gid),
     )
     held = broker.store.credentials(parent.id)
-    reasons, decision = cover(broker.config, parent, parent_manifest, held, manifest, broker.clock())
+    # The parent's operations as its rules limit them now: the child's proxy is limited by them too.
+    limits = decide(broker.policy, parent_manifest, broker.requester, broker.config)
+    if not limits.allowed:
+        reasons = [f"parent: session {parent.id}'s own manifest is no longer allowed by the policy"]
+        decision = None
+    else:
+        reasons, decision = cover(
+            broker.config, parent, parent_manifest, held, manifest, broker.clock(), limits.operations
+        )
     if decision is not None:
         return decision
     broker.log.append(

@@ -17,7 +17,11 @@ With ``--network allowlist`` (the default when the manifest has a
 way out is the session's egress proxy (``broker.egress``), bridged in on
 ``127.0.0.1:PORT``; the refused destinations are logged as ``egress.denied``
 when the command ends, and the refused requests to credential hosts as
-``egress.refused`` (``broker.egress.records``).
+``egress.refused`` (``broker.egress.records``). The proxy terminates TLS for
+the hosts of ``inject: proxy`` credentials and the hosts the session's
+operations limit; each request to them is an ``egress.request`` record,
+written while the command runs (``broker.egress.terminate.writer``) and all
+in the log before the session's revocation is.
 
 A session whose rules need an approval is waited for (``wait`` seconds,
 default its rule's timeout; ``on_pending`` is told the request first) and
@@ -45,9 +49,10 @@ from broker.core.revoking import RevokeReport, revoke_locked
 from broker.core.session_document import SessionDocument
 from broker.core.session_socket import SessionSocket
 from broker.egress.bridge import forwarder_argv, proxy_hints
-from broker.egress.inject import Interceptor
 from broker.egress.records import log_denials
 from broker.egress.running import RunningProxy, running_proxy
+from broker.egress.terminate.plan import Interceptor
+from broker.egress.terminate.writer import EvidenceWriter
 from broker.host.control import ControlSocket
 from broker.host.egress_socket import EgressSocket, egress_root
 from broker.host.sandbox import EGRESS_SOCKET, SANDBOX_PATH, WORKSPACE
@@ -145,8 +150,9 @@ def execute(
 ) -> ExecResult:
     """Issue, run the command, revoke; returns the command's exit status as a shell reports it."""
     check_sandbox_available(options, manifest)
-    check_proxied(manifest, network_mode(options, manifest))
-    interceptor = session_interceptor(broker.config, manifest)
+    mode = network_mode(options, manifest)
+    check_proxied(manifest, mode)
+    interceptor = session_interceptor(broker.config, manifest) if mode == "allowlist" else None
     # Inside, the sandbox user; without root, the broker's own user (a user namespace maps the one to the other).
     owner = (manifest.sandbox.uid, manifest.sandbox.gid) if os.geteuid() == 0 else (os.geteuid(), os.getegid())
     delegation = DelegationSocket(owner)
@@ -164,10 +170,13 @@ def execute(
                     stack.enter_context(SessionSocket(broker, session_id, delegation.listener, owner[0]))
                 stack.enter_context(ControlSocket(broker.config.state_dir, session_id, halt))
                 proxy = None
-                if network_mode(options, manifest) == "allowlist":
+                if mode == "allowlist":
                     sandbox = (manifest.sandbox.uid, manifest.sandbox.gid) if os.geteuid() == 0 else None
                     unix = EgressSocket(egress_root(broker.runtime), session_id, sandbox, passable=False)
-                    proxy = stack.enter_context(running_proxy(manifest.network, unix=unix, interceptor=interceptor))
+                    evidence = session_evidence(broker, session_id, manifest.task)
+                    proxy = stack.enter_context(
+                        running_proxy(manifest.network, unix=unix, interceptor=interceptor, evidence=evidence)
+                    )
                     stack.callback(_log_denials, broker, proxy, session_id, manifest.task)
                 if interceptor is not None:
                     stack.callback(interceptor.revoke)  # the proxy refuses before the providers revoke
@@ -181,6 +190,11 @@ def execute(
     finally:
         lock.release()
     return ExecResult(status=status, session=session_id, revoke=report)
+
+
+def session_evidence(broker: Broker, session_id: str, task: str) -> EvidenceWriter:
+    """Where the session's proxy appends its ``egress.request`` records: the issuance log, from its own thread."""
+    return EvidenceWriter(broker.log, session=session_id, task=task, requester=str(broker.requester))
 
 
 def _log_denials(broker: Broker, proxy: RunningProxy, session_id: str, task: str) -> None:

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 from broker.host.spawning import GRACE, stop
 
 if TYPE_CHECKING:
-    from broker.egress.inject import Interceptor
     from broker.egress.running import RunningProxy
+    from broker.egress.terminate.plan import Interceptor
 
 
 class Halt:

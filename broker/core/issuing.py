@@ -48,7 +48,7 @@ from broker.core.approvals.digest import digest_of, same_digest
 from broker.core.approvals.ticket import awaiting, open_request, summary
 from broker.core.broker import Broker, new_session_id, preload_providers
 from broker.core.credential.mint import Minting
-from broker.core.credential.proxied import ca_files, ca_hints, hold_in_proxy, require_proxy
+from broker.core.credential.proxied import ca_files, ca_hints, hold_in_proxy, limit_operations, require_proxy
 from broker.core.credential.reserving import Reservation, log_denial, reserved
 from broker.core.credential.revoke import revoke_credential
 from broker.core.credential.withholding import cause_text
@@ -57,7 +57,7 @@ from broker.core.inputs.policy import Decision, decide
 from broker.core.session_document import IssuedCredential, SessionDocument
 from broker.core.store.interface import ApprovalRecord, SessionRecord
 from broker.core.store.states import SETTLED_CREDENTIAL_STATES, CredentialState, SessionState
-from broker.egress.inject import Interceptor
+from broker.egress.terminate.plan import Interceptor
 from broker.host.sessiondir import SOCKET_NAME, SessionDirectory
 from broker.host.signals import signals_blocked
 from broker.vocab.errors import (
@@ -123,16 +123,17 @@ def issuing(
 
     An exception raised in the block, or a signal arriving, revokes every
     credential again (exit 4, its message naming what became of them).
-    ``interceptor`` takes the secrets of ``inject: proxy`` credentials
-    (``broker.core.credential.proxied``). A decision that needs an approval
-    raises ``AwaitingApproval`` once the request is stored, unless it is the
-    ``approved`` request's own (same digest).
+    ``interceptor`` (the session proxy's) takes the secrets of ``inject: proxy``
+    credentials and the effective operations (``broker.core.credential.proxied``).
+    A decision that needs an approval raises ``AwaitingApproval`` once the
+    request is stored, unless it is the ``approved`` request's own (same digest).
     """
     require_proxy(manifest, interceptor)
     decision = delegated.decision if delegated is not None else check(broker, manifest)
     if not decision.allowed:
         log_denial(broker, manifest, decision, decision.reasons)
         raise PolicyDenied(decision.denial_message(), decision.reasons)
+    limit_operations(interceptor, decision)
     _check_sandbox_owner(manifest)
     broker.log.head()  # a log that cannot take records (torn, unreadable) fails the issue before anything is minted
     if approved is not None:
@@ -297,7 +298,7 @@ class Issuing(Minting):
         env["BROKER_SESSION"] = self.session_id
         if self.delegation is not None:  # the thin client in the sandbox asks this session's socket for children
             env["BROKER_SOCKET"] = str(PurePosixPath(manifest.sandbox.mount_path) / SOCKET_NAME)
-        if self.interceptor is not None and manifest.proxied:
+        if self.interceptor is not None and self.interceptor.terminates:
             for name, data in ca_files(self.interceptor).items():
                 self.directory.write_file(name, data)
             env.update(ca_hints(manifest.sandbox.mount_path))

@@ -9,7 +9,8 @@ killed), when the session expires, or when the daemon stops: nothing outlives
 the launcher. With an allowlist the session's egress proxy runs here (the
 ``inject: proxy`` secrets never leave the daemon) on a Unix socket the client
 binds into its sandbox; ending the session closes the proxy first, so it
-refuses at once, and then revokes at the providers. Each held session
+refuses at once, and then revokes at the providers; stopping the proxy writes
+its last ``egress.request`` records before the revocation is logged. Each held session
 listens on the same control socket as a direct ``exec``
 (``broker.host.control``), so a direct-mode ``broker revoke`` on this host
 asks the daemon instead of waiting on the lock: the proxy refuses at once
@@ -34,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from broker.core.broker import Broker
 from broker.core.credential.proxied import session_interceptor
-from broker.core.executing import ExecOptions, check_proxied, child_environment, network_mode
+from broker.core.executing import ExecOptions, check_proxied, child_environment, network_mode, session_evidence
 from broker.core.halting import Halt
 from broker.core.inputs.manifest import Manifest
 from broker.core.issuing import DelegationSocket, issue
@@ -54,7 +55,7 @@ from broker.vocab.errors import BadInput
 from broker.vocab.holding import Lock
 
 if TYPE_CHECKING:
-    from broker.egress.inject import Interceptor
+    from broker.egress.terminate.plan import Interceptor
 
 WAKE = 0.5  # how often a hold looks at the session's expiry and the daemon's stop
 
@@ -107,7 +108,7 @@ class Holds:
         check_network_enforceable(options.sandbox, mode)  # the client builds the sandbox: it checks the rest
         check_proxied(manifest, mode)
         owner = _socket_owner(peer, manifest) if mode == "allowlist" else None
-        interceptor = session_interceptor(broker.config, manifest)
+        interceptor = session_interceptor(broker.config, manifest) if mode == "allowlist" else None
         inside = _sandbox_peer(peer, manifest)
         delegation = DelegationSocket(inside)
         approved = _approved(broker, peer, body)
@@ -132,7 +133,8 @@ class Holds:
                 # directory, which stays the daemon's (it can swap nothing there); bwrap run by root needs no way in.
                 passable = peer.uid not in (0, os.geteuid())
                 unix = EgressSocket(egress_root(broker.runtime), held.session, owner, passable=passable)
-                proxy = EgressProxy(manifest.network, None, None, interceptor)
+                evidence = session_evidence(broker, held.session, held.task)
+                proxy = EgressProxy(manifest.network, None, None, interceptor, evidence)
                 if broker.metrics is not None:
                     proxy.decided = broker.metrics.egress  # each decision counted in the daemon's metrics
                 held.proxy = RunningProxy(proxy)

@@ -1,10 +1,13 @@
-"""The per-session CA the egress proxy terminates TLS with, for the hosts of ``inject: proxy`` credentials only.
+"""The per-session CA the egress proxy terminates TLS with, for the hosts it terminates only.
 
-An EC P-256 key made in memory when the session is issued and dropped with
-the proxy: it is never written to a file. Its certificate is name-constrained
-to the credential hosts (a critical ``NameConstraints`` extension), so even a
-sandbox that trusts it trusts it for those hosts and nothing else; it lives
-no longer than the session. Leaf certificates are made per host on first use.
+Those are the hosts of ``inject: proxy`` credentials and the hosts the
+session's ``operations`` limit. An EC P-256 key made in memory when the
+session is issued and dropped with the proxy: it is never written to a file.
+Its certificate is name-constrained to those hosts (a critical
+``NameConstraints`` extension; an operations entry ``*.example.com`` is the
+subtree ``example.com``), so even a sandbox that trusts it trusts it for those
+hosts and nothing else; it lives no longer than the session. Leaf
+certificates are made per host on first use (at most ``MAX_LEAVES`` kept).
 ``ssl`` loads a certificate chain only from a path, so the leaf key goes
 through an anonymous memory file (``memfd``) that is closed at once.
 """
@@ -24,6 +27,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 CLOCK_SLACK = timedelta(minutes=5)
+MAX_LEAVES = 256  # leaf contexts kept; a wildcard host could otherwise ask for one per name
 
 
 def _general_name(host: str) -> x509.GeneralName:
@@ -33,7 +37,23 @@ def _general_name(host: str) -> x509.GeneralName:
         return x509.DNSName(host)
 
 
+def _subject(host: str) -> x509.Name:
+    """The leaf's subject: the host name as its common name; none for an address (its subjectAltName names it).
+
+    With a DNS name beside an address among the hosts, the CA has a DNS constraint, and both OpenSSL (for a common
+    name that looks like a DNS name, as ``127.0.0.1`` does) and GnuTLS (for any common name of a certificate
+    without a DNS subjectAltName) check the common name against it: an address's leaf with a common name fails.
+    """
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host[:64])])
+    return x509.Name([])
+
+
 def _subtree(host: str) -> x509.GeneralName:
+    if host.startswith("*."):
+        return x509.DNSName(host[2:])  # the suffix and every name under it (the proxy asks only for those under)
     try:
         address = ipaddress.ip_address(host)
     except ValueError:
@@ -42,7 +62,7 @@ def _subtree(host: str) -> x509.GeneralName:
 
 
 class SessionCA:
-    """A CA for ``hosts`` (names or IP literals), valid until ``not_after``."""
+    """A CA for ``hosts`` (names, ``*.`` + a suffix, or IP literals), valid until ``not_after``."""
 
     def __init__(self, hosts: Sequence[str], not_after: datetime, label: str = "broker session") -> None:
         if not hosts:
@@ -89,13 +109,20 @@ class SessionCA:
     def pem(self) -> bytes:
         return self.certificate.public_bytes(serialization.Encoding.PEM)
 
+    def covers(self, host: str) -> bool:
+        """Whether ``host`` (canonical) is one of ``hosts``, or a name under one of its ``*.`` suffixes."""
+        return host in self.hosts or any(h.startswith("*.") and host.endswith(h[1:]) for h in self.hosts)
+
     def server_context(self, host: str) -> ssl.SSLContext:
-        """A TLS server context presenting a leaf certificate for ``host`` (one of ``hosts``)."""
-        if host not in self.hosts:
+        """A TLS server context presenting a leaf certificate for ``host`` (one the CA ``covers``)."""
+        if not self.covers(host) or host.startswith("*."):
             raise ValueError("not a host of this session CA")
-        context = self._contexts.get(host)
+        context = self._contexts.pop(host, None)  # taken out and put back last: the oldest goes first
         if context is None:
-            context = self._contexts[host] = self._make_context(host)
+            context = self._make_context(host)
+            while len(self._contexts) >= MAX_LEAVES:
+                self._contexts.pop(next(iter(self._contexts)))
+        self._contexts[host] = context
         return context
 
     def _make_context(self, host: str) -> ssl.SSLContext:
@@ -103,14 +130,14 @@ class SessionCA:
         ca_public = self._key.public_key()
         leaf = (
             x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host[:64])]))
+            .subject_name(_subject(host))
             .issuer_name(self.certificate.subject)
             .public_key(key.public_key())
             .serial_number(x509.random_serial_number())
             .not_valid_before(self._not_before)
             .not_valid_after(self._not_after)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.SubjectAlternativeName([_general_name(host)]), critical=False)
+            .add_extension(x509.SubjectAlternativeName([_general_name(host)]), critical=not _subject(host))
             .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
             .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_public), critical=False)
             .sign(self._key, hashes.SHA256())

@@ -1,5 +1,5 @@
-"""The small parts of one exchange through the egress proxy: the refusal, the CONNECT authority, the proxy's own
-answer, the headers never passed on, closing a stream.
+"""The small parts of one exchange through the egress proxy: its limits, the refusal, the CONNECT authority, the
+proxy's own answer, the headers never passed on, reading h11 events with a timeout, closing a stream.
 
 Split from ``broker.egress.proxy`` (which decides and forwards) so that module stays readable; nothing here holds
 state.
@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+from dataclasses import dataclass
 
 import h11
 
@@ -28,6 +29,21 @@ HOP_BY_HOP = frozenset(
         b"expect",
     }
 )
+
+
+@dataclass(frozen=True)
+class ProxyLimits:
+    max_connections: int = 128
+    max_head_bytes: int = 16 * 1024
+    chunk: int = 32 * 1024
+    body_chunk: int = 256 * 1024  # a read of a request or answer body inside a terminated tunnel
+    connect_timeout: float = 10.0
+    head_timeout: float = 30.0
+    keepalive_timeout: float = 120.0  # a terminated tunnel waiting for its next request
+    idle_timeout: float = 900.0
+    max_denied_destinations: int = 256  # distinct refused destinations, and distinct refused requests, counted
+    max_checked_answer: int = 1024 * 1024  # a guarded JSON answer held back and checked (Vault: wrap_info)
+    max_discarded_body: int = 256 * 1024 * 1024  # the rest of a refused request's body read and dropped, at most
 
 
 class Refused(Exception):
@@ -95,3 +111,31 @@ async def _close(writer: asyncio.StreamWriter) -> None:
         await asyncio.wait_for(writer.wait_closed(), 5)
     with contextlib.suppress(Exception):
         writer.transport.abort()
+
+
+Event = h11.Event | type[h11.PAUSED] | type[h11.NEED_DATA]
+
+
+async def next_event(conn: h11.Connection, reader: asyncio.StreamReader, timeout: float, chunk: int) -> Event:
+    """The next event of ``conn``, reading up to ``chunk`` bytes at a time; ``TimeoutError`` after ``timeout``."""
+    while True:
+        event = conn.next_event()
+        if event is not h11.NEED_DATA:
+            return event
+        data = await asyncio.wait_for(reader.read(chunk), timeout)
+        conn.receive_data(data)
+
+
+async def read_head(conn: h11.Connection, reader: asyncio.StreamReader, limits: ProxyLimits, timeout: float) -> Event:
+    """The next request head (or what ends the connection), refused once more than ``max_head_bytes`` arrived
+    without completing it."""
+    received = 0
+    while True:
+        event = conn.next_event()
+        if event is not h11.NEED_DATA:
+            return event
+        if received >= limits.max_head_bytes:
+            raise Refused(400, f"the request head is larger than {limits.max_head_bytes} bytes")
+        data = await asyncio.wait_for(reader.read(limits.max_head_bytes - received + 1), timeout)
+        received += len(data)
+        conn.receive_data(data)

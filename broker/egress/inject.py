@@ -2,18 +2,21 @@
 
 A placeholder has the shape of the secret it stands for (its prefix, such
 as ``ghs_`` or ``hvs.``, then random letters and digits to the same length),
-so clients accept it unchanged. The proxy swaps it for the secret only in
-requests to the credential's own hosts (which it reaches over verified TLS)
-and only in ``Authorization`` (``Bearer``, ``token``, ``Basic`` with any
-user name, the way git sends it) and the headers its provider names as
-holding the token whole (``Injection.token_headers``). Anywhere else the
-placeholder goes out as it is. An answer can carry the secret back (a token
-lookup may show the token's id): in the body of every answer from
-those hosts, asked for without compression, the secret becomes its
-placeholder again (the same length, so the framing holds). Once the session is revoked, the proxy
-refuses every request to those hosts at once, before the provider's own
-revocation lands. What a request to those hosts must be (its own ``Host``;
-nothing the credential's provider guards against, ``Injection.guard``) is
+so clients accept it unchanged. ``HeaderSwap`` is the injector
+(``broker.egress.terminate.injector``) of such a token: it swaps the
+placeholder for the secret only in requests to the credential's own hosts
+(which the proxy reaches over verified TLS) and only in ``Authorization``
+(``Bearer``, ``token``, ``Basic`` with any user name, the way git sends it)
+and the headers its provider names as holding the token whole
+(``Injection.token_headers``). Anywhere else the placeholder goes out as it
+is. An answer can carry the secret back (a token lookup may show the
+token's id): in the body of every answer from those hosts, asked for
+without compression, the ``Masker`` turns the secret into its placeholder
+again (the same length, so the framing holds). Once the session is
+revoked, the proxy refuses every request to those hosts at once, before the
+provider's own revocation lands. What a request to those hosts must be (its
+own ``Host``; nothing the credential's provider guards against,
+``Injection.guard``) is
 ``broker.egress.guards``.
 """
 
@@ -24,15 +27,14 @@ import binascii
 import hmac
 import re
 import secrets
-import ssl
 import string
-import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from broker.egress.ca import SessionCA
+from broker.egress.operations import Answer
+from broker.egress.terminate.injector import HeadOnly, RequestHead
 from broker.vocab.secret import Secret
 
 if TYPE_CHECKING:  # the guards bring h11 and asyncio: the proxy's, not an issue's
@@ -64,70 +66,48 @@ class Injection:
     upstream_ca_file: Path | None = None  # what the real hosts' certificates are checked against; None: the system's
     token_headers: frozenset[bytes] = frozenset()  # lower-case names of headers, beside Authorization, holding it whole
     guard: AnswerGuard | None = None  # what its provider keeps from its hosts (``broker.egress.guards``)
+    name: str = ""  # the credential's name in the manifest (for the evidence records)
 
 
-class Interceptor:
-    """What the proxy needs to terminate TLS for the credential hosts and put the secrets in."""
+class HeaderSwap:
+    """The injector of one ``Injection``: the placeholder becomes the secret in the headers that carry tokens."""
 
-    def __init__(self, ca: SessionCA) -> None:
-        self.ca = ca
-        self._injections: list[Injection] = []
-        self._revoked = threading.Event()
-        self._upstream: dict[Path | None, ssl.SSLContext] = {}
-
-    def add(self, injection: Injection) -> None:
-        if any(host not in self.ca.hosts for host, _ in injection.hosts):
-            raise ValueError("an injection host outside the session CA")
-        self._injections.append(injection)
-
-    def intercepts(self, host: str, port: int) -> bool:
-        return any((host, port) in injection.hosts for injection in self._injections)
-
-    def answer_guard(self, host: str, port: int) -> AnswerGuard | None:
-        """What the provider of the credential of ``host``:``port`` keeps from it (None: nothing)."""
-        return next((i.guard for i in self._injections if (host, port) in i.hosts and i.guard is not None), None)
-
-    def credential_ports(self, host: str) -> list[int]:
-        """The ports ``host`` (canonical) is a credential host on, whichever port it is asked for on."""
-        return sorted({p for injection in self._injections for h, p in injection.hosts if h == host})
-
-    def revoke(self) -> None:
-        """From now on every request to a credential host is refused, and the secrets are dropped."""
-        self._revoked.set()
-        self._injections = [replace(i, secret=Secret(b"")) for i in self._injections]
+    def __init__(self, injection: Injection) -> None:
+        self.injection = injection
+        self._secret: bytes | None = injection.secret.reveal_bytes() or None
 
     @property
-    def revoked(self) -> bool:
-        return self._revoked.is_set()
+    def credential(self) -> str:
+        return self.injection.name
 
-    def upstream_context(self, host: str, port: int) -> ssl.SSLContext:
-        """TLS to the real host, verified against its credential's ``upstream_ca_file`` or the system's CAs."""
-        ca_file = next((i.upstream_ca_file for i in self._injections if (host, port) in i.hosts), None)
-        context = self._upstream.get(ca_file)
-        if context is None:
-            cafile = str(ca_file) if ca_file is not None else None
-            context = self._upstream[ca_file] = ssl.create_default_context(cafile=cafile)
-        return context
+    @property
+    def hosts(self) -> frozenset[tuple[str, int]]:
+        return self.injection.hosts
 
-    def masker(self, host: str, port: int, sent: Sequence[Header] = (), swapped: Sequence[Header] = ()) -> Masker:
-        """What turns the secrets of ``host``:``port`` back into their placeholders in an answer, and each
-        credential ``swap`` changed (``sent`` became ``swapped``: a Basic pair is base64) back into what was sent."""
-        pairs = [
-            (i.secret.reveal_bytes(), i.placeholder.reveal_bytes())
-            for i in self._injections
-            if (host, port) in i.hosts and i.secret.reveal_bytes()
-        ]
-        for (_, before), (_, after) in zip(sent, swapped, strict=True):
-            if before != after:
-                pairs.append((after.partition(b" ")[2].strip() or after, before.partition(b" ")[2].strip() or before))
-        return Masker(pairs)
+    @property
+    def upstream_ca_file(self) -> Path | None:
+        return self.injection.upstream_ca_file
 
-    def swap(self, host: str, port: int, headers: Sequence[Header]) -> list[Header]:
-        """``headers`` with each placeholder of a credential of ``host``:``port`` replaced by its secret."""
-        mine = [i for i in self._injections if (host, port) in i.hosts and not self.revoked]
-        if not mine:
-            return list(headers)
-        return [(name, _swapped(name, value, mine)) for name, value in headers]
+    def swap(self, headers: Sequence[Header]) -> list[Header] | None:
+        """``headers`` with the placeholder replaced by the secret; None when no header holds the placeholder."""
+        secret = self._secret
+        if secret is None:
+            return None
+        swapped = [(name, _swapped(name, value, self.injection, secret)) for name, value in headers]
+        return swapped if swapped != list(headers) else None
+
+    def begin(self, head: RequestHead) -> HeadOnly | Answer | None:
+        swapped = self.swap(head.headers)
+        if swapped is None:
+            return None
+        return HeadOnly(RequestHead(head.method, head.target, tuple(swapped)))
+
+    def mask_pairs(self) -> Sequence[tuple[bytes, bytes]]:
+        secret = self._secret
+        return [(secret, self.injection.placeholder.reveal_bytes())] if secret is not None else []
+
+    def forget(self) -> None:
+        self._secret = None
 
 
 class Masker:
@@ -165,10 +145,10 @@ class Masker:
         return value
 
 
-def _swapped(name: bytes, value: bytes, injections: Sequence[Injection]) -> bytes:
-    whole = [injection for injection in injections if name in injection.token_headers]
-    if whole:
-        return _exchange(value, whole) or value
+def _swapped(name: bytes, value: bytes, injection: Injection, secret: bytes) -> bytes:
+    placeholder = injection.placeholder.reveal_bytes()
+    if name in injection.token_headers:
+        return secret if hmac.compare_digest(value, placeholder) else value
     if name != b"authorization":
         return value
     scheme, space, credential = value.partition(b" ")
@@ -176,8 +156,7 @@ def _swapped(name: bytes, value: bytes, injections: Sequence[Injection]) -> byte
     if not space:
         return value
     if scheme.lower() in (b"bearer", b"token"):
-        secret = _exchange(credential, injections)
-        return scheme + b" " + secret if secret is not None else value
+        return scheme + b" " + secret if hmac.compare_digest(credential, placeholder) else value
     if scheme.lower() == b"basic":
         try:
             user, colon, password = base64.b64decode(credential, validate=True).partition(b":")
@@ -185,16 +164,9 @@ def _swapped(name: bytes, value: bytes, injections: Sequence[Injection]) -> byte
             return value
         if not colon:
             return value
-        new_user, new_password = _exchange(user, injections), _exchange(password, injections)
-        if new_user is None and new_password is None:
+        user_is, password_is = hmac.compare_digest(user, placeholder), hmac.compare_digest(password, placeholder)
+        if not user_is and not password_is:
             return value
-        pair = (new_user or user) + b":" + (new_password or password)
+        pair = (secret if user_is else user) + b":" + (secret if password_is else password)
         return scheme + b" " + base64.b64encode(pair)
     return value
-
-
-def _exchange(candidate: bytes, injections: Sequence[Injection]) -> bytes | None:
-    for injection in injections:
-        if hmac.compare_digest(candidate, injection.placeholder.reveal_bytes()):
-            return injection.secret.reveal_bytes()
-    return None

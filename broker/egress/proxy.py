@@ -6,10 +6,16 @@ resolves to a loopback, link-local or private address is refused unless
 that address is itself listed. A refused request gets a 403 and nothing is
 sent upstream: no connection is even opened. Each refused destination is
 counted (bounded), for one ``egress.denied`` record per destination when the
-session ends. A request to a credential host that is refused (plain HTTP, or
-what ``broker.egress.guards`` refuses inside an intercepted tunnel) is
-counted by destination and reason the same way, for the ``egress.refused``
-records. Memory and connections are bounded: at most
+session ends. A CONNECT to a host the session's ``Interceptor`` terminates
+(a credential host, or a host the operations limit) is served by
+``broker.egress.terminate``: TLS with the session CA, then each request
+checked, its credential put in, forwarded and recorded (``egress.request``).
+A plain-HTTP request to a host the operations limit is checked and recorded
+the same way; one to a credential host is refused (the secret goes there
+only over verified TLS). A refused request to a terminated host (plain HTTP,
+or what ``broker.egress.guards`` refuses) is counted by destination and
+reason the same way, for the ``egress.refused`` records. Memory and
+connections are bounded: at most
 ``max_connections`` at once, request heads of at most ``max_head_bytes``,
 and buffers of ``chunk`` bytes with back-pressure in each direction; an
 open tunnel is copied by the kernel (``broker.egress.splice``). Plain
@@ -24,7 +30,6 @@ import asyncio
 import socket
 import ssl
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -32,36 +37,31 @@ import h11
 
 from broker.egress import splice
 from broker.egress.destinations import Destination, IPAddress, allowed, canonical_host
-from broker.egress.exchange import HOP_BY_HOP, Refused, _address, _answer, _close, _printable, parse_authority
-from broker.egress.guards import (
-    AnswerGuard,
-    HeldAnswer,
-    Refusal,
-    RefusedRequest,
-    checked_headers,
-    held_back,
-    tunnel_authority,
+from broker.egress.exchange import (
+    HOP_BY_HOP,
+    ProxyLimits,
+    Refused,
+    _address,
+    _answer,
+    _close,
+    _printable,
+    next_event,
+    parse_authority,
+    read_head,
 )
+from broker.egress.guards import Refusal, RefusedRequest, tunnel_authority
+from broker.egress.terminate.tunnel import serve_plain, serve_tunnel
 
-if TYPE_CHECKING:  # cryptography (for the session CA) loads only where a credential is intercepted
-    from broker.egress.inject import Interceptor, Masker
+if TYPE_CHECKING:
+    from broker.egress.terminate.plan import Interceptor
+    from broker.egress.terminate.writer import EvidenceWriter
+
+__all__ = ["EgressProxy", "ProxyLimits", "Resolver", "system_resolver"]
 
 OTHER_DESTINATIONS = "(other destinations)"
 
 #: (host, port) -> addresses; the system resolver unless a test passes a fixed table.
 Resolver = Callable[[str, int], Awaitable[Sequence[str]]]
-
-
-@dataclass(frozen=True)
-class ProxyLimits:
-    max_connections: int = 128
-    max_head_bytes: int = 16 * 1024
-    chunk: int = 32 * 1024
-    connect_timeout: float = 10.0
-    head_timeout: float = 30.0
-    idle_timeout: float = 900.0
-    max_denied_destinations: int = 256  # distinct refused destinations, and distinct refused requests, counted
-    max_checked_answer: int = 1024 * 1024  # a guarded JSON answer held back and checked (Vault: wrap_info)
 
 
 async def system_resolver(host: str, port: int) -> Sequence[str]:
@@ -78,9 +78,11 @@ class EgressProxy:
         limits: ProxyLimits | None = None,
         resolver: Resolver | None = None,
         interceptor: Interceptor | None = None,
+        evidence: EvidenceWriter | None = None,
     ) -> None:
         self.allow = allow
         self.interceptor = interceptor
+        self.evidence = evidence  # where the egress.request records of terminated hosts go
         self.limits = limits or ProxyLimits()
         self.resolver = resolver or system_resolver
         self.denials: dict[str, int] = {}
@@ -101,7 +103,7 @@ class EgressProxy:
         self.decided("denied")
         return Refused(403, f"egress to {destination} is not allowed for this session")
 
-    def _count_refusal(self, host: str, port: int, reason: Refusal) -> None:
+    def count_refusal(self, host: str, port: int, reason: Refusal) -> None:
         key = RefusedRequest(_destination(host, port), reason)
         if key not in self.refusals and len(self.refusals) >= self.limits.max_denied_destinations:
             key = RefusedRequest(OTHER_DESTINATIONS, reason)
@@ -132,9 +134,10 @@ class EgressProxy:
         self.decided("allowed")
         return vetted
 
-    async def _open(
+    async def open_upstream(
         self, host: str, port: int, tls: ssl.SSLContext | None = None
     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A connection to a vetted address of ``host``:``port`` (TLS verified for ``host`` when ``tls``)."""
         last: Exception | None = None
         for address in await self.vetted_addresses(host, port):
             try:
@@ -162,6 +165,7 @@ class EgressProxy:
             return
         self.active += 1
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=self.limits.max_head_bytes)
+        cut = False
         try:
             await self._serve(conn, reader, writer)
         except Refused as refused:
@@ -170,12 +174,19 @@ class EgressProxy:
             _answer(conn, writer, 400, "malformed request")
         except (OSError, TimeoutError, h11.LocalProtocolError, asyncio.IncompleteReadError):
             pass
+        except asyncio.CancelledError:
+            # The proxy stops (``RunningProxy``) and cuts every connection: the connection ends here, quietly
+            # (asyncio of Python 3.11 reports a cancelled connection handler as an unhandled exception).
+            cut = True
         finally:
             self.active -= 1
-            await _close(writer)
+            if cut:
+                writer.transport.abort()
+            else:
+                await _close(writer)
 
     async def _serve(self, conn: h11.Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        request = await self._read_head(conn, reader)
+        request = await read_head(conn, reader, self.limits, self.limits.head_timeout)
         if not isinstance(request, h11.Request):
             return
         target = request.target.decode("ascii", "replace")
@@ -193,21 +204,6 @@ class EgressProxy:
             await splice.tunnel(reader, writer, upstream, head, conn.trailing_data[0], self.limits.idle_timeout)
             return
         await self._forward(conn, request, target, reader, writer)
-
-    async def _read_head(self, conn: h11.Connection, reader: asyncio.StreamReader) -> object:
-        """The request head, refused once more than ``max_head_bytes`` arrived without completing it."""
-        received = 0
-        while True:
-            event = conn.next_event()
-            if event is not h11.NEED_DATA:
-                return event
-            if received >= self.limits.max_head_bytes:
-                raise Refused(400, f"the request head is larger than {self.limits.max_head_bytes} bytes")
-            data = await asyncio.wait_for(
-                reader.read(self.limits.max_head_bytes - received + 1), self.limits.head_timeout
-            )
-            received += len(data)
-            conn.receive_data(data)
 
     async def _forward(
         self,
@@ -228,23 +224,27 @@ class EgressProxy:
             raise Refused(400, "the URL's port is not valid") from None
         ports = self.interceptor.credential_ports(host) if self.interceptor is not None else []
         if ports:
-            self._count_refusal(host, port, Refusal.PLAIN_HTTP)
+            self.count_refusal(host, port, Refusal.PLAIN_HTTP)
             https = tunnel_authority(host, ports[0]).decode()
             raise Refused(
                 403,
                 f"plain HTTP to {_destination(host, port)} is refused: a credential of this session goes there"
                 f" only over verified TLS; use https://{https}",
             )
+        if self.interceptor is not None and self.interceptor.limited(host, port):
+            await self.vetted_addresses(host, port)  # a destination not allowed is denied before anything else
+            await serve_plain(self, self.interceptor, host, port, url, request, (conn, reader, writer), self.evidence)
+            return
         headers = [(k, v) for k, v in request.headers if k not in HOP_BY_HOP and k != b"host"]
         headers = [(b"host", url.netloc.encode("ascii")), *headers, (b"connection", b"close")]
         origin = (url.path or "/") + (f"?{url.query}" if url.query else "")
-        upstream_reader, upstream_writer = await self._open(host, port)
+        upstream_reader, upstream_writer = await self.open_upstream(host, port)
         await self._exchange(conn, request.method, origin, headers, reader, writer, upstream_reader, upstream_writer)
 
     async def _intercept(
         self, host: str, port: int, outer: h11.Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
-        """A CONNECT to a credential host: TLS with the session CA, then one request with the secret put in."""
+        """A CONNECT to a terminated host: its requests go through ``broker.egress.terminate``."""
         interceptor = self.interceptor
         assert interceptor is not None
         if not allowed(self.allow, host, port):
@@ -255,42 +255,7 @@ class EgressProxy:
         await writer.drain()
         if outer.trailing_data[0]:
             return  # the client spoke before the tunnel was open
-        await asyncio.wait_for(writer.start_tls(interceptor.ca.server_context(host)), self.limits.head_timeout)
-        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=self.limits.max_head_bytes)
-        try:
-            request = await self._read_head(conn, reader)
-            if not isinstance(request, h11.Request):
-                return
-            if interceptor.revoked:
-                raise Refused(403, "this session has been revoked")
-            guard = interceptor.answer_guard(host, port)
-            checked = checked_headers(request, host, port)  # the tunnel's own host, or 400
-            if guard is not None:
-                checked = guard.without_stripped(checked)
-            # No compression: the answer's body is checked for the secret (``Masker``).
-            kept = [(k, v) for k, v in checked if k not in HOP_BY_HOP and k != b"accept-encoding"]
-            swapped = interceptor.swap(host, port, kept)
-            headers = [*swapped, (b"connection", b"close")]
-            upstream_reader, upstream_writer = await self._open(host, port, interceptor.upstream_context(host, port))
-            await self._exchange(
-                conn,
-                request.method,
-                request.target.decode("ascii"),
-                headers,
-                reader,
-                writer,
-                upstream_reader,
-                upstream_writer,
-                interceptor.masker(host, port, kept, swapped),
-                guard,
-            )
-        except Refused as refused:
-            if refused.why is not None:
-                self._count_refusal(host, port, Refusal(refused.why))
-            _answer(conn, writer, refused.status, refused.reason)
-        except h11.RemoteProtocolError:
-            self._count_refusal(host, port, Refusal.MALFORMED)
-            _answer(conn, writer, 400, "malformed request")
+        await serve_tunnel(self, interceptor, host, port, reader, writer, self.evidence)
 
     async def _exchange(
         self,
@@ -302,17 +267,15 @@ class EgressProxy:
         writer: asyncio.StreamWriter,
         upstream_reader: asyncio.StreamReader,
         upstream_writer: asyncio.StreamWriter,
-        masker: Masker | None = None,
-        guard: AnswerGuard | None = None,
     ) -> None:
-        """Send one request upstream (its body from the client), relay the answer, close upstream."""
+        """Send one plain-HTTP request upstream (its body from the client), relay the answer, close upstream."""
         try:
             upstream = h11.Connection(h11.CLIENT, max_incomplete_event_size=self.limits.max_head_bytes)
             if conn.they_are_waiting_for_100_continue:
                 writer.write(conn.send(h11.InformationalResponse(status_code=100, headers=[])) or b"")
             upstream_writer.write(upstream.send(h11.Request(method=method, target=origin, headers=headers)) or b"")
             while True:  # the request body
-                event = await _next_event(conn, reader, self.limits.idle_timeout, self.limits.chunk)
+                event = await next_event(conn, reader, self.limits.idle_timeout, self.limits.chunk)
                 if isinstance(event, h11.Data):
                     upstream_writer.write(upstream.send(h11.Data(data=event.data)) or b"")
                     await upstream_writer.drain()
@@ -322,7 +285,7 @@ class EgressProxy:
                 else:
                     return
             await upstream_writer.drain()
-            await self._relay_response(conn, upstream, upstream_reader, writer, masker, guard)
+            await self._relay_response(conn, upstream, upstream_reader, writer)
         finally:
             await _close(upstream_writer)
 
@@ -332,41 +295,20 @@ class EgressProxy:
         upstream: h11.Connection,
         upstream_reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
-        masker: Masker | None,
-        guard: AnswerGuard | None = None,
     ) -> None:
-        """Relay the answer; a guarded host's JSON answer is held back whole and checked first (``HeldAnswer``)."""
-        held: HeldAnswer | None = None
         while True:
-            event = await _next_event(upstream, upstream_reader, self.limits.idle_timeout, self.limits.chunk)
+            event = await next_event(upstream, upstream_reader, self.limits.idle_timeout, self.limits.chunk)
             if isinstance(event, h11.InformationalResponse):
                 continue
             if isinstance(event, h11.Response):
-                mask = masker.whole if masker is not None else bytes
-                if masker is not None and masker.active and _compressed(event.headers):
-                    raise Refused(502, "the upstream sent a compressed answer, which cannot be checked for the secret")
-                headers = [(k, mask(v)) for k, v in event.headers if k not in HOP_BY_HOP]
+                headers = [(k, v) for k, v in event.headers if k not in HOP_BY_HOP]
                 headers.append((b"connection", b"close"))
-                response = h11.Response(status_code=event.status_code, headers=headers, reason=mask(event.reason))
-                if guard is not None and guard.refused_key is not None and held_back(event.headers):
-                    held = HeldAnswer(response, self.limits.max_checked_answer, guard)
-                else:
-                    writer.write(conn.send(response) or b"")
+                response = h11.Response(status_code=event.status_code, headers=headers, reason=event.reason)
+                writer.write(conn.send(response) or b"")
             elif isinstance(event, h11.Data):
-                data = masker.feed(event.data) if masker is not None else event.data
-                if held is not None:
-                    held.add(data)
-                elif data:
-                    writer.write(conn.send(h11.Data(data=data)) or b"")
-                    await writer.drain()
+                writer.write(conn.send(h11.Data(data=event.data)) or b"")
+                await writer.drain()
             elif isinstance(event, h11.EndOfMessage):
-                rest = masker.flush() if masker is not None else b""
-                if held is not None:
-                    held.add(rest)
-                    rest = held.check()  # refused when it holds a wrapping token: nothing of it was sent
-                    writer.write(conn.send(held.response) or b"")
-                if rest:
-                    writer.write(conn.send(h11.Data(data=rest)) or b"")
                 writer.write(conn.send(h11.EndOfMessage()) or b"")
                 await writer.drain()
                 return
@@ -380,18 +322,3 @@ def _uncounted(decision: str) -> None:
 
 def _destination(host: str, port: int) -> str:
     return _printable(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
-
-
-def _compressed(headers: Sequence[tuple[bytes, bytes]]) -> bool:
-    return any(k == b"content-encoding" and v.strip().lower() not in (b"", b"identity") for k, v in headers)
-
-
-async def _next_event(
-    conn: h11.Connection, reader: asyncio.StreamReader, timeout: float, chunk: int
-) -> h11.Event | type[h11.PAUSED] | type[h11.NEED_DATA]:
-    while True:
-        event = conn.next_event()
-        if event is not h11.NEED_DATA:
-            return event
-        data = await asyncio.wait_for(reader.read(chunk), timeout)
-        conn.receive_data(data)

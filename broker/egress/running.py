@@ -5,7 +5,8 @@ signals; the proxy serves on a Unix socket (bridged into the sandbox) and,
 for tests and benchmarks, on a loopback TCP port. The socket is made by
 ``broker.host.egress_socket`` (in the broker's own directory, with its final
 owner and mode before anyone else can reach it) and removed when the proxy
-stops.
+stops. Stopping also closes the session's evidence writer, so every
+``egress.request`` record is in the log before the session's revocation is.
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ from broker.egress.guards import RefusedRequest
 from broker.egress.proxy import EgressProxy, ProxyLimits, Resolver
 from broker.host.egress_socket import EgressSocket
 
-if TYPE_CHECKING:  # cryptography (for the session CA) loads only where a credential is intercepted
-    from broker.egress.inject import Interceptor
+if TYPE_CHECKING:  # cryptography (for the session CA) loads only where a host is terminated
+    from broker.egress.terminate.plan import Interceptor
+    from broker.egress.terminate.writer import EvidenceWriter
 
 T = TypeVar("T")
 
@@ -94,7 +96,8 @@ class RunningProxy:
         with contextlib.suppress(Exception):
             self._call(self._cut(refusing=True))
 
-    def stop(self) -> None:
+    def stop(self) -> int:
+        """Cut every connection, stop the loop, write the last evidence records; how many could not be written."""
         with contextlib.suppress(Exception):
             self._call(self._cut(refusing=False))
         self._loop.call_soon_threadsafe(self._loop.stop)
@@ -104,6 +107,7 @@ class RunningProxy:
         if self._unix is not None:
             self._unix.listener.close()
             self._unix.remove()
+        return self.proxy.evidence.close() if self.proxy.evidence is not None else 0
 
 
 @contextlib.contextmanager
@@ -115,10 +119,12 @@ def running_proxy(
     limits: ProxyLimits | None = None,
     resolver: Resolver | None = None,
     interceptor: Interceptor | None = None,
+    evidence: EvidenceWriter | None = None,
 ) -> Iterator[RunningProxy]:
     """A proxy for ``allow`` serving until the block ends, on ``unix`` (a session's socket; ``True``: one in a
-    private temporary directory of this user's, for tests and benchmarks) and on loopback TCP with ``tcp``."""
-    running = RunningProxy(EgressProxy(allow, limits, resolver, interceptor))
+    private temporary directory of this user's, for tests and benchmarks) and on loopback TCP with ``tcp``.
+    ``evidence`` takes the ``egress.request`` records of the terminated hosts (it is closed with the proxy)."""
+    running = RunningProxy(EgressProxy(allow, limits, resolver, interceptor, evidence))
     private = Path(tempfile.mkdtemp(prefix="broker-egress-")) if unix is True else None
     try:
         if private is not None:

@@ -31,6 +31,10 @@ from broker.vocab.session_ids import check_session_id
 from broker.vocab.time import parse_iso, utcnow
 
 LIST_COLUMNS = ("seq", "time", "event", "session", "task", "credential", "provider", "requester")
+#: What an auditor reads of a session's requests (``--event egress.request``): who did what where, and the outcome.
+EVENT_COLUMNS = {
+    "egress.request": ("seq", "time", "session", "credential", "method", "host", "path", "decision", "rule", "status")
+}
 
 
 def _log_path(run: Invocation, log: Path | None) -> Path:
@@ -116,13 +120,14 @@ def list_records(
             for record in records:
                 echo(json.dumps(record, sort_keys=True))
             return
-        rows = [[_cell(record.get(column)) for column in LIST_COLUMNS] for record in records]
+        columns = EVENT_COLUMNS.get(event or "", LIST_COLUMNS)
+        rows = [[_cell(record.get(column)) for column in columns] for record in records]
     if as_csv:
         writer = csv.writer(sys.stdout)
-        writer.writerow(LIST_COLUMNS)
+        writer.writerow(columns)
         writer.writerows(rows)
         return
-    print_table(LIST_COLUMNS, rows)
+    print_table(columns, rows)
 
 
 def _cell(value: object) -> str:

@@ -1,7 +1,10 @@
-"""``inject: proxy`` at issue: the session files get a placeholder of the secret's shape, the proxy the secret.
+"""``inject: proxy`` and ``operations`` at issue: the placeholders in the files, the secrets and limits in the proxy.
 
-The session's CA is made in memory for the proxy hosts of the session's
-proxied credentials; its certificate (``ca.pem``) and a bundle of the
+The session's files get a placeholder of each proxied secret's shape; the
+proxy's ``Interceptor`` gets the secret, and the session's effective
+operations (from the policy decision). The session's CA is made in memory
+once both are known, for the proxy hosts of the proxied credentials and the
+hosts the operations limit; its certificate (``ca.pem``) and a bundle of the
 system CAs plus it (``ca-bundle.pem``) go into the session directory, and
 the hints point every common client at the bundle (and each provider
 type's own clients: ``Provider.ca_env``). The hint naming a provider's
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import ssl
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path, PurePosixPath
@@ -23,15 +27,16 @@ from typing import TYPE_CHECKING
 from broker.core.inputs.config import Config
 from broker.core.inputs.manifest import Manifest
 from broker.egress.ca import SessionCA, ca_bundle
-from broker.egress.destinations import Destination
-from broker.egress.inject import Injection, Interceptor, placeholder_for
-from broker.vocab.errors import BadInput, ProviderError
+from broker.egress.inject import Injection, placeholder_for
+from broker.egress.terminate.plan import Interceptor
+from broker.vocab.errors import BadInput, ConfigError, ProviderError
 from broker.vocab.files import read_bounded
 from broker.vocab.secret import Secret
 from providers.base import CredentialRequest, MintedCredential, ProxyFacts
 from providers.registry import provider_classes
 
 if TYPE_CHECKING:
+    from broker.core.inputs.policy import Decision
     from broker.egress.guards import AnswerGuard
 
 MAX_SYSTEM_BUNDLE = 4 * 1024 * 1024
@@ -55,17 +60,30 @@ def answer_guard(facts: ProxyFacts) -> AnswerGuard | None:
     )
 
 
-def session_interceptor(config: Config, manifest: Manifest) -> Interceptor | None:
-    """The interceptor of a manifest with proxied credentials (its CA lives no longer than the session may)."""
-    if not manifest.proxied:
-        return None
-    hosts = sorted({h.host for r in manifest.credentials if r.name in manifest.proxied for h in _target(config, r)})
+def session_interceptor(config: Config, manifest: Manifest) -> Interceptor:
+    """The interceptor of a session whose egress goes through its proxy (its CA, made once the hosts are known,
+    lives no longer than the session may)."""
     ttl = min(manifest.ttl or config.default_ttl, config.max_ttl)
-    return Interceptor(SessionCA(hosts, datetime.now(UTC) + timedelta(seconds=ttl), label=manifest.task))
+    not_after = datetime.now(UTC) + timedelta(seconds=ttl)
+
+    def make_ca(hosts: Sequence[str]) -> SessionCA:
+        return SessionCA(hosts, not_after, label=manifest.task)
+
+    interceptor = Interceptor(make_ca, upstream_ca_file=config.egress_upstream_ca_file)
+    try:
+        interceptor.load_trust()
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"egress.upstream_ca_file: cannot be loaded ({type(exc).__name__})") from None
+    return interceptor
 
 
-def _target(config: Config, request: CredentialRequest) -> tuple[Destination, ...]:
-    return config.proxy_targets[request.provider].hosts
+def limit_operations(interceptor: Interceptor | None, decision: Decision) -> None:
+    """Hand the decision's effective operations to the session's proxy (none without destinations)."""
+    if interceptor is None or decision.operations.empty or decision.network.rule is None:
+        return
+    from broker.egress.operations.checker import OperationsChecker
+
+    interceptor.limit(OperationsChecker(decision.operations, decision.network.rule))
 
 
 def hold_in_proxy(
@@ -91,6 +109,7 @@ def hold_in_proxy(
             target.upstream_ca_file,
             frozenset(header.encode() for header in target.facts.token_headers),
             answer_guard(target.facts),
+            name=request.name,
         )
     )
     env = dict(credential.env)

@@ -11,7 +11,10 @@ also within its parent credential's remaining life and its provider's
 limits). Every reason names the widening key of the child manifest
 (``credentials[0].repositories[1]: ...``, ``ttl: ...``, ``network.allow[0]:
 ...``). The policy is not asked again: the parent's rules allowed the
-parent, and the child is within it.
+parent, and the child is within it. The parent's effective operations
+(``broker.egress.operations``) limit the child's proxy as they limit the
+parent's, narrowed by the child's own (``operations.git.push[0]: ...``):
+a child never gets a proxy that lets through what its parent's refuses.
 """
 
 from __future__ import annotations
@@ -25,8 +28,10 @@ from broker.core.inputs.manifest import Manifest
 from broker.core.inputs.policy import CredentialDecision, Decision
 from broker.core.store.interface import CredentialRecord, SessionRecord
 from broker.core.store.states import CredentialState
+from broker.egress.operations import NO_OPERATIONS, Operations, narrow
 from broker.egress.policy import NetworkDecision
 from broker.vocab.durations import format_duration
+from broker.vocab.errors import PolicyDenied
 from providers.base import CredentialRequest
 from providers.capabilities import Narrowing
 
@@ -48,8 +53,11 @@ def cover(
     held: list[CredentialRecord],
     child: Manifest,
     now: datetime,
+    parent_operations: Operations = NO_OPERATIONS,
 ) -> tuple[list[str], Decision | None]:
-    """Why ``child`` is wider than ``parent`` (each reason naming its key), or the decision to issue it on."""
+    """Why ``child`` is wider than ``parent`` (each reason naming its key), or the decision to issue it on.
+
+    ``parent_operations`` are the parent's effective operations (its rule's, narrowed by its manifest)."""
     reasons: list[str] = []
     if (child.sandbox.uid, child.sandbox.gid) != (parent.uid, parent.gid):
         reasons.append(
@@ -69,6 +77,12 @@ def cover(
         if not any(entry.covers(destination) for entry in parent_manifest.network):
             network.append(f"network.allow[{index}]: {destination} is not among the parent's destinations")
     reasons += network
+    operations = parent_operations
+    if not (parent_operations.empty and child.operations.empty):
+        try:
+            operations = narrow(f"of parent {parent.id}", parent_operations, child.operations)
+        except PolicyDenied as denied:  # each reason names the child's widening key
+            reasons += list(denied.reasons)
     if reasons:
         return reasons, None
     return [], Decision(
@@ -78,6 +92,7 @@ def cover(
         session_ttl=session_ttl,
         credentials=tuple(decisions),
         network=NetworkDecision(child.network, True, f"parent {parent.id}" if child.network else None, ()),
+        operations=operations if child.network else NO_OPERATIONS,
         delegate_depth=max(parent.delegate_depth - 1, 0),
     )
 

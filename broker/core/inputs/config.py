@@ -90,6 +90,7 @@ class Config:
     store: StoreConfig | None = None  # None: the embedded SQLite file in state_dir
     host: str = ""  # this broker's name in a shared store (owner of the sessions it issues)
     daemon: DaemonConfig | None = None
+    egress_upstream_ca_file: Path | None = None  # [egress] upstream_ca_file: hosts terminated with no credential
     telemetry: TelemetryConfig | None = None  # ``[telemetry] otlp_endpoint``: traces to an OTLP/HTTP collector
 
     @property
@@ -226,6 +227,7 @@ def parse_config(table: object, path: Path) -> Config:
     store = _store(fields, base)
     host = fields.string("host", required=False, pattern=HOST_NAME, max_len=64) or _default_host()
     daemon = _daemon(fields, base, runtime_dir)
+    egress_ca_file = _egress(fields, base)
     telemetry_table = fields.mapping("telemetry", required=False)
     telemetry = parse_telemetry(telemetry_table, base) if telemetry_table is not None else None
     providers: dict[str, Provider[Any]] = {}
@@ -267,6 +269,7 @@ def parse_config(table: object, path: Path) -> Config:
         store=store,
         host=host,
         daemon=daemon,
+        egress_upstream_ca_file=egress_ca_file,
         telemetry=telemetry,
     )
 
@@ -290,6 +293,17 @@ def _proxy_target(instance: Fields, name: str, facts: ProxyFacts | None, base: P
             raise ConfigError(f"providers.{name}.proxy_hosts[{index}]: name each host; a wildcard is not allowed")
         destinations.append(destination)
     return ProxyTarget(tuple(destinations), facts, resolve_path(base, ca_file) if ca_file is not None else None)
+
+
+def _egress(fields: Fields, base: Path) -> Path | None:
+    """``[egress] upstream_ca_file``: the CAs the proxy trusts for a host it terminates that no credential goes
+    to (a host the operations limit); a credential's hosts keep their provider's. None: the system's CAs."""
+    table = fields.mapping("egress", required=False)
+    if table is None:
+        return None
+    ca_file = table.string("upstream_ca_file", required=False, max_len=4096)
+    table.done()
+    return resolve_path(base, ca_file) if ca_file is not None else None
 
 
 def _daemon(fields: Fields, base: Path, runtime_dir: Path) -> DaemonConfig | None:

@@ -17,6 +17,7 @@ from pathlib import PurePosixPath
 from broker.core.inputs.config import Config
 from broker.core.inputs.strictdata import TaskFile, read_task_file
 from broker.egress.destinations import Destination, allowed
+from broker.egress.operations import NO_OPERATIONS, Operations, check_network, read_operations
 from broker.egress.policy import read_network_section
 from broker.host.sandbox import BROKER_DIR
 from broker.vocab.errors import ManifestError
@@ -77,6 +78,7 @@ class Manifest:
     credentials: tuple[CredentialRequest, ...]
     network: tuple[Destination, ...] = ()  # network.allow: what the sandbox may reach through the egress proxy
     proxied: tuple[str, ...] = ()  # credentials with inject: proxy: the files hold a placeholder, the proxy the secret
+    operations: Operations = NO_OPERATIONS  # narrows the rule's operations (``broker.egress.operations.narrow``)
     # The document as given (non-secret), kept so `renew` can decide again and re-mint; not part of equality.
     source: str = field(default="", compare=False, repr=False)
     source_is_json: bool = field(default=False, compare=False, repr=False)
@@ -109,6 +111,8 @@ def parse_manifest(
     parsed = [_parse_credential(item, config, ttl) for item in fields.list_of_mappings("credentials")]
     credentials = tuple(request for request, _ in parsed)
     network = read_network_section(fields.mapping("network", required=False))
+    operations = read_operations(fields.mapping("operations", required=False))
+    check_network(fields, operations, network, "network.allow")
     proxied = tuple(request.name for request, inject in parsed if inject == "proxy")
     for index, (request, inject) in enumerate(parsed):
         if inject == "proxy":
@@ -125,6 +129,7 @@ def parse_manifest(
         credentials=credentials,
         network=network,
         proxied=proxied,
+        operations=operations,
         source=data.decode("utf-8"),
         source_is_json=as_json,
     )

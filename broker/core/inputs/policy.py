@@ -18,6 +18,7 @@ from broker.core.inputs.config import Config
 from broker.core.inputs.manifest import Manifest
 from broker.core.inputs.strictdata import parse_document
 from broker.egress.destinations import Destination
+from broker.egress.operations import NO_OPERATIONS, Operations, check_network, narrowed, read_operations
 from broker.egress.policy import NO_NETWORK, NetworkDecision, decide_network, read_destinations
 from broker.vocab.errors import PolicyFileError
 from broker.vocab.fields import Fields, shown
@@ -64,6 +65,7 @@ class Rule:
     sandbox_uids: IdSet = IdSet(())
     sandbox_gids: IdSet = IdSet(())
     network: tuple[Destination, ...] = ()
+    operations: Operations = NO_OPERATIONS  # what a session may do on its hosts (``broker.egress.operations``)
     approval: ApprovalRule | None = None  # a person decides each session (broker.core.approvals)
     delegate_depth: int = 0  # levels of child sessions its exec sessions may ask for (0: none)
 
@@ -122,13 +124,19 @@ class Decision:
     session_ttl: int
     credentials: tuple[CredentialDecision, ...]
     network: NetworkDecision = NO_NETWORK
+    operations: Operations = NO_OPERATIONS  # the effective operations: the network rule's, narrowed by the manifest
+    operations_reasons: tuple[str, ...] = ()  # each key by which the manifest widens them
     approval: ApprovalNeed | None = None  # minted only once a person approved (broker.core.approvals)
     delegate_depth: int = 0  # levels of children the session may ask for: every rule it draws on says delegate
 
     @property
     def reasons(self) -> tuple[str, ...]:
         credentials = (f"{c.name}: {reason}" for c in self.credentials if not c.allowed for reason in c.reasons)
-        return (*credentials, *(f"network: {reason}" for reason in self.network.reasons))
+        return (
+            *credentials,
+            *(f"network: {reason}" for reason in self.network.reasons),
+            *self.operations_reasons,
+        )
 
     def denial_message(self, prefix: str = "denied by policy") -> str:
         """One line naming what fell outside; bounded, with the rest left to ``broker policy check``."""
@@ -154,9 +162,17 @@ class Decision:
             "session_ttl": self.session_ttl,
             "credentials": [c.to_json() for c in self.credentials],
             **({"network": self.network.to_json()} if self.network.requested else {}),
+            **({"operations": self._operations_json()} if self._has_operations() else {}),
             **({"approval": self.approval.to_json()} if self.approval is not None and self.allowed else {}),
             **({"delegate_depth": self.delegate_depth} if self.delegate_depth and self.allowed else {}),
         }
+
+    def _has_operations(self) -> bool:
+        return not self.operations.empty or bool(self.operations_reasons)
+
+    def _operations_json(self) -> dict[str, object]:
+        """The effective operations (what the session's proxy enforces), the rule they come from, what widened."""
+        return {"rule": self.network.rule, **self.operations.to_json(), "reasons": list(self.operations_reasons)}
 
 
 # -- loading -----------------------------------------------------------------------------
@@ -214,6 +230,8 @@ def _compile_rule(fields: Fields, config: Config, source: str) -> Rule:
     gids = _id_set(fields, "sandbox_gids")
     grants = tuple(_compile_grant(g, config) for g in fields.list_of_mappings("grants", max_items=100))
     network = read_destinations(fields, "network")
+    operations = read_operations(fields.mapping("operations", required=False))
+    check_network(fields, operations, network)
     approval = read_approval(fields)
     depth = read_delegation(fields)
     fields.done()
@@ -230,6 +248,7 @@ def _compile_rule(fields: Fields, config: Config, source: str) -> Rule:
         uids,
         gids,
         network,
+        operations,
         approval,
         depth,
     )
@@ -320,12 +339,27 @@ def decide(policy: Policy, manifest: Manifest, requester: Requester, config: Con
     network = decide_network(manifest.network, [(r.id, r.network) for r in rules])
     if root_reason and not network.allowed:
         network = NetworkDecision(network.requested, False, None, (root_reason,))
-    allowed = all(d.allowed for d in final) and network.allowed
+    # The rule whose network allows the destinations limits what the session does there (none: no proxy to limit).
+    asked = manifest.operations
+    limiting = next((r for r in rules if r.id == network.rule), None) if network.allowed else None
+    operations, widening = (NO_OPERATIONS, ()) if not limiting else narrowed(limiting.id, limiting.operations, asked)
+    allowed = all(d.allowed for d in final) and network.allowed and not widening
     drawn = {rule.id: rule for rule in (*used_rules, *(r for r in rules if r.id == network.rule))}
     needs = tuple((rule.id, rule.approval) for rule in drawn.values() if rule.approval is not None)
     depth = min((rule.delegate_depth for rule in drawn.values()), default=0)
     approval = ApprovalNeed(needs) if needs else None
-    return Decision(manifest.task, str(requester), allowed, session_ttl, tuple(final), network, approval, depth)
+    return Decision(
+        manifest.task,
+        str(requester),
+        allowed,
+        session_ttl,
+        tuple(final),
+        network,
+        operations,
+        widening,
+        approval,
+        depth,
+    )
 
 
 def _decide_credential(

@@ -15,14 +15,18 @@ the self-contained heart of it, standard library and graphql-core only:
 - the pieces: ``segments`` (the glob language), ``refs``, ``routes``,
   ``pktline``, ``receivepack``, ``git``, ``github``, ``graphql_doc``, ``jsonbody``,
   ``decision``, ``model``.
+
+``OperationsChecker`` is imported from ``broker.egress.operations.checker``
+itself, never through this package: it brings graphql-core, which the
+policy loader and the manifest parser (reading and narrowing only) do not
+need on every command's path.
 """
 
 from __future__ import annotations
 
-from broker.egress.operations.checker import OperationsChecker
 from broker.egress.operations.decision import Answer, BodyCheck, Decision, Kind
 from broker.egress.operations.model import NO_OPERATIONS, Operations
-from broker.egress.operations.narrowing import narrow
+from broker.egress.operations.narrowing import narrow, narrowed
 from broker.egress.operations.parsing import check_network, read_operations
 
 __all__ = [
@@ -32,8 +36,8 @@ __all__ = [
     "Decision",
     "Kind",
     "Operations",
-    "OperationsChecker",
     "check_network",
     "narrow",
+    "narrowed",
     "read_operations",
 ]

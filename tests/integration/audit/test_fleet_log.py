@@ -292,3 +292,33 @@ def test_store_errors_are_one_line_without_the_password(
         assert result.code != 0 and "Traceback" not in result.stderr
         assert len(result.stderr.strip().splitlines()) == 1 and postgres.password not in result.stderr
         assert "issuance log postgresql://postgres@" in result.stderr
+
+
+def test_egress_request_records_batched_into_the_fleet_chain_interleave_with_other_hosts_and_verify(
+    hosts: tuple[BrokerEnv, BrokerEnv, BrokerEnv], fleet_db: FleetDb, postgres: Postgres
+) -> None:
+    """A session proxy's evidence writer appends its records in batches (one transaction each) while another
+    host issues: one gapless chain, every record there once, and the pinned keys verify it in place."""
+    from broker.core.broker import Broker
+    from broker.core.inputs.config import load_config
+    from broker.egress.terminate.writer import EvidenceWriter
+
+    a, b, _ = hosts
+    broker = Broker.open(load_config(a.config_path))
+    writer = EvidenceWriter(broker.log, session="s-aaaaaaaaaaaa", task="fix-build-7", requester="root", max_batch=7)
+    try:
+        for number in range(60):
+            writer.submit({"host": "api.github.com:443", "path": f"/issues/{number}", "decision": "allowed"})
+            if number % 20 == 0:
+                issue(b)
+        assert writer.close() == 0
+        assert writer.batches > 1
+        broker.checkpoint()
+    finally:
+        broker.store.close()
+    records = table(postgres, fleet_db)
+    assert [r["seq"] for r in records] == list(range(1, len(records) + 1))
+    paths = [r["path"] for r in records if r["event"] == "egress.request"]
+    assert paths == [f"/issues/{n}" for n in range(60)]
+    verified = verify_in_place(a, fleet_db, pin_keys(a))
+    assert verified.code == 0, verified.stderr

@@ -27,8 +27,9 @@ from cryptography import x509
 
 from broker.egress.ca import SessionCA, ca_bundle
 from broker.egress.destinations import parse_destination
-from broker.egress.inject import Injection, Interceptor, placeholder_for
+from broker.egress.inject import Injection, placeholder_for
 from broker.egress.running import RunningProxy, running_proxy
+from broker.egress.terminate.plan import Interceptor
 from broker.vocab.secret import Secret
 from devstack.github_app import GitHubAppEmulator
 from providers.github.git import GitHost, gitconfig

@@ -26,8 +26,9 @@ import requests
 
 from broker.egress.ca import SessionCA, ca_bundle
 from broker.egress.destinations import parse_destination
-from broker.egress.inject import Injection, Interceptor, placeholder_for
+from broker.egress.inject import Injection, placeholder_for
 from broker.egress.running import running_proxy
+from broker.egress.terminate.plan import Interceptor
 from broker.vocab.secret import Secret
 from tests.fixtures.tls import TLSFront, make_test_ca
 

@@ -28,9 +28,10 @@ import requests
 from broker.egress.ca import SessionCA
 from broker.egress.destinations import parse_destination
 from broker.egress.guards import Refusal, RefusedRequest, parse_host_header, tunnel_authority
-from broker.egress.inject import Injection, Interceptor, placeholder_for
+from broker.egress.inject import Injection, placeholder_for
 from broker.egress.proxy import ProxyLimits
 from broker.egress.running import RunningProxy, running_proxy
+from broker.egress.terminate.plan import Interceptor
 from broker.vocab.secret import Secret
 from tests.fixtures.openbao import VAULT_GUARD, VAULT_HEADERS
 from tests.fixtures.tls import TLSFront, make_test_ca
@@ -173,7 +174,9 @@ def tunnels(tmp_path: Path) -> Iterator[Tunnels]:
 
 
 def _get(path: str, *headers: str, version: str = "1.1") -> bytes:
-    return f"GET {path} HTTP/{version}\r\n".encode() + b"".join(f"{h}\r\n".encode() for h in headers) + b"\r\n"
+    """One request that asks for the connection to close after its answer (the tunnel keeps it open otherwise)."""
+    lines = [*headers, "Connection: close"]
+    return f"GET {path} HTTP/{version}\r\n".encode() + b"".join(f"{h}\r\n".encode() for h in lines) + b"\r\n"
 
 
 @pytest.mark.parametrize(

@@ -27,6 +27,7 @@ CONFIG_TABLE: dict[str, Any] = {
     },
     "audit": {"witness": "s3://audit-witness/broker"},
     "daemon": {"socket": "/run/broker/broker.sock", "socket_group": "broker", "sweep_interval": "60s"},
+    "egress": {"upstream_ca_file": "/etc/ssl/certs/ca-certificates.crt"},
     "telemetry": {"otlp_endpoint": "http://127.0.0.1:4318", "service_name": "broker", "timeout": "1s"},
 }
 
@@ -38,7 +39,11 @@ def read_keys(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, set[str]]]:
     original_get, original_raw = fields_module.Fields._get, fields_module.Fields.raw
 
     def record(self: fields_module.Fields, key: str) -> None:
-        seen.setdefault(re.sub(r"\[\d+\]", "[]", self._path), set()).add(key)
+        path = re.sub(r"\[\d+\]", "[]", self._path)
+        if path.endswith("operations.http"):  # an http entry's key is its HOST:PORT
+            key = "HOST:PORT"
+        path = re.sub(r"operations\.http\..+", "operations.http.HOST:PORT", path)
+        seen.setdefault(path, set()).add(key)
 
     def _get(self: fields_module.Fields, key: str, required: bool) -> Any:
         record(self, key)
@@ -82,10 +87,19 @@ credentials:
 """
 
 
+OPERATIONS = """operations:
+  git: {hosts: ['github.com:443'], push: ['refs/heads/agent/x'], delete: false}
+  github_api: {hosts: ['github.com:443'], allow: ['GET *'], deny: [], reviews: {approve: false}, graphql_mutations: []}
+  http: {'pypi.org:443': {methods: [GET], paths: ['/x']}}"""
+
+
 def test_manifest_reference_lists_exactly_what_the_loader_reads(read_keys: dict[str, set[str]], tmp_path: Path) -> None:
     loaded = config(tmp_path)
     read_keys.clear()
-    text = STACK_TASK.replace("sandbox: {", "network: {allow: ['github.com:443']}\nsandbox: {env: {CI: 'true'}, ")
+    text = STACK_TASK.replace(  # every key of the manifest, operations included
+        "sandbox: {",
+        f"network: {{allow: ['github.com:443', 'pypi.org:443']}}\n{OPERATIONS}\nsandbox: {{env: {{CI: 'true'}}, ",
+    )
     parse_manifest(text.encode(), loaded)
     parse_manifest(DYNAMIC_TASK.encode(), loaded)
     expected = documented(MANIFEST)

@@ -1,0 +1,189 @@
+"""What one session's proxy terminates, and what it does inside: the ``Interceptor``.
+
+The proxy terminates TLS (with the session CA) for two kinds of host: the
+hosts of ``inject: proxy`` credentials (each an ``Injector`` that puts its
+secret in) and the hosts the session's effective ``operations`` limit (an
+``OperationsChecker`` decides each request). A host may be both. The CA is
+made once every host is known (``ca`` on first use, when the core makes it
+lazily: the operations come from the policy decision, the credentials from
+minting) and is name-constrained to exactly those hosts.
+
+Upstream, the real host's certificate is checked against its credential's
+``upstream_ca_file`` (its provider's), or, for a host only operations limit,
+against ``[egress] upstream_ca_file``; None means the system's CAs.
+
+``revoke`` makes every request to a terminated host refused at once and
+drops the secrets; ``replace`` swaps one credential's injector for another
+(rotation): requests already under way keep the passage they began with.
+"""
+
+from __future__ import annotations
+
+import ssl
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from broker.egress.ca import SessionCA
+from broker.egress.destinations import Destination
+from broker.egress.inject import HeaderSwap, Injection, Masker
+from broker.egress.operations import BodyCheck, Decision
+from broker.egress.operations.checker import OperationsChecker
+from broker.egress.terminate.injector import Header, Injector
+
+if TYPE_CHECKING:  # the guards bring h11 and asyncio: the proxy's, not an issue's
+    from broker.egress.guards import AnswerGuard
+
+CAFactory = Callable[[Sequence[str]], SessionCA]
+
+
+def ca_name(destination: Destination) -> str:
+    """How the session CA names an operations host: the name, ``*.`` + the suffix, or the address."""
+    if destination.address is not None:
+        return str(destination.address)
+    return f"*.{destination.host}" if destination.wildcard else destination.host
+
+
+class Interceptor:
+    """The session's terminated hosts, their injectors and operations, and the CA and upstream trust for them."""
+
+    def __init__(self, ca: SessionCA | CAFactory, *, upstream_ca_file: Path | None = None) -> None:
+        self._ca = ca if isinstance(ca, SessionCA) else None
+        self._make_ca = ca if not isinstance(ca, SessionCA) else None
+        self._injectors: list[Injector] = []
+        self._guards: dict[tuple[str, int], AnswerGuard] = {}
+        self.operations: OperationsChecker | None = None
+        self.upstream_ca_file = upstream_ca_file  # for hosts no credential of the session goes to
+        self._revoked = threading.Event()
+        self._upstream: dict[Path | None, ssl.SSLContext] = {}
+        self._mutex = threading.Lock()
+
+    # -- building (at issue) ------------------------------------------------------------------
+
+    def add(self, injection: Injection) -> None:
+        """An ``inject: proxy`` token: its header swap, and what its provider keeps from its hosts (its guard)."""
+        self.add_injector(HeaderSwap(injection))
+        if injection.guard is not None:
+            self._guards.update(dict.fromkeys(injection.hosts, injection.guard))
+
+    def add_injector(self, injector: Injector) -> None:
+        with self._mutex:
+            if self._ca is not None and any(not self._ca.covers(host) for host, _ in injector.hosts):
+                raise ValueError("an injection host outside the session CA")
+            self._injectors.append(injector)
+
+    def limit(self, operations: OperationsChecker) -> None:
+        """The session's effective operations (before the CA is made: their hosts go into it)."""
+        with self._mutex:
+            if self._ca is not None and any(not self._ca.covers(ca_name(h)) for h in operations.operations.hosts()):
+                raise ValueError("an operations host outside the session CA")
+            self.operations = operations
+
+    def ca_hosts(self) -> list[str]:
+        """The names the session CA is constrained to: every credential host and operations host."""
+        names = {host for injector in self._injectors for host, _ in injector.hosts}
+        if self.operations is not None:
+            names.update(ca_name(h) for h in self.operations.operations.hosts())
+        return sorted(names)
+
+    @property
+    def terminates(self) -> bool:
+        """Whether the proxy terminates TLS for any host of this session (then the sandbox needs the CA)."""
+        return bool(self._injectors) or (self.operations is not None and not self.operations.operations.empty)
+
+    @property
+    def ca(self) -> SessionCA:
+        with self._mutex:
+            if self._ca is None:
+                assert self._make_ca is not None
+                self._ca = self._make_ca(self.ca_hosts())
+            return self._ca
+
+    def replace(self, credential: str, injector: Injector) -> None:
+        """Swap ``credential``'s injector (a rotated secret): requests from now on begin on the new one."""
+        with self._mutex:
+            at = next(i for i, old in enumerate(self._injectors) if old.credential == credential)
+            if self._ca is not None and any(not self._ca.covers(host) for host, _ in injector.hosts):
+                raise ValueError("an injection host outside the session CA")
+            self._injectors[at] = injector
+
+    # -- deciding (in the proxy) ----------------------------------------------------------------
+
+    def injectors(self, host: str, port: int) -> list[Injector]:
+        return [i for i in self._injectors if (host, port) in i.hosts]
+
+    def intercepts(self, host: str, port: int) -> bool:
+        """Whether the proxy terminates TLS for ``host``:``port`` (canonical)."""
+        if self.injectors(host, port):
+            return True
+        return self.operations is not None and self.operations.limits(host, port)
+
+    def limited(self, host: str, port: int) -> bool:
+        """Whether operations limit ``host``:``port`` (plain HTTP to it is checked as well)."""
+        return self.operations is not None and self.operations.limits(host, port)
+
+    def decide(
+        self, host: str, port: int, method: bytes, target: bytes, headers: Iterable[Header]
+    ) -> Decision | BodyCheck | None:
+        """The operations decision on a request's head; None when no operations apply to the session."""
+        if self.operations is None:
+            return None
+        return self.operations.check(host, port, method, target, headers)
+
+    def answer_guard(self, host: str, port: int) -> AnswerGuard | None:
+        """What the provider of the credential of ``host``:``port`` keeps from it (None: nothing)."""
+        return self._guards.get((host, port))
+
+    def credential_ports(self, host: str) -> list[int]:
+        """The ports ``host`` (canonical) is a credential host on, whichever port it is asked for on."""
+        return sorted({p for injector in self._injectors for h, p in injector.hosts if h == host})
+
+    def revoke(self) -> None:
+        """From now on every request to a terminated host is refused, and the secrets are dropped."""
+        self._revoked.set()
+        for injector in list(self._injectors):
+            injector.forget()
+
+    @property
+    def revoked(self) -> bool:
+        return self._revoked.is_set()
+
+    def upstream_context(self, host: str, port: int) -> ssl.SSLContext:
+        """TLS to the real host, verified against its credential's ``upstream_ca_file``, ``[egress]
+        upstream_ca_file`` for a host no credential goes to, or the system's CAs."""
+        mine = self.injectors(host, port)
+        ca_file = mine[0].upstream_ca_file if mine else self.upstream_ca_file
+        with self._mutex:
+            context = self._upstream.get(ca_file)
+            if context is None:
+                cafile = str(ca_file) if ca_file is not None else None
+                context = self._upstream[ca_file] = ssl.create_default_context(cafile=cafile)
+        return context
+
+    def load_trust(self) -> None:
+        """Load ``upstream_ca_file`` now (an unreadable file is an error at issue, not at the first request)."""
+        self.upstream_context("", 0)
+
+    def masker(self, host: str, port: int, sent: Sequence[Header] = (), swapped: Sequence[Header] = ()) -> Masker:
+        """What turns the secrets of ``host``:``port`` back into their stand-ins in an answer, and each header
+        an injector changed (``sent`` became ``swapped``: a Basic pair is base64) back into what was sent."""
+        pairs = [pair for injector in self.injectors(host, port) for pair in injector.mask_pairs()]
+        if len(sent) == len(swapped):
+            for (_, before), (_, after) in zip(sent, swapped, strict=True):
+                if before != after:
+                    new, old = after.partition(b" ")[2].strip() or after, before.partition(b" ")[2].strip() or before
+                    if len(new) == len(old):  # the stand-in keeps the answer's length (and its framing)
+                        pairs.append((new, old))
+        return Masker(pairs)
+
+    def swap(self, host: str, port: int, headers: Sequence[Header]) -> list[Header]:
+        """``headers`` with the placeholder of a header-swapping credential of ``host``:``port`` put in."""
+        if self.revoked:
+            return list(headers)
+        for injector in self.injectors(host, port):
+            if isinstance(injector, HeaderSwap):
+                swapped = injector.swap(headers)
+                if swapped is not None:
+                    return swapped
+        return list(headers)

@@ -40,6 +40,7 @@ FIGURES = (
     "fleetlog",
     "latency",
     "fleet",
+    "fleetrevoke",
     "operations",
     "terminated",
     "metrics",
@@ -54,7 +55,8 @@ NEEDS_STACK = {
     "memory",
     "latency",
     "fleet",
-}  # fleet adds a PostgreSQL of its own
+    "fleetrevoke",
+}  # fleet and fleetrevoke add a PostgreSQL of their own
 
 BROKER_ROLE = ROLE_NAME  # the stack task's role
 FLOOR_ROLE = "agent-floor"  # the floor writes its deny policy here, so the two never share a document

@@ -19,6 +19,7 @@ median over repeated runs, both sides of a ratio interleaved in the same run:
   latency     the stack task through the daemon and the direct CLI vs the three-provider floor, on
               loopback and with every provider behind a 40 ms RTT proxy (bench/stack_rtt.py)
   fleet       3 hosts on one PostgreSQL store x N concurrent cycles; the store's cost per issue/revoke vs SQLite
+  fleetrevoke a revoke on host B of host A's GitHub session, confirmed by A's daemon (p95 of B's command)
   operations  the operations check's decision per request, in process (REST, GraphQL, reviews, git push and fetch)
   terminated  through a terminated host: the operations decision's added latency per request (keep-alive,
               with vs without operations), 1,000 requests/s with every request logged (backlog, records,
@@ -76,6 +77,7 @@ from bench.daemon import figure_daemon
 from bench.egress import figure_egress
 from bench.fleet import figure_fleet
 from bench.fleet_log import figure_fleet_log
+from bench.fleet_revoke import figure_fleet_revoke
 from bench.local import BrokerSetup, Stack, base_env, floor_params, unmount_under
 from bench.memory import figure_memory
 from bench.metrics import figure_metrics
@@ -305,6 +307,8 @@ def main(argv: Sequence[str]) -> int:
                 steps.append(("latency", lambda: figure_latency(settings, report, need(stack))))
             if "fleet" in selected:
                 steps.append(("fleet", lambda: figure_fleet(settings, report, need(stack))))
+            if "fleetrevoke" in selected:
+                steps.append(("fleetrevoke", lambda: figure_fleet_revoke(settings, report, need(stack))))
             if "operations" in selected:
                 steps.append(("operations", lambda: figure_operations(settings, report)))
             if "terminated" in selected:

@@ -219,6 +219,8 @@ class Provider(ABC, Generic[RequestT]):
     min_ttl: ClassVar[int] = 1
     #: A lifetime the provider gives every credential whatever the TTL asked (GitHub: one hour).
     fixed_lifetime: ClassVar[int | None] = None
+    #: Whether only a secret kept at minting revokes it (GitHub: the token itself), so only the host keeping it can.
+    revokes_with_kept_secret: ClassVar[bool] = False
     #: How the egress proxy puts its secrets in; None: its credentials cannot be ``inject: proxy``.
     proxy: ClassVar[ProxyFacts | None] = None
     #: Names a manifest's ``sandbox.env`` may not set: the ones its credentials set, or that would redirect them.

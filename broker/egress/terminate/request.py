@@ -121,7 +121,8 @@ class Cycle:
                 self.evidence.refused(refused.reason)
             self._answer(text_answer(refused.status, refused.reason))
             return False
-        except InjectionRefused as refused:
+        except InjectionRefused as refused:  # mid-body: the upstream got no whole request, the connection ends
+            self.hooks.count_refusal(host, port, Refusal.CREDENTIAL)
             self.evidence.refused(refused.reason)
             self._answer(refused.answer)
             return False
@@ -206,7 +207,12 @@ class Cycle:
         return HeadOnly(head), kept
 
     async def _forward(self, headers: list[Header], held: list[bytes]) -> bool:
-        passage, kept = self._passage(headers)
+        try:
+            passage, kept = self._passage(headers)
+        except InjectionRefused as refused:  # on the head: nothing went upstream, the connection may go on
+            self.hooks.count_refusal(self.site.host, self.site.port, Refusal.CREDENTIAL)
+            self.evidence.refused(refused.reason)
+            return await self._refuse(refused.answer)
         if isinstance(passage, Answer):
             self.evidence.refused(f"credential {self.evidence.credential}: refused by its injector")
             return await self._refuse(passage)

@@ -45,8 +45,10 @@ DEFAULT_SWEEP_INTERVAL = 60
 DAEMON_SOCKET_NAME = "broker.sock"
 
 
-#: Provider types whose credentials the egress proxy can put in (an HTTP header it knows).
-PROXY_TYPES = ("github_app", "vault")
+#: Provider types whose credentials the egress proxy can put in (an HTTP header it knows, or SigV4 it re-signs).
+PROXY_TYPES = ("github_app", "vault", "aws_sts")
+#: The hosts an ``aws_sts`` credential's requests are re-signed for when ``proxy_hosts`` names none.
+AWS_DEFAULT_HOSTS = ("sts.{region}.amazonaws.com:443", "s3.{region}.amazonaws.com:443")
 
 
 @dataclass(frozen=True)
@@ -232,9 +234,12 @@ def parse_config(table: object, path: Path) -> Config:
                     f" (known: {', '.join(known_types())})"
                 ) from None
             target = _proxy_target(instance, name, type_name, base)
+            providers[name] = cls.from_config(name, instance, base)
+            if target is None and type_name == "aws_sts":  # AWS's own hosts of the instance's region
+                region = str(getattr(providers[name], "region", ""))
+                target = ProxyTarget(tuple(parse_destination(h.format(region=region)) for h in AWS_DEFAULT_HOSTS))
             if target is not None:
                 proxy_targets[name] = target
-            providers[name] = cls.from_config(name, instance, base)
             instance.done()
     fields.done()
     return Config(

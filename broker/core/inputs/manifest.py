@@ -210,7 +210,7 @@ def _parse_credential(fields: Fields, config: Config, session_ttl: int | None) -
     if inject not in INJECT_MODES:
         raise fields.fail("inject", "must be file or proxy")
     if inject == "proxy" and config.providers[provider_name].type_name not in PROXY_TYPES:
-        raise fields.fail("inject", "only GitHub and Vault credentials can be put in by the proxy")
+        raise fields.fail("inject", "only GitHub, Vault and AWS credentials can be put in by the proxy")
     if ttl is not None and session_ttl is not None and ttl > session_ttl:
         raise fields.fail("ttl", "longer than the session's ttl")
     provider_cls = type(config.providers[provider_name])

@@ -199,7 +199,11 @@ class Cycle:
         kept = [(k, v) for k, v in headers if k not in HOP_BY_HOP and not (mine and k == b"accept-encoding")]
         head = RequestHead(self.request.method, self.request.target, tuple(kept))
         for injector in mine:
-            began = injector.begin(head)
+            try:
+                began = injector.begin(head)
+            except InjectionRefused:
+                self.evidence.credential = injector.credential or None  # the credential that refused it
+                raise
             if began is None:
                 continue
             self.evidence.credential = injector.credential or None

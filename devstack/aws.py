@@ -5,7 +5,9 @@ no session policies, no MaxSessionDuration, no 10,240 budget), so what runs
 against it shows what the broker sends and stores, not what AWS would deny.
 ``start_moto`` runs the server in this process (tests may then read moto's
 backends); ``python -m devstack.aws PORT`` runs it in a process of its own
-until SIGTERM (the bench: moto's request handling stays off the driver's GIL).
+until SIGTERM (the bench: moto's request handling stays off the driver's GIL),
+with ``--presigned`` checking and serving presigned S3 URLs under IAM
+authentication (``devstack.aws_presign``).
 """
 
 from __future__ import annotations
@@ -77,11 +79,33 @@ def create_role(endpoint_url: str, name: str = ROLE_NAME, **identity: str) -> di
     return role
 
 
+def start_moto_presigned(port: int) -> MotoServer:
+    """``start_moto`` with presigned S3 URLs checked and served under IAM authentication (``devstack.aws_presign``)."""
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+    from werkzeug.serving import make_server
+
+    from devstack.aws_presign import PresignedAsHeaders
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    app = PresignedAsHeaders(DomainDispatcherApplication(create_backend_app))
+    server = make_server("127.0.0.1", port, app, True, request_handler=MotoRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return MotoServer(f"http://127.0.0.1:{server.server_address[1]}", _Served(server))
+
+
+@dataclass(frozen=True)
+class _Served:
+    server: Any
+
+    def stop(self) -> None:
+        self.server.shutdown()
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) != 1 or not argv[0].isdigit():
-        sys.stderr.write("usage: python -m devstack.aws PORT\n")
+    if len(argv) not in (1, 2) or not argv[0].isdigit() or argv[1:] not in ([], ["--presigned"]):
+        sys.stderr.write("usage: python -m devstack.aws PORT [--presigned]\n")
         return 2
-    moto = start_moto(int(argv[0]))
+    moto = start_moto_presigned(int(argv[0])) if argv[1:] else start_moto(int(argv[0]))
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     signal.signal(signal.SIGINT, lambda *_: done.set())

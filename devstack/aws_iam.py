@@ -16,7 +16,8 @@ must be signed by a known key. What exists then:
 
 ``assume`` returns a session's keys (``ASIA...``, secret, token) from moto's
 AssumeRole, signed with the broker's key. moto still enforces no session
-policy and checks no presigned-URL signature (devstack/aws.py says more).
+policy (devstack/aws.py says more); presigned S3 URLs are checked and served by
+``devstack.aws_presign`` in front of it.
 """
 
 from __future__ import annotations
@@ -74,7 +75,9 @@ def _statement(actions: list[str], **extra: Any) -> str:
 def start_iam_moto() -> IamMoto:
     """A moto process on a free loopback port, the identities above made, then IAM authentication on."""
     port = free_port()
-    process = subprocess.Popen([sys.executable, "-m", "devstack.aws", str(port)], stdout=subprocess.DEVNULL, cwd=ROOT)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "devstack.aws", str(port), "--presigned"], stdout=subprocess.DEVNULL, cwd=ROOT
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         wait_http(f"{url}/moto-api/")

@@ -5,138 +5,26 @@ Upstream is moto with IAM authentication on (``devstack/aws_iam.py``): it checks
 issued, so a request that succeeds was re-signed with the real keys. It sits behind a TLS front on
 ``127.0.0.1`` (an IP literal: no multi-label name resolves to loopback here), the provider's ``proxy_hosts`` and
 ``upstream_ca_file``; the broker's own identity is moto's IAM user. The sandbox has its own network namespace,
-so its only way to AWS is the session's proxy. The scripts inside clear ``NO_PROXY`` (the hints exempt
-127.0.0.1, which real AWS hosts are not) and use boto3 and the AWS CLI from the test's virtualenv as they are.
+so its only way to AWS is the session's proxy (``tests.fixtures.aws_proxied``).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import sys
-from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 import boto3
 import pytest
 from botocore.exceptions import ClientError
 
 from devstack.aws import REGION
-from devstack.aws_iam import BUCKET, ROLE_ARN
-from tests.fixtures.aws_iam import IamStack
-from tests.fixtures.brokerenv import BrokerEnv, Result, make_env
-from tests.fixtures.sandbox import python_runtime, sandbox_unavailable
+from devstack.aws_iam import BUCKET
+from tests.fixtures.aws_proxied import AwsProxied, lines_json, py, refusals_of, requests_of
+from tests.fixtures.sandbox import sandbox_unavailable
 
 pytestmark = [
     pytest.mark.server,
     pytest.mark.skipif(bool(sandbox_unavailable()), reason=str(sandbox_unavailable())),
 ]
-
-VENV = Path(sys.prefix)
-PYTHON = VENV / "bin" / "python"
-
-
-@dataclass
-class AwsProxied:
-    env: BrokerEnv
-    port: int
-    stack: IamStack
-
-    def task(self, *, inject: str = "proxy", name: str = "task.yaml") -> Path:
-        return self.env.write_task(
-            f"""
-version: 1
-task: fix-aws-1
-ttl: 30m
-sandbox: {{uid: 1000, gid: 1000, mount_path: /run/secrets}}
-network:
-  allow: ["127.0.0.1:{self.port}"]
-credentials:
-  - name: store
-    provider: aws
-    role_arn: {ROLE_ARN}
-    ttl: 15m
-    inject: {inject}
-""",
-            name,
-        )
-
-    def process_env(self) -> dict[str, str]:
-        """The broker's own identity (moto's IAM user) for its AssumeRole; nothing from ~/.aws."""
-        return {
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-            "AWS_ACCESS_KEY_ID": self.stack.moto.broker_key_id,
-            "AWS_SECRET_ACCESS_KEY": self.stack.moto.broker_secret,
-            "AWS_CONFIG_FILE": str(self.env.root / "no-aws-config"),
-            "AWS_SHARED_CREDENTIALS_FILE": str(self.env.root / "no-aws-credentials"),
-            "AWS_EC2_METADATA_DISABLED": "true",
-        }
-
-    def exec(self, task: Path, script: str, *extra: str) -> Result:
-        """``script`` (sh) in the bwrap sandbox with the venv bound read-only, through the session's proxy."""
-        _, prefix = python_runtime()
-        binds = ["--ro-bind", prefix, "--ro-bind", str(VENV)]
-        argv = ["exec", "--task", str(task), "--sandbox", "bwrap", "--network", "allowlist", *binds, *extra]
-        inside = "export NO_PROXY= no_proxy= HOME=/tmp AWS_MAX_ATTEMPTS=1\n" + script
-        return self.env.run_process(*argv, "--", "sh", "-c", inside, env=self.process_env(), timeout=240)
-
-
-@pytest.fixture
-def aws_proxied(tmp_path: Path, iam_moto: IamStack) -> Iterator[AwsProxied]:
-    env = make_env(tmp_path)
-    env.add_provider(
-        "aws",
-        {
-            "type": "aws_sts",
-            "region": REGION,
-            "endpoint_url": iam_moto.moto.url,
-            "revoke": "expire",
-            "proxy_hosts": [f"127.0.0.1:{iam_moto.front.port}"],
-            "upstream_ca_file": str(iam_moto.ca.cert_file),
-        },
-    )
-    env.write_policy(
-        f"""
-rules:
-  - id: agents
-    tasks: ["fix-*"]
-    sandbox_uids: [1000]
-    sandbox_gids: [1000]
-    network: ["127.0.0.1:{iam_moto.front.port}"]
-    grants:
-      - provider: aws
-        roles: ["{ROLE_ARN}"]
-        actions: ["*"]
-        max_ttl: 15m
-"""
-    )
-    try:
-        yield AwsProxied(env, iam_moto.front.port, iam_moto)
-    finally:
-        env.cleanup()
-
-
-def py(program: str) -> str:
-    """A shell line running ``program`` with the venv's python (boto3 as installed, the hints alone)."""
-    return f"{PYTHON} - <<'PY'\n{program}\nPY\n"
-
-
-def lines_json(result: Result) -> dict[str, Any]:
-    values: dict[str, Any] = {}
-    for line in result.stdout.splitlines():
-        if line.startswith("{"):
-            values.update(json.loads(line))
-    return values
-
-
-def requests_of(env: BrokerEnv) -> list[dict[str, Any]]:
-    return [r for r in env.log_records() if r["event"] == "egress.request"]
-
-
-def refusals_of(env: BrokerEnv) -> list[dict[str, Any]]:
-    return [r for r in env.log_records() if r["event"] == "egress.refused"]
 
 
 SDK = py(

@@ -215,13 +215,9 @@ CONFIG = (
                 "deny-policy",
             ),
             Key("timeout", "seconds", False, "HTTP timeout.", "10"),
-            Key(
-                "shared_role_writers",
-                "boolean",
-                False,
-                "true when brokers on several hosts revoke on the same roles: wait for IAM to settle.",
-                "false",
-            ),
+            Key("shared_role_writers", "boolean", False, "true when hosts share roles: wait for IAM.", "false"),
+            Key("proxy_hosts", "list", False, "HOST:PORT where inject: proxy re-signs (SigV4).", "sts, s3 of region"),
+            Key("upstream_ca_file", "path", False, "CA bundle the proxy checks those hosts against.", "the system's"),
         ),
     ),
     Section(

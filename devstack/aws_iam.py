@@ -17,7 +17,7 @@ must be signed by a known key. What exists then:
 ``assume`` returns a session's keys (``ASIA...``, secret, token) from moto's
 AssumeRole, signed with the broker's key. moto still enforces no session
 policy (devstack/aws.py says more); presigned S3 URLs are checked and served by
-``devstack.aws_presign`` in front of it.
+``devstack.aws`` (its presigned-URL section) in front of it.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
-"""The AWS credential's injector (``Resigner``) on its own: what it lets through, what answers carry back, revocation.
+"""The AWS credential's injector (``Resigner``) on its own: placeholders, what it lets through, revocation.
 
 Requests are made by botocore offline (``tests.fixtures.sigv4``); the request path around the injector is
-tested through the real proxy in ``tests/test_aws_proxy_exec.py``.
+tested through the real proxy in ``tests/integration/egress/sigv4/test_sandbox.py``, the attacks on it in
+``tests/security/egress/test_aws_resigner.py`` and ``test_aws_signatures.py``.
 """
 
 from __future__ import annotations
@@ -12,24 +13,9 @@ import pytest
 
 from broker.core.credential.aws_held import placeholder_keys
 from broker.core.inputs.config import load_config
-from broker.egress.inject import Masker
-from broker.egress.sigv4.injector import Resigner
-from broker.egress.terminate.injector import InjectionRefused, RequestHead
+from broker.egress.terminate.injector import InjectionRefused
 from tests.fixtures.brokerenv import make_env
-from tests.fixtures.sigv4 import capture, client, make_keys
-
-HOSTS = frozenset({("sts.us-east-1.amazonaws.com", 443), ("s3.us-east-1.amazonaws.com", 443)})
-
-
-def resigner() -> Resigner:
-    real = make_keys()
-    return Resigner("store", HOSTS, placeholder_keys(real), real)
-
-
-def sts_head(injector: Resigner, *, keys_of: str = "placeholder") -> tuple[RequestHead, bytes]:
-    keys = injector.placeholder if keys_of == "placeholder" else make_keys()
-    sent = capture(client("sts", keys), lambda aws: aws.get_caller_identity())
-    return RequestHead(sent.head.method, sent.head.target, sent.head.headers), sent.body
+from tests.fixtures.sigv4 import make_keys, resigner, sts_head
 
 
 def test_placeholders_have_the_real_shapes_and_differ_from_the_real_keys() -> None:
@@ -58,40 +44,6 @@ def test_a_placeholder_signed_request_goes_on_with_the_real_key_id_and_token() -
     assert headers[b"x-amz-security-token"] == real.session_token.reveal_bytes()
     assert b"".join(ending.pieces) == body
     passage.close()
-
-
-def test_a_request_signed_with_another_key_is_refused_with_sts_xml() -> None:
-    injector = resigner()
-    head, _ = sts_head(injector, keys_of="other")
-    with pytest.raises(InjectionRefused) as refused:
-        injector.begin(head)
-    assert refused.value.answer.status == 403
-    assert b"<Code>InvalidClientTokenId</Code>" in refused.value.answer.body
-    assert refused.value.reason.startswith("sigv4: signed with another access key id")
-
-
-def test_answers_never_carry_the_real_key_id_secret_or_token_back() -> None:
-    injector = resigner()
-    real = injector._real
-    assert real is not None and real.session_token is not None
-    answer = (
-        b"<Error><AWSAccessKeyId>" + real.access_key_id.encode() + b"</AWSAccessKeyId><CanonicalRequest>"
-        b"X-Amz-Security-Token="
-        + real.session_token.reveal_bytes()
-        + b"&"
-        + real.secret_access_key.reveal_bytes()
-        + b"</CanonicalRequest></Error>"
-    )
-    masker = Masker(injector.mask_pairs())
-    out = b"".join(masker.feed(answer[i : i + 7]) for i in range(0, len(answer), 7)) + masker.flush()
-    assert len(out) == len(answer)  # the same length: the answer's framing holds
-    for secret in (
-        real.access_key_id.encode(),
-        real.session_token.reveal_bytes(),
-        real.secret_access_key.reveal_bytes(),
-    ):
-        assert secret not in out
-    assert injector.placeholder.access_key_id.encode() in out
 
 
 def test_after_forget_every_request_is_refused_and_nothing_is_left_to_mask() -> None:

@@ -27,6 +27,7 @@ median over repeated runs, both sides of a ratio interleaved in the same run:
   metrics     a /metrics scrape with 10,000 live sessions in a real SQLite store; span() with tracing off and on
   awsproxy    SigV4 through the proxy: verify + re-sign added per small AWS request, a 256 MiB put_object
               (aws-chunked) through the proxy vs direct on loopback and over the modelled link, the proxy's RSS
+  approvals   through ``broker serve``: approve-to-session, a child session against an issue, 100 pending listed
 
 The fleet figure starts a PostgreSQL of its own beside the stack (bench/fleet.py); egress, dynamic,
 daemon, terminated and awsproxy start what they need themselves (bench/egress.py, bench/vault_dynamic.py,
@@ -54,6 +55,7 @@ from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
+from bench.approvals import figure_approvals
 from bench.audit import figure_audit
 from bench.aws_resign import figure_awsproxy
 from bench.cold import figure_cold
@@ -300,6 +302,8 @@ def main(argv: Sequence[str]) -> int:
                 steps.append(("dynamic", lambda: figure_dynamic(settings, report)))
             if "daemon" in selected:
                 steps.append(("daemon", lambda: figure_daemon(settings, report)))
+            if "approvals" in selected:
+                steps.append(("approvals", lambda: figure_approvals(settings, report)))
             if "latency" in selected:
                 steps.append(("latency", lambda: figure_latency(settings, report, need(stack))))
             if "fleet" in selected:

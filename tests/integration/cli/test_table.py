@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from broker.cli.declaring import ARGUMENT, CHOICE, FLAG, MANY, PATH, REST, TEXT, WORD, Command
 from broker.cli.parsing import Parsed, parse
-from broker.cli.table import ARGUMENT, CHOICE, COMMANDS, FLAG, MANY, PATH, REST, TEXT, Command
+from broker.cli.table import COMMANDS
 from broker.cli.typed import build_app
 from broker.vocab.errors import UsageError
 from tests.fixtures.brokerenv import BrokerEnv
@@ -56,6 +57,8 @@ def command_lines(command: Command) -> list[list[str]]:
     for option in command.options:
         if option.kind == REST:
             rest = ["--", "make", "--jobs", "2", "--", "x"]
+        elif option.kind == WORD:
+            required.append("s-aaaaaaaaaaaa")
         elif option.required:
             required += [option.flags[0], value_for(option.kind, option.choices)]
     lines = [[*words, *required, *rest]]
@@ -114,7 +117,8 @@ UNUSUAL = [
     ["--config", "x", "--version"],
     ["status", "--bogus"],
     ["frobnicate"],
-    ["issue"],
+    ["approve", "--digest", "ab"],
+    ["deny", "s-aaaaaaaaaaaa", "s-bbbbbbbbbbbb"],
     ["revoke", "--session"],
     ["status", "--json=1"],
     ["status", "--json", "--json"],

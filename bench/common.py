@@ -44,6 +44,7 @@ FIGURES = (
     "operations",
     "terminated",
     "metrics",
+    "awsproxy",
     "approvals",
 )
 #: egress, dynamic and daemon start what they need themselves (a proxy, OpenBao + PostgreSQL, OpenBao + a daemon).

@@ -26,12 +26,14 @@ median over repeated runs, both sides of a ratio interleaved in the same run:
               the log's cost per record), a 50 MiB git push through the proxy vs direct over a modelled
               40 ms, 1 Gbit/s link and on loopback
   metrics     a /metrics scrape with 10,000 live sessions in a real SQLite store; span() with tracing off and on
+  awsproxy    SigV4 through the proxy: verify + re-sign added per small AWS request, a 256 MiB put_object
+              (aws-chunked) through the proxy vs direct on loopback and over the modelled link, the proxy's RSS
   approvals   through ``broker serve``: approve-to-session, a child session against an issue, 100 pending listed
 
 The fleet figure starts a PostgreSQL of its own beside the stack (bench/fleet.py); egress, dynamic,
-daemon and terminated start what they need themselves (bench/egress.py, bench/vault_dynamic.py,
-bench/daemon.py, bench/terminated.py with bench/gitpush.py and bench/proxychild.py; each also runs
-alone with ``python -m``).
+daemon, terminated and awsproxy start what they need themselves (bench/egress.py, bench/vault_dynamic.py,
+bench/daemon.py, bench/terminated.py with bench/gitpush.py and bench/proxychild.py, bench/aws_resign.py;
+each also runs alone with ``python -m``).
 
 Prints a table and writes ``bench-results/bench-<git short sha>.json`` and
 ``bench-results/latest.json``. ``--quick`` for a smoke run, ``--only a,b``
@@ -56,6 +58,7 @@ from pathlib import Path
 
 from bench.approvals import figure_approvals
 from bench.audit import figure_audit
+from bench.aws_resign import figure_awsproxy
 from bench.cold import figure_cold
 from bench.common import (
     BROKER,
@@ -315,6 +318,8 @@ def main(argv: Sequence[str]) -> int:
                 steps.append(("terminated", lambda: figure_terminated(settings, report)))
             if "metrics" in selected:
                 steps.append(("metrics", lambda: figure_metrics(settings, report)))
+            if "awsproxy" in selected:
+                steps.append(("awsproxy", lambda: figure_awsproxy(settings, report)))
             for name, step in steps:
                 background = cpu_busy()
                 report.background[name] = round(background, 2)

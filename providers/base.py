@@ -165,6 +165,9 @@ class ProxyFacts:
     #: wrapping token, which unwraps anywhere to the secret); its JSON answers are held back and checked whole.
     refused_answer_key: str | None = None
     refused_answer_name: str = ""
+    #: The client signs each request itself (AWS SigV4): the proxy verifies the signature with the placeholder
+    #: keys and re-signs with the real ones (``broker.egress.sigv4``) instead of swapping a header.
+    resigns: bool = False
 
 
 class RevokeOutcome(enum.StrEnum):
@@ -263,6 +266,11 @@ class Provider(ABC, Generic[RequestT]):
     @abstractmethod
     def revoke(self, target: RevokeTarget, now: datetime) -> RevokeOutcome:
         """Revoke at the provider; raise ``ProviderError`` when it cannot be done now."""
+
+    def default_proxy_hosts(self) -> tuple[str, ...]:
+        """``HOST:PORT`` the proxy puts this instance's secret in when the config names no ``proxy_hosts``
+        (AWS: its region's STS and S3 hosts); none by default."""
+        return ()
 
     def health(self) -> list[Check]:
         """``broker doctor``'s checks of this instance (named locally: ``login``, ``clock``); mints nothing.

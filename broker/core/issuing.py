@@ -274,7 +274,8 @@ class Issuing(Minting):
         credential = self.mint(request, self.contexts[request.name])
         self.record(request, credential, **self.lineage())
         if self.interceptor is not None and request.name in self.manifest.proxied:
-            credential = hold_in_proxy(self.broker.config, request, credential, self.interceptor)
+            config, spool = self.broker.config, self.directory.path
+            credential = hold_in_proxy(config, request, credential, self.interceptor, spool)
         return request, credential, self.directory.write_credential(request.name, credential.files)
 
     def document(self, results: list[tuple[CredentialRequest, MintedCredential, list[str]]]) -> SessionDocument:

@@ -248,9 +248,11 @@ def parse_config(table: object, path: Path) -> Config:
                     f" (known: {', '.join(known_types())})"
                 ) from None
             target = _proxy_target(instance, name, cls.proxy, base)
+            providers[name] = cls.from_config(name, instance, base)
+            if target is None and cls.proxy is not None and (defaults := providers[name].default_proxy_hosts()):
+                target = ProxyTarget(tuple(parse_destination(host) for host in defaults), cls.proxy)  # AWS's
             if target is not None:
                 proxy_targets[name] = target
-            providers[name] = cls.from_config(name, instance, base)
             instance.done()
     fields.done()
     return Config(

@@ -345,8 +345,8 @@ def test_an_aws_credential_kept_in_the_parents_proxy_never_becomes_a_childs_file
     network = {"allow": ["sts.us-east-1.amazonaws.com:443", "s3.us-east-1.amazonaws.com:443"]}
     proxied = {**PARENT_CREDENTIALS[1], "inject": "proxy"}
     record, parent, held = _parent(config, credentials=[proxied], network=network)
-    for child in ([_aws()], [_aws(name="other")]):  # its name, and another any parent aws credential could cover
-        reasons, decision = cover(config, record, parent, held, _manifest(config, child, ttl="20m"), NOW)
+    for asked in ([_aws()], [_aws(name="other")]):  # its name, and another any parent aws credential could cover
+        reasons, decision = cover(config, record, parent, held, _manifest(config, asked, ttl="20m"), NOW)
         assert decision is None and _keys(reasons) == ["credentials[0].inject"] and "artifacts never" in reasons[0]
     child = _manifest(config, [_aws(inject="proxy")], ttl="20m", network=network)
     reasons, decision = cover(config, record, parent, held, child, NOW)

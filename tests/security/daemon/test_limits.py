@@ -100,7 +100,11 @@ class Hog:
         assert self.process.stdout.readline() == "open\n", self.process.stderr.read() if self.process.stderr else ""
 
     def report(self) -> dict[str, int]:
-        stdout, stderr = self.process.communicate(timeout=WAIT * 2)
+        # Read through the same text buffers as the "open" line: a hog the daemon turns away may have written its
+        # report before that line was read, and communicate() with a timeout reads the pipe itself, past the buffer.
+        assert self.process.stdout is not None and self.process.stderr is not None
+        self.process.wait(timeout=WAIT * 2)
+        stdout, stderr = self.process.stdout.read(), self.process.stderr.read()
         assert self.process.returncode == 0, stderr
         return dict(json.loads(stdout))
 

@@ -1,10 +1,9 @@
 """The provider interface: what every provider type (Vault, AWS STS, GitHub App) implements.
 
-A provider type knows four things about its credentials:
-
-* how a manifest asks for one (``parse_request``, untrusted input),
-* how a policy file grants one (``compile_grant``, operator input),
-* how to mint one (``mint``) and how to revoke it (``revoke``).
+A provider type knows four things about its credentials: how a manifest asks
+for one (``parse_request``, untrusted input), how a policy file grants one
+(``compile_grant``, operator input), how to mint one (``mint``) and how to
+revoke it (``revoke``).
 
 Values crossing this interface are frozen dataclasses; secret material only
 travels as ``Secret``. Provider modules import their SDKs lazily, inside the
@@ -21,11 +20,14 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path, PurePosixPath
-from typing import Any, ClassVar, Generic, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeAlias, TypeVar
 
 from broker.vocab.errors import BrokerError, ProviderError
 from broker.vocab.fields import Fields
 from broker.vocab.secret import Secret
+
+if TYPE_CHECKING:
+    from providers.delivery import ProxyDelivery
 
 __all__ = [
     "FIX_MARK",
@@ -84,6 +86,10 @@ class CredentialRequest:
     provider: str
     ttl: int | None
 
+    def delivery(self) -> ProxyDelivery | None:
+        """The hosts and header the request names for the proxy to put its secret in (``providers.delivery``)."""
+        return None
+
     def scope(self) -> dict[str, Any]:
         """The requested scope as JSON-able data (for session.json and the log)."""
         return {}
@@ -119,13 +125,9 @@ class MintContext:
 
 @dataclass(frozen=True)
 class MintedCredential:
-    """A freshly minted credential.
-
-    ``reference`` is the provider's non-secret handle (stored and logged),
-    ``secret`` is what gets fingerprinted, ``files`` maps a file name inside
-    the credential's directory to its content, ``revoke_secret`` is what a
-    revocation needs beyond ``reference`` (kept on tmpfs only).
-    """
+    """A freshly minted credential: ``reference`` is the provider's non-secret handle (stored and logged),
+    ``secret`` what gets fingerprinted, ``files`` maps a file name inside the credential's directory to its
+    content, ``revoke_secret`` what a revocation needs beyond ``reference`` (kept on tmpfs only)."""
 
     reference: Mapping[str, str]
     secret: Secret

@@ -9,8 +9,8 @@ broker's login, so after each mint the broker looks the token up and revokes
 it unless it is an orphan with no entity, no identity policies and exactly
 the requested policies. ``hvac`` is imported on first use. The dynamic-secret
 kinds (``database``, ``pki``, ``ssh``) are parsed and granted in
-``providers.vault_dynamic`` and minted in ``providers.vault_leases``; manifest
-entries, grants and the engine keys are parsed in ``providers.vault_request``.
+``providers.vault_dynamic`` and minted in ``providers.vault_leases`` (``kind: secret``, a KV field for the
+proxy alone: ``providers.vault_secret``); manifest entries, grants and engine keys: ``providers.vault_request``.
 """
 
 from __future__ import annotations
@@ -292,8 +292,8 @@ class VaultProvider(Provider[AnyVaultRequest]):
         trace in Vault; one may have been signed for a key that died with the broker: it is reported
         as such (valid until it expires, and useless without its key).
         """
-        if planned.get("kind") == "ssh":
-            return [{"kind": "ssh"}]
+        if planned.get("kind") in ("ssh", "secret"):  # a KV read leaves nothing at Vault to find
+            return [{"kind": "ssh"}] if planned["kind"] == "ssh" else []
         client = self.client()
         with self._errors("list accessors"):
             response = client.adapter.list("/v1/auth/token/accessors")

@@ -20,7 +20,7 @@ from broker.vocab.fields import Fields
 from broker.vocab.globs import any_match, glob_match
 from providers.base import CredentialRequest
 
-KINDS = ("token", "database", "pki", "ssh")
+KINDS = ("token", "database", "pki", "ssh", "secret")
 ROLE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 ROLE_GLOB = re.compile(r"[A-Za-z0-9_.*?-]{1,128}")
 _LABEL = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"

@@ -29,13 +29,14 @@ from broker.vocab.errors import ProviderError
 from broker.vocab.secret import Secret
 from providers.base import MintContext, MintedCredential, MintRejected, RevokeOutcome, RevokeTarget
 from providers.vault_dynamic import DatabaseRequest, DynamicRequest, PkiRequest, SshRequest
+from providers.vault_secret import SecretRequest, read_secret
 
 if TYPE_CHECKING:
     import hvac
 
     from providers.vault import VaultProvider
 
-DYNAMIC_KINDS = ("database", "pki", "ssh")
+DYNAMIC_KINDS = ("database", "pki", "ssh", "secret")  # each with its mount (``secret``: the KV v2 engine)
 KEY_ID_REFUSED = "key_id is not allowed by role"  # Vault's and OpenBao's answer when allow_user_key_ids is unset
 
 
@@ -54,6 +55,8 @@ def remaining_ttl(context: MintContext) -> int:
 
 
 def mint_dynamic(provider: VaultProvider, request: DynamicRequest, context: MintContext) -> MintedCredential:
+    if isinstance(request, SecretRequest):
+        return read_secret(provider, request, context)
     if isinstance(request, SshRequest):
         return _mint_ssh(provider, request, context)
     holder, accessor = _mint_holder(provider, request, context)
@@ -310,6 +313,8 @@ def revoke_dynamic(provider: VaultProvider, target: RevokeTarget, now: datetime)
     expired = target.expires_at is not None and target.expires_at <= now
     if reference.get("kind") == "ssh":
         return RevokeOutcome.EXPIRED if expired else RevokeOutcome.VALID_UNTIL_EXPIRY
+    if reference.get("kind") == "secret":  # nothing was made at Vault: the proxy has forgotten the value
+        return RevokeOutcome.EXPIRED if expired else RevokeOutcome.REVOKED
     lease_id, accessor = reference.get("lease_id", ""), reference.get("accessor", "")
     if not lease_id and not accessor:
         raise ProviderError(f"vault {provider.name}: no lease recorded for {target.name}", retryable=False)

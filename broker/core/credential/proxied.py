@@ -10,6 +10,11 @@ the hints point every common client at the bundle. A Vault credential's
 ``VAULT_ADDR`` hint becomes its proxy host over https, and its proxy hosts are
 marked as Vault's: the proxy strips response wrapping from requests to them
 and refuses an answer holding a wrapping token (``broker.egress.guards``).
+A credential whose request names its own hosts and header (``kind:
+secret``: ``CredentialRequest.delivery``) becomes a ``HeaderTemplate`` for
+those hosts, checked upstream against ``[egress] upstream_ca_file``; its
+``env`` variable, if any, holds the placeholder (a placeholder is not a
+secret).
 """
 
 from __future__ import annotations
@@ -24,7 +29,9 @@ from typing import TYPE_CHECKING
 from broker.core.inputs.config import Config
 from broker.core.inputs.manifest import Manifest
 from broker.egress.ca import SessionCA, ca_bundle
+from broker.egress.destinations import parse_destination
 from broker.egress.inject import Injection, placeholder_for
+from broker.egress.template import HeaderTemplate
 from broker.egress.terminate.plan import Interceptor
 from broker.vocab.errors import BadInput, ConfigError, ProviderError
 from broker.vocab.files import read_bounded
@@ -78,7 +85,6 @@ def hold_in_proxy(
     config: Config, request: CredentialRequest, credential: MintedCredential, interceptor: Interceptor
 ) -> MintedCredential:
     """``credential`` with its files holding a placeholder; the interceptor gets the secret for its hosts."""
-    target = config.proxy_targets[request.provider]
     placeholder = placeholder_for(credential.secret)
     files: dict[str, Secret | str] = {}
     for name, content in credential.files.items():
@@ -89,6 +95,17 @@ def hold_in_proxy(
                 )
             content = placeholder
         files[name] = content
+    delivery = request.delivery()
+    if delivery is not None:
+        hosts = frozenset((d.host, d.port) for d in map(parse_destination, delivery.hosts))
+        interceptor.add_injector(
+            HeaderTemplate(
+                request.name, hosts, delivery.header, placeholder, credential.secret, interceptor.upstream_ca_file
+            )
+        )
+        env = dict(credential.env) | ({delivery.env: placeholder.reveal()} if delivery.env else {})
+        return replace(credential, files=files, env=env)
+    target = config.proxy_targets[request.provider]
     interceptor.add(
         Injection(
             frozenset((h.host, h.port) for h in target.hosts),

@@ -20,6 +20,7 @@ from broker import __version__
 from broker.cli import coercion
 from broker.cli.audit import audit_app
 from broker.cli.context import Options, Start, print_error
+from broker.cli.network import session_app
 from broker.cli.ops import register_ops
 from broker.cli.policy import policy_app
 from broker.cli.sessions import register as register_sessions
@@ -37,6 +38,7 @@ app = typer.Typer(
 )
 register_ops(app)  # the order here is the order of ``broker --help``
 register_sessions(app)
+app.add_typer(session_app, name="session")
 app.add_typer(policy_app, name="policy")
 app.add_typer(audit_app, name="audit")
 

@@ -123,7 +123,7 @@ def execute(broker: Broker, manifest: Manifest, options: ExecOptions) -> ExecRes
         halt = Halt()
         try:
             with contextlib.ExitStack() as stack:
-                stack.enter_context(ControlSocket(broker.config.state_dir, session_id, halt))
+                stack.enter_context(ControlSocket(broker.config.state_dir, session_id, halt, halt.network))
                 proxy = None
                 if mode == "allowlist":
                     owner = (manifest.sandbox.uid, manifest.sandbox.gid) if os.geteuid() == 0 else None

@@ -112,7 +112,7 @@ class Holds:
             self._held[held.session] = held
         link.sessions.append(held.session)  # from here on, the connection's end revokes the session
         try:
-            held.control = ControlSocket(broker.config.state_dir, held.session, held.halt)
+            held.control = ControlSocket(broker.config.state_dir, held.session, held.halt, held.halt.network)
             broker.store.mark_exec_bound(held.session)
             broker.checkpoint()
             env = child_environment(document, manifest, options, body.get("parent_env") or {})

@@ -38,6 +38,7 @@ from broker.core.halting import Halt
 from broker.core.inputs.manifest import Manifest
 from broker.core.issuing import issue
 from broker.core.revoking import RevokeReport, revoke_locked
+from broker.core.rotating import Rotator
 from broker.core.session_document import SessionDocument
 from broker.egress.bridge import forwarder_argv, proxy_hints
 from broker.egress.records import log_denials
@@ -134,6 +135,10 @@ def execute(broker: Broker, manifest: Manifest, options: ExecOptions) -> ExecRes
                     stack.callback(_log_denials, broker, proxy, session_id, manifest.task)
                 if interceptor is not None:
                     stack.callback(interceptor.revoke)  # the proxy refuses before the providers revoke
+                    session = broker.store.get_session(session_id)
+                    assert session is not None
+                    # renewed behind their placeholders until the command ends (stopped before the revocation)
+                    stack.enter_context(Rotator(broker, manifest, session_id, session.expires_at, interceptor))
                 halt.attach_proxy(proxy, interceptor)
                 status = _run(document, manifest, options, proxy, halt)
         finally:

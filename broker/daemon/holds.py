@@ -38,6 +38,7 @@ from broker.core.halting import Halt
 from broker.core.inputs.manifest import Manifest
 from broker.core.issuing import issue
 from broker.core.revoking import RevokeReport, revoke_locked
+from broker.core.rotating import Rotator
 from broker.daemon.peer import Peer
 from broker.egress.bridge import proxy_hints
 from broker.egress.proxy import EgressProxy
@@ -80,6 +81,7 @@ class Held:
     report: RevokeReport | None = None
     halt: Halt = field(default_factory=Halt)  # an outside revoke through the control socket
     control: ControlSocket | None = None
+    rotator: Rotator | None = None  # renews its proxied credentials behind their placeholders
     ended: threading.Event = field(default_factory=threading.Event)
     mutex: threading.Lock = field(default_factory=threading.Lock)
 
@@ -125,6 +127,8 @@ class Holds:
                 held.proxy.serve_unix(held.directory / "proxy.sock", *owner)
                 env.update(proxy_hints())
             held.halt.attach_proxy(held.proxy, interceptor)
+            if interceptor is not None:
+                held.rotator = Rotator(broker, manifest, held.session, record.expires_at, interceptor).start()
         except BaseException:
             self.end(broker, held, "exec failed to start")
             raise
@@ -160,6 +164,8 @@ class Holds:
             try:
                 if held.control is not None:
                     held.control.close()  # never from its own thread: a revoke there only halts
+                if held.rotator is not None:
+                    held.rotator.stop()  # a renewal under way ends first: the revocation sees what it made
                 if held.interceptor is not None:
                     held.interceptor.revoke()
                 if held.proxy is not None:

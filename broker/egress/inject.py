@@ -27,7 +27,7 @@ import re
 import secrets
 import string
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from broker.egress.operations import Answer
@@ -104,6 +104,10 @@ class HeaderSwap:
 
     def forget(self) -> None:
         self._secret = None
+
+    def rotated(self, secret: Secret) -> HeaderSwap:
+        """The same swap behind the same placeholder, for the renewed ``secret``."""
+        return HeaderSwap(replace(self.injection, secret=secret))
 
 
 class Masker:

@@ -37,6 +37,7 @@ class HeaderTemplate:
     ) -> None:
         name, _, template = header.partition(": ")
         before, _, after = template.partition("{}")
+        self._header = header
         self._credential = credential
         self._hosts = hosts
         self._name = name.lower().encode("ascii")
@@ -44,6 +45,7 @@ class HeaderTemplate:
         self._placeholder = placeholder.reveal_bytes()
         self._secret: bytes | None = secret.reveal_bytes() or None
         self._upstream_ca_file = upstream_ca_file
+        self._placeholder_secret = placeholder
 
     @property
     def credential(self) -> str:
@@ -85,3 +87,9 @@ class HeaderTemplate:
 
     def forget(self) -> None:
         self._secret = None
+
+    def rotated(self, secret: Secret) -> HeaderTemplate:
+        """The same template behind the same placeholder, for the renewed ``secret`` (a new KV version)."""
+        return HeaderTemplate(
+            self._credential, self._hosts, self._header, self._placeholder_secret, secret, self._upstream_ca_file
+        )

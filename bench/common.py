@@ -42,6 +42,7 @@ FIGURES = (
     "fleet",
     "operations",
     "terminated",
+    "metrics",
 )
 #: egress, dynamic and daemon start what they need themselves (a proxy, OpenBao + PostgreSQL, OpenBao + a daemon).
 NEEDS_STACK = {

@@ -4,7 +4,7 @@ It makes the same provider calls as the broker for the stack task, one after
 another, with the same libraries, and nothing else (no manifest, no policy,
 no store, no log, no locks, no per-session mount):
 
-    issue:  hvac token create through the token role (same parameters as providers/vault.py);
+    issue:  hvac token create through the token role (same parameters as providers/vault/client.py);
             boto3 iam get_role, sts assume_role (same parameters as providers/aws/provider.py),
             sts get_caller_identity with the new credentials;
             GitHub App JWT (pyjwt, RS256), installation lookup, POST access_tokens;
@@ -115,7 +115,7 @@ def issue(p: dict[str, Any]) -> str:
     files: dict[str, bytes] = {}
     refs: dict[str, object] = {"session": session}
 
-    # -- vault: token create through the token role, as providers/vault.py does it
+    # -- vault: token create through the token role, as providers/vault/client.py does it
     with open(p["vault_token_file"]) as handle:
         vault = hvac.Client(url=p["vault_addr"], token=handle.read().strip(), timeout=10)
     ttl = f"{p['vault_ttl']}s"

@@ -24,6 +24,7 @@ median over repeated runs, both sides of a ratio interleaved in the same run:
               with vs without operations), 1,000 requests/s with every request logged (backlog, records,
               the log's cost per record), a 50 MiB git push through the proxy vs direct over a modelled
               40 ms, 1 Gbit/s link and on loopback
+  metrics     a /metrics scrape with 10,000 live sessions in a real SQLite store; span() with tracing off and on
 
 The fleet figure starts a PostgreSQL of its own beside the stack (bench/fleet.py); egress, dynamic,
 daemon and terminated start what they need themselves (bench/egress.py, bench/vault_dynamic.py,
@@ -75,6 +76,7 @@ from bench.fleet import figure_fleet
 from bench.fleet_log import figure_fleet_log
 from bench.local import BrokerSetup, Stack, base_env, floor_params, unmount_under
 from bench.memory import figure_memory
+from bench.metrics import figure_metrics
 from bench.operations import figure_operations
 from bench.stack_rtt import figure_latency
 from bench.sweep import figure_sweep
@@ -303,6 +305,8 @@ def main(argv: Sequence[str]) -> int:
                 steps.append(("operations", lambda: figure_operations(settings, report)))
             if "terminated" in selected:
                 steps.append(("terminated", lambda: figure_terminated(settings, report)))
+            if "metrics" in selected:
+                steps.append(("metrics", lambda: figure_metrics(settings, report)))
             for name, step in steps:
                 background = cpu_busy()
                 report.background[name] = round(background, 2)

@@ -24,7 +24,8 @@ import time
 from collections.abc import Callable
 
 from bench.common import Report, Row, Settings, median, summary
-from broker.egress.operations import Decision, OperationsChecker, read_operations
+from broker.egress.operations import Decision, read_operations
+from broker.egress.operations.checker import OperationsChecker
 from broker.vocab.errors import PolicyFileError
 from broker.vocab.fields import Fields
 

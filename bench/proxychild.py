@@ -86,7 +86,8 @@ from broker.audit.log import IssuanceLog
 from broker.egress.ca import SessionCA
 from broker.egress.destinations import parse_destination
 from broker.egress.inject import Injection
-from broker.egress.operations import OperationsChecker, read_operations
+from broker.egress.operations import read_operations
+from broker.egress.operations.checker import OperationsChecker
 from broker.egress.running import running_proxy
 from broker.egress.terminate.plan import Interceptor
 from broker.egress.terminate.writer import EvidenceWriter

@@ -1,11 +1,12 @@
-"""The ``broker`` console script.
+"""The ``broker`` console script: a cold path (docs/architecture.md), each branch importing only what it runs.
 
-``broker --version`` and ``broker --help`` are answered from this module
-alone (the help text is pre-rendered in ``broker.cli.help_text``, and a test
-keeps it equal to what the CLI renders), so a launcher's health probe does
-not pay for loading the whole command line. With a daemon configured
-(``BROKER_SOCKET`` or ``[daemon] socket``) the session commands go to the thin
-client ``broker.client``; everything else goes to ``broker.cli.app``, with the
+``broker --version`` and ``broker --help`` are answered from this module and
+the command table alone (the help text is ``broker.cli.help_text``, rendered
+from the table by scripts/gen-reference; a test keeps it equal to what typer
+renders). Every other command line is parsed once by the table's parser
+(``broker.cli.parsing``); a command the daemon answers, with ``BROKER_SOCKET``
+or ``[daemon] socket`` set, goes to the thin client ``broker.client`` and
+never to direct mode; everything else goes to ``broker.cli.app`` with the
 config file's table if the look for a daemon read it (it is parsed once).
 """
 
@@ -26,9 +27,15 @@ def run() -> None:
 
         sys.stdout.write(TOP_LEVEL_HELP)
         sys.exit(0)
-    from broker.client.main import thin_client
+    from broker.cli.parsing import parse
+    from broker.client.main import route
+    from broker.vocab.errors import UsageError
 
-    outcome = thin_client(args)  # with a daemon configured, the session commands are its clients: never direct
+    try:
+        parsed = parse(args)
+    except UsageError:
+        parsed = None  # the command line says what is wrong, as for any command
+    outcome = route(parsed) if parsed is not None else None
     if isinstance(outcome, int):
         sys.exit(outcome)
     from broker.host.process_hardening import lock_memory
@@ -36,4 +43,4 @@ def run() -> None:
     memory = lock_memory()  # before a secret can be read; see broker.host.process_hardening
     from broker.cli.app import main
 
-    sys.exit(main(args, memory=memory, config=outcome.config))  # the config's table, when it was read already
+    sys.exit(main(args, memory=memory, config=outcome, route=route))  # the config's table, when it was read already

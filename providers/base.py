@@ -1,9 +1,18 @@
-"""The provider interface: what every provider type (Vault, AWS STS, GitHub App) implements.
+"""The provider contract: what every provider type (Vault, AWS STS, GitHub App) implements.
 
-A provider type knows four things about its credentials: how a manifest asks
-for one (``parse_request``, untrusted input), how a policy file grants one
-(``compile_grant``, operator input), how to mint one (``mint``) and how to
-revoke it (``revoke``).
+A provider type knows four things about its credentials:
+
+* how a manifest asks for one (``parse_request``, untrusted input),
+* how a policy file grants one (``compile_grant``, operator input),
+* how to mint one (``mint``) and how to revoke it (``revoke``),
+
+and declares its facts: what bounds their lifetime (``max_ttl``,
+``min_ttl``, ``fixed_lifetime``), how the egress proxy puts its secrets in
+(``proxy``), the environment names it owns (``reserved_env``, ``ca_env``)
+and its reference (``reference()``). ``health`` and ``close`` have defaults. Everything a
+provider may do beyond that (warm up, find what a crash left minted, hold a
+deny budget, share locks, check its grants, refresh its login) is a protocol
+in ``providers.capabilities`` that the core checks with ``isinstance``.
 
 Values crossing this interface are frozen dataclasses; secret material only
 travels as ``Secret``. Provider modules import their SDKs lazily, inside the
@@ -12,70 +21,38 @@ methods that call the provider, so loading a config stays cheap.
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import functools
+import importlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
+from broker.vocab.checks import Check
 from broker.vocab.errors import BrokerError, ProviderError
 from broker.vocab.fields import Fields
 from broker.vocab.secret import Secret
 
 if TYPE_CHECKING:
+    from broker.vocab.reference import ProviderReference
     from providers.delivery import ProxyDelivery
 
 __all__ = [
-    "FIX_MARK",
     "CredentialRequest",
-    "DenyBudget",
-    "DenyRecord",
-    "FleetState",
     "Grant",
-    "HealthCheck",
     "MintContext",
     "MintRejected",
     "MintedCredential",
     "Provider",
     "ProviderError",
+    "ProxyFacts",
     "RequestT",
     "RevokeOutcome",
     "RevokeTarget",
 ]
-
-
-#: One ``broker doctor`` line of a provider: check name, passed, detail (with an optional fix).
-HealthCheck: TypeAlias = tuple[str, bool, str]
-#: Separates a failed check's detail from what to do about it.
-FIX_MARK = " — fix: "
-#: More clock skew than this against a provider fails the ``clock`` check (seconds).
-MAX_CLOCK_SKEW = 60
-
-
-def clock_check(date_header: str | None, received: float, provider: str) -> HealthCheck | None:
-    """The ``clock`` check from a response's ``Date`` header (received at ``received``); None without one."""
-    from email.utils import parsedate_to_datetime
-
-    try:
-        server = parsedate_to_datetime(date_header).timestamp() + 0.5 if date_header else None
-    except (TypeError, ValueError):
-        server = None
-    if server is None:
-        return None
-    skew = round(server - received)
-    if abs(skew) <= MAX_CLOCK_SKEW:
-        return ("clock", True, f"skew {skew:+d} s against {provider}")
-    side = "behind" if skew > 0 else "ahead of"
-    return (
-        "clock",
-        False,
-        f"this host is {abs(skew)} s {side} {provider} (more than {MAX_CLOCK_SKEW} s){FIX_MARK}"
-        "synchronise this host's clock (chrony, systemd-timesyncd)",
-    )
 
 
 @dataclass(frozen=True)
@@ -93,6 +70,11 @@ class CredentialRequest:
     def scope(self) -> dict[str, Any]:
         """The requested scope as JSON-able data (for session.json and the log)."""
         return {}
+
+    def proxy_refusal(self) -> str | None:
+        """Why the proxy cannot put this credential's secret in (``inject: proxy``), though its provider has
+        ``proxy`` facts; None when it can."""
+        return None
 
 
 RequestT = TypeVar("RequestT", bound=CredentialRequest)
@@ -162,66 +144,28 @@ class RevokeTarget:
 
 
 @dataclass(frozen=True)
-class DenyBudget:
-    """How full a role's revocation list is (AWS ``deny-policy``: its inline policies, 10,240 characters).
+class ProxyFacts:
+    """How the egress proxy puts a provider's secret into requests for it (``inject: proxy``).
 
-    ``used`` is what the role's inline policies take now; ``reserved`` what
-    they would take with every live broker session of the role revoked (an
-    issue needs room for one more next to that; ``full``: there is none).
-    Both are None when the provider could not be read; ``error`` says why.
-    ``role`` is the role's ARN.
+    The proxy swaps the placeholder for the secret in ``Authorization``
+    (Bearer, token, Basic) and in ``token_headers``, only in requests to the
+    instance's ``proxy_hosts``; ``address_env``, when the provider's
+    credentials set it, is pointed at the first of them over https; and
+    ``stripped_headers`` and ``refused_answer_key`` keep the provider's own
+    ways of handing the secret out elsewhere from the sandbox.
     """
 
-    role: str
-    live_sessions: int
-    limit: int
-    used: int | None = None
-    reserved: int | None = None
-    full: bool = False
-    error: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        document: dict[str, Any] = {
-            "role": self.role,
-            "live_sessions": self.live_sessions,
-            "used": self.used,
-            "reserved": self.reserved,
-            "limit": self.limit,
-            "full": self.full,
-        }
-        if self.error:
-            document["error"] = self.error
-        return document
-
-
-@dataclass(frozen=True, order=True)
-class DenyRecord:
-    """One value a provider denies at its side until ``until`` (AWS: an entry of a role's deny policy)."""
-
-    until: datetime
-    key: str
-    value: str
-
-
-class FleetState(ABC):
-    """What a provider shares with the brokers on other hosts through the session store (fleet mode).
-
-    ``lock`` is held across hosts and released if this process dies; the deny
-    records of a ``scope`` (AWS: one role) are the source of truth a provider
-    computes its whole deny document from, under that scope's lock.
-    """
-
-    @abstractmethod
-    def lock(self, name: str, what: str) -> contextlib.AbstractContextManager[None]:
-        """Hold the lock ``name`` (``what`` names it in a timeout error) while the context lasts."""
-
-    @abstractmethod
-    def add_deny_records(self, scope: str, records: Sequence[DenyRecord]) -> None:
-        """Remember ``records`` (a value already there keeps the later ``until``)."""
-
-    @abstractmethod
-    def deny_records(self, scope: str, now: datetime) -> list[DenyRecord]:
-        """The records of ``scope`` that have not ended by ``now``."""
+    label: str  # how messages name these credentials ("GitHub")
+    reference: str  # how docs/reference.md names them ("github_app", or a kind: "vault token")
+    token_headers: tuple[str, ...] = ()  # lower-case names of headers whose whole value is the secret
+    address_env: str | None = None  # the hint naming the provider's address
+    #: Request headers the proxy takes out (lower case, ``-`` for ``_``): asking for an answer that would carry
+    #: the secret elsewhere (Vault: response wrapping).
+    stripped_headers: tuple[str, ...] = ()
+    #: A top-level key of a JSON answer the proxy never passes on, and what it holds (Vault: ``wrap_info``, a
+    #: wrapping token, which unwraps anywhere to the secret); its JSON answers are held back and checked whole.
+    refused_answer_key: str | None = None
+    refused_answer_name: str = ""
 
 
 class RevokeOutcome(enum.StrEnum):
@@ -256,9 +200,10 @@ def _guarded(action: str, method: Callable[..., Any]) -> Callable[..., Any]:
 class Provider(ABC, Generic[RequestT]):
     """One configured provider instance (``[providers.NAME]`` in the config).
 
-    Every subclass's ``mint``, ``revoke``, ``find_minted`` and ``planned_reference``
-    is wrapped on class creation so that nothing but the ``BrokerError`` family
-    crosses the seam, whatever the implementation forgets to convert.
+    Every subclass's ``mint`` and ``revoke`` (and ``find_minted`` and
+    ``planned_reference``: ``providers.capabilities.FindsMinted``) are wrapped
+    on class creation so that nothing but the ``BrokerError`` family crosses
+    the seam, whatever the implementation forgets to convert.
     """
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -273,23 +218,17 @@ class Provider(ABC, Generic[RequestT]):
     max_ttl: ClassVar[int | None] = None
     #: The provider's own floor; a shorter capped TTL is a bad request.
     min_ttl: ClassVar[int] = 1
-    #: Whether ``find_minted`` can really search (otherwise it always answers "nothing found").
-    can_find_minted: ClassVar[bool] = False
     #: A lifetime the provider gives every credential whatever the TTL asked (GitHub: one hour).
     fixed_lifetime: ClassVar[int | None] = None
+    #: How the egress proxy puts its secrets in; None: its credentials cannot be ``inject: proxy``.
+    proxy: ClassVar[ProxyFacts | None] = None
+    #: Names a manifest's ``sandbox.env`` may not set: the ones its credentials set, or that would redirect them.
+    reserved_env: ClassVar[frozenset[str]] = frozenset()
+    #: Variables its clients read for the CAs they trust (pointed at a proxied session's CA bundle too).
+    ca_env: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.lock_dir: Path | None = None
-        self.fleet: FleetState | None = None
-
-    def use_lock_dir(self, path: Path) -> None:
-        """Where this host's brokers keep cross-process locks (``state_dir/locks``)."""
-        self.lock_dir = path
-
-    def use_fleet(self, fleet: FleetState) -> None:
-        """Share locks and deny records with brokers on other hosts (``store = "postgresql://..."``)."""
-        self.fleet = fleet
 
     @classmethod
     @abstractmethod
@@ -306,6 +245,16 @@ class Provider(ABC, Generic[RequestT]):
     def compile_grant(cls, fields: Fields, *, provider: str, max_ttl: int | None) -> Grant[RequestT]:
         """Read and compile the provider-specific fields of one policy grant."""
 
+    @classmethod
+    def reference(cls) -> ProviderReference:
+        """What docs/reference.md says of the type: the keys its loaders read, the hints its credentials set,
+        the table ``broker init`` writes. By default the ``REFERENCE`` of the ``reference`` module beside the
+        class's own (``providers/x/reference.py`` for ``providers/x/provider.py``), imported when asked: no
+        command but ``gen-reference`` and ``init`` needs it."""
+        module = importlib.import_module(cls.__module__.rpartition(".")[0] + ".reference")
+        reference: ProviderReference = module.REFERENCE
+        return reference
+
     @abstractmethod
     def mint(self, request: RequestT, context: MintContext) -> MintedCredential:
         """Mint the credential at the provider; raise ``ProviderError`` on failure."""
@@ -314,87 +263,14 @@ class Provider(ABC, Generic[RequestT]):
     def revoke(self, target: RevokeTarget, now: datetime) -> RevokeOutcome:
         """Revoke at the provider; raise ``ProviderError`` when it cannot be done now."""
 
-    #: Modules the provider imports on first use. The core imports them in its main thread before it
-    #: starts minting or revoking threads: some SDKs (requests) break when first imported by two threads.
-    sdk_modules: ClassVar[tuple[str, ...]] = ()
-    #: The part of them a revocation needs, when less (a cold revoke then imports no more).
-    revoke_sdk_modules: ClassVar[tuple[str, ...] | None] = None
-    #: Warmed before the others (``broker.core.warming``): its calls are the longest chain of round trips.
-    warm_first: ClassVar[bool] = False
+    def health(self) -> list[Check]:
+        """``broker doctor``'s checks of this instance (named locally: ``login``, ``clock``); mints nothing.
 
-    def preload(self, minting: bool = True) -> None:
-        """Import the provider's SDK now, in the calling thread (for a revocation only what it needs)."""
-        import importlib
-
-        wanted = self.sdk_modules if minting or self.revoke_sdk_modules is None else self.revoke_sdk_modules
-        for module in wanted:
-            importlib.import_module(module)
-
-    def warm_up(self, minting: bool) -> None:
-        """Get ready for this process's next calls (``minting``: an issue's, else a revocation's): the SDK, the
-        clients, kept-alive connections (``providers.warm``). Sends nothing that mints or changes anything;
-        runs in a thread of its own while the broker does local work; may raise (the real call reports)."""
-        self.preload(minting)
-
-    def planned_reference(self, request: RequestT, context: MintContext) -> dict[str, str]:
-        """What the reference will hold that is known before minting (stored with the ``minting`` state)."""
-        return {}
-
-    def find_minted(self, session_id: str, credential: str, planned: Mapping[str, str]) -> list[dict[str, str]]:
-        """References of credentials this provider minted for a session that the store never heard of.
-
-        ``sweep`` asks after a crash between the provider call and the store
-        update; ``planned`` is what ``planned_reference`` said before the call.
-        Vault searches token metadata; AWS names the session from ``planned``;
-        GitHub cannot search and returns nothing: its tokens expire within the hour.
+        Uses the broker's own identity only; a failed check says what to do in
+        its ``fix``. Never raises for a provider problem, never puts a secret
+        in a detail. The default checks nothing.
         """
         return []
-
-    def reserve(
-        self,
-        wanted: Sequence[tuple[RequestT, MintContext]],
-        live: Callable[[], Sequence[RevokeTarget]],
-        now: datetime,
-    ) -> contextlib.AbstractContextManager[None]:
-        """Hold room to revoke ``wanted`` later, next to what is live, while the context lasts.
-
-        ``live()`` reads every unexpired credential of this provider the store
-        knows, revoked or not; call it once holding whatever lock keeps other
-        issues out. The core enters the context before minting and leaves it
-        once the new credentials are in the store. Raises ``PolicyDenied``
-        when there is no room (nothing is minted then). The default needs no
-        room.
-        """
-        return contextlib.nullcontext()
-
-    def budget_role(self, reference: Mapping[str, str]) -> str | None:
-        """The role whose deny budget revoking this credential draws on; None when there is none."""
-        return None
-
-    def deny_budgets(self, roles: Collection[str], live: Sequence[RevokeTarget], now: datetime) -> list[DenyBudget]:
-        """The budgets of ``roles`` (names from ``budget_role``); a provider failure is an ``error``, never raised."""
-        return []
-
-    def health(self) -> list[HealthCheck]:
-        """``broker doctor``'s checks of this instance: ``(check, ok, detail)``, mints nothing.
-
-        Uses the broker's own identity only; a failed check's detail may end
-        with ``FIX_MARK`` and what to do. Never raises for a provider problem,
-        never puts a secret in a detail. The default checks nothing.
-        """
-        return []
-
-    def grant_health(self, grants: Sequence[Grant[RequestT]]) -> list[HealthCheck]:
-        """``broker doctor``'s checks of what the policy's ``grants`` of this instance need (rules as ``health``)."""
-        return []
-
-    def refresh(self, within: int) -> None:
-        """Keep the broker's own login valid for ``within`` seconds more; ``broker serve`` calls it on its sweep
-        interval (``within`` is twice that interval).
-
-        A long-lived broker outlives a login's TTL. Never raises for a provider
-        problem: the next call that needs the login reports it. The default does nothing.
-        """
 
     def close(self) -> None:
         """Release connections."""

@@ -1,4 +1,4 @@
-"""The closed mapping of provider type names to their classes.
+"""The closed mapping of provider type names to their classes: adding a provider type is one line here.
 
 Classes are imported on first use so that a command touching only Vault never
 pays for importing boto3. Nothing named in a config is ever imported: only
@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from providers.base import Provider
 
 PROVIDER_TYPES: dict[str, str] = {
-    "vault": "providers.vault:VaultProvider",
+    "vault": "providers.vault.provider:VaultProvider",
     "aws_sts": "providers.aws.provider:AwsStsProvider",
     "github_app": "providers.github.provider:GitHubAppProvider",
 }
@@ -30,3 +30,8 @@ def provider_class(type_name: str) -> type[Provider[Any]]:
     module = importlib.import_module(module_name)
     cls: type[Provider[Any]] = getattr(module, class_name)
     return cls
+
+
+def provider_classes() -> list[type[Provider[Any]]]:
+    """Every registered class, in the order above (each imported: for facts about every type, not one instance's)."""
+    return [provider_class(type_name) for type_name in PROVIDER_TYPES]

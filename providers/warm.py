@@ -1,6 +1,8 @@
-"""Connections opened before they are needed: a cold broker pays TCP and TLS handshakes while it works.
+"""A provider made ready before its calls: its SDK imported (``Sdk``), its connections opened.
 
-A direct ``broker issue`` spends most of its time on local work (imports,
+The SDK first: the core imports it in its main thread before worker threads
+use it (``providers.capabilities.Warming.preload``). Then the connections: a
+direct ``broker issue`` spends most of its time on local work (imports,
 config, policy, store) before its first provider call; against a provider a
 round trip away, each new connection then adds two more round trips (TCP,
 TLS). ``open_connections`` opens them in parallel into the pool the client's
@@ -11,8 +13,23 @@ an HTTP proxy it does nothing (the pool would be the proxy's).
 
 from __future__ import annotations
 
+import importlib
 import threading
+from dataclasses import dataclass
 from typing import Any
+
+
+@dataclass(frozen=True)
+class Sdk:
+    """The modules a provider imports on first use; ``revoking``: the part a revocation needs, when less."""
+
+    modules: tuple[str, ...]
+    revoking: tuple[str, ...] | None = None
+
+    def load(self, minting: bool) -> None:
+        """Import them now, in the calling thread (for a revocation only what it needs)."""
+        for module in self.modules if minting or self.revoking is None else self.revoking:
+            importlib.import_module(module)
 
 
 def open_connections(pool: Any, count: int) -> None:

@@ -9,4 +9,5 @@ pytest_plugins = [
     "tests.fixtures.stack",
     "tests.fixtures.postgres",
     "tests.fixtures.vault_engines",
+    "tests.fixtures.otlp",
 ]

@@ -108,7 +108,11 @@ def test_from_config() -> None:
     provider = AwsStsProvider.from_config("aws", fields, Path("/etc/broker"))
     fields.done()
     assert isinstance(provider, AwsStsProvider)
-    assert (provider.region, provider.revoke_mode, provider.endpoint_url) == ("eu-west-1", "expire", None)
+    assert (provider.clients.region, provider.revoke_mode, provider.clients.endpoint_url) == (
+        "eu-west-1",
+        "expire",
+        None,
+    )
     for bad, field in (
         ({"region": "us east"}, "providers.aws.region"),
         ({"region": "us-east-1", "revoke": "never"}, "providers.aws.revoke"),
@@ -567,19 +571,19 @@ def test_error_messages_are_scrubbed_one_line_and_mapped() -> None:
         {"Error": {"Code": "AccessDenied", "Message": f"key {secret.reveal()}\ntoken {token.reveal()}"}},
         "GetCallerIdentity",
     )
-    with pytest.raises(ProviderError) as caught, AwsErrors(provider, "check", secrets=(secret, token)):
+    with pytest.raises(ProviderError) as caught, AwsErrors(provider.clients, "check", secrets=(secret, token)):
         raise leak
     assert secret.reveal() not in str(caught.value) and token.reveal() not in str(caught.value)
     assert "\n" not in caught.value.message and caught.value.__cause__ is None
     assert caught.value.retryable
-    with pytest.raises(ProviderError) as bad, AwsErrors(provider, "AssumeRole"):
+    with pytest.raises(ProviderError) as bad, AwsErrors(provider.clients, "AssumeRole"):
         raise ClientError({"Error": {"Code": "MalformedPolicyDocument", "Message": "no"}}, "AssumeRole")
     assert not bad.value.retryable
-    with pytest.raises(ManifestError), AwsErrors(provider, "AssumeRole"):
+    with pytest.raises(ManifestError), AwsErrors(provider.clients, "AssumeRole"):
         raise ParamValidationError(report="DurationSeconds below 900")
-    with pytest.raises(ProviderError, match=r"cannot reach http://127\.0\.0\.1:1"), AwsErrors(provider, "x"):
+    with pytest.raises(ProviderError, match=r"cannot reach http://127\.0\.0\.1:1"), AwsErrors(provider.clients, "x"):
         raise EndpointConnectionError(endpoint_url="http://127.0.0.1:1")
-    with AwsErrors(provider, "GetRolePolicy", missing_ok=True) as errors:
+    with AwsErrors(provider.clients, "GetRolePolicy", missing_ok=True) as errors:
         raise ClientError({"Error": {"Code": "NoSuchEntity", "Message": "none"}}, "GetRolePolicy")
     assert errors.missing
 
@@ -619,7 +623,7 @@ def record_calls(provider: AwsStsProvider, service: str, operation: str) -> list
     def remember(params: dict[str, Any], **_: Any) -> None:
         calls.append(json.loads(json.dumps(params, default=str)))
 
-    provider.client(service).meta.events.register(f"provide-client-params.{service}.{operation}", remember)
+    provider.clients.client(service).meta.events.register(f"provide-client-params.{service}.{operation}", remember)
     return calls
 
 
@@ -871,7 +875,7 @@ def test_lost_update_is_detected_and_retried(aws_provider: AwsStsProvider, aws_r
                 RoleName=aws_role.name, PolicyName=POLICY_NAME, PolicyDocument=json.dumps(stale.document())
             )
 
-    aws_provider.client("iam").meta.events.register("after-call.iam.PutRolePolicy", overwrite_once)
+    aws_provider.clients.client("iam").meta.events.register("after-call.iam.PutRolePolicy", overwrite_once)
     assert aws_provider.revoke(target(mine), datetime.now(UTC)) is RevokeOutcome.REVOKED
     assert len(puts) == 2
     assert denied(aws_role).values(SOURCE_IDENTITY) == ["s-mine01", "s-theirs"]
@@ -958,7 +962,7 @@ def test_canary_secrets_never_in_errors_or_reprs(aws_provider: AwsStsProvider, a
         seen.extend([credentials["SecretAccessKey"], credentials["SessionToken"]])
         user["AssumedRoleId"] = user["AssumedRoleId"].split(":")[0] + ":someone-else"
 
-    sts = aws_provider.client("sts")
+    sts = aws_provider.clients.client("sts")
     sts.meta.events.register("after-call.sts.AssumeRole", another_session)
     with pytest.raises(ProviderError) as caught:
         aws_provider.mint(parse({"role_arn": ROLE_ARN}), context())
@@ -1000,6 +1004,6 @@ def test_an_answer_naming_the_session_under_another_role_arn_is_rejected(aws_pro
         user = parsed["AssumedRoleUser"]
         user["Arn"] = user["Arn"].replace(":assumed-role/", ":assumed-role/other-")
 
-    aws_provider.client("sts").meta.events.register("after-call.sts.AssumeRole", elsewhere)
+    aws_provider.clients.client("sts").meta.events.register("after-call.sts.AssumeRole", elsewhere)
     with pytest.raises(MintRejected, match="unexpected session"):
         aws_provider.mint(parse({"role_arn": ROLE_ARN}), context())

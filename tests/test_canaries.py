@@ -38,7 +38,7 @@ from devstack.github_app import GitHubAppEmulator
 from providers.aws.provider import AwsStsProvider
 from providers.base import MintContext, MintedCredential, Provider, RevokeTarget
 from providers.github.provider import GitHubAppProvider
-from providers.vault import VaultProvider
+from providers.vault.provider import VaultProvider
 from tests.fixtures.aws import BROKER_SECRET
 from tests.fixtures.brokerenv import BrokerEnv, Result, make_env
 from tests.fixtures.crash import TWO_CREDENTIALS, add_slow_vault, start_issue, wait_for

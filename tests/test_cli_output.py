@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.cli.output import time_left
+from broker.cli.render import time_left
 from tests.fixtures.brokerenv import BrokerEnv
 from tests.fixtures.openbao import VAULT_TASK
 

@@ -30,7 +30,7 @@ def loaded_after(code: str, env: dict[str, str] | None = None) -> set[str]:
 
 def test_the_direct_revoke_path_loads_no_policy_manifest_or_yaml() -> None:
     modules = loaded_after(
-        "import broker.cli.app, broker.cli.sessions, broker.core.revoking, broker.core.sweeping, broker.core.status"
+        "import broker.cli.app, broker.cli.sessions.revoke, broker.core.revoking, broker.core.sweeping, broker.core.status"
     )
     assert "broker.core.revoking" in modules  # the measurement sees the path's own imports
     assert sorted(m for m in modules if m.split(".")[0] == "yaml" or m in PARSE_ONLY) == []
@@ -103,3 +103,45 @@ def test_revoke_opens_the_store_once(broker_env: BrokerEnv, target: list[str]) -
     """The store opened early to warm the revoked session's providers is the one the command works on."""
     assert broker_env.run("status").code == 0  # the store exists
     assert opened_by(["revoke", *target], broker_env.config_path) == {"config": 1, "store": 1}
+
+
+TELEMETRY = ("opentelemetry", "prometheus_client", "google.protobuf", "broker.telemetry.traces")
+
+
+def telemetry_modules(modules: set[str]) -> list[str]:
+    return sorted(m for m in modules if any(m == t or m.startswith(t + ".") for t in TELEMETRY))
+
+
+def test_a_cold_command_without_telemetry_configured_imports_no_opentelemetry_or_prometheus(tmp_path: Path) -> None:
+    config = tmp_path / "broker.toml"
+    config.write_text('state_dir = "s"\nruntime_dir = "r"\npolicy_dir = "p"\naudit_key = "k/audit.key"\n')
+    env = {"PATH": os.environ["PATH"], "BROKER_CONFIG": str(config)}
+    for command in (["sweep", "--json"], ["status", "--json"]):
+        code = (
+            "from broker.entry import run\n"
+            f"sys.argv = ['broker', *{command!r}]\n"
+            "try:\n    run()\nexcept SystemExit as exit:\n    assert not exit.code, exit.code\n"
+        )
+        modules = loaded_after(code, env)
+        assert "broker.core.inputs.config" in modules  # it did read the config and run the command
+        assert telemetry_modules(modules) == [], command
+
+
+def test_spans_and_the_telemetry_settings_load_nothing_of_opentelemetry() -> None:
+    code = (
+        "from pathlib import Path\n"
+        "from broker.core.inputs.config import parse_config\n"
+        "from broker.vocab.tracing import span, carried\n"
+        "table = {'state_dir': '/tmp/s', 'runtime_dir': '/tmp/r',"
+        " 'telemetry': {'otlp_endpoint': 'http://127.0.0.1:4318'}}\n"
+        "assert parse_config(table, Path('/etc/broker/broker.toml')).telemetry is not None\n"
+        "with span('broker issue', command='issue') as s:\n    s.set(session='s-1')\n"
+        "carried(print)\n"
+    )
+    assert telemetry_modules(loaded_after(code)) == []
+    started = loaded_after(
+        "from broker.telemetry.settings import TelemetryConfig\n"
+        "from broker.telemetry.traces import start_tracing\n"
+        "start_tracing(TelemetryConfig('http://127.0.0.1:9/v1/traces'), host='h').close(0.1)\n"
+    )
+    assert "opentelemetry.sdk.trace" in telemetry_modules(started)  # the measurement sees them when tracing is on

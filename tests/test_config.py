@@ -31,7 +31,7 @@ def test_relative_paths_resolve_against_the_config_directory(tmp_path: Path) -> 
     assert config.state_dir == tmp_path / "s"  # type: ignore[attr-defined]
     assert config.policy_dir == tmp_path / "p"  # type: ignore[attr-defined]
     assert config.default_ttl == 1800 and config.max_ttl == 43200  # type: ignore[attr-defined]
-    assert config.providers["vault"].token_file == tmp_path / "tok"  # type: ignore[attr-defined]
+    assert config.providers["vault"].vault.token_file == tmp_path / "tok"  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize(
@@ -107,7 +107,7 @@ def test_vault_addr_must_be_https_unless_loopback(
 )
 def test_vault_addr_accepts_https_and_loopback_http(tmp_path: Path, addr: str) -> None:
     config = load(tmp_path, vault_config(addr))
-    assert config.providers["v"].addr == addr.rstrip("/")  # type: ignore[attr-defined]
+    assert config.providers["v"].vault.addr == addr.rstrip("/")  # type: ignore[attr-defined]
 
 
 def test_missing_config_names_the_ways_to_set_it(tmp_path: Path) -> None:
@@ -129,7 +129,8 @@ def test_every_registered_provider_type_implements_the_interface() -> None:
         assert issubclass(cls, Provider)
         assert cls.type_name == type_name
         assert not getattr(cls, "__abstractmethods__", None), type_name
-        for module in cls.sdk_modules:  # imported by the core before its worker threads start
+        sdk = getattr(cls, "sdk", None)  # a Warming provider's: imported by the core before its worker threads start
+        for module in sdk.modules if sdk is not None else ():
             importlib.import_module(module)
 
 

@@ -41,6 +41,8 @@ exit 3
 
 
 def _start(daemon: Daemon, upstream: Upstream) -> Path:
+    daemon.env.runtime_dir = daemon.shared / "run"  # as /run/broker: short enough for a socket's address
+    daemon.env.write_config()
     daemon.env.write_policy(vault_egress_policy(upstream.port))
     daemon.start()
     text = VAULT_TASK.replace("credentials:", f'network:\n  allow: ["127.0.0.1:{upstream.port}"]\ncredentials:')
@@ -60,6 +62,11 @@ def _states(daemon: Daemon) -> dict[str, str]:
 
 def _accessors(daemon: Daemon) -> list[str]:
     return [r["reference"]["accessor"] for r in daemon.env.log_records() if r["event"] == "credential.issued"]
+
+
+def _proxy_sockets(daemon: Daemon) -> list[Path]:
+    """The egress proxies' sockets the daemon made: ``runtime_dir/.egress/<session>/proxy.sock``."""
+    return sorted((daemon.env.runtime_dir / ".egress").glob("s-*/proxy.sock"))
 
 
 def _client_process(daemon: Daemon, *args: str) -> subprocess.Popen[str]:
@@ -139,14 +146,10 @@ def _revoked_during_exec(
     daemon: Daemon,
     openbao: OpenBao,
     upstream: Upstream,
-    monkeypatch: pytest.MonkeyPatch,
     revoke: Callable[[str], tuple[int, str]],
 ) -> None:
     """Revoke (``revoke(session)``: its exit code and stderr) while the command runs: the proxy refuses, the
     command is stopped, the credential is revoked once, for the reason ``revoke``."""
-    private = daemon.shared / "tmp"  # the daemon's temporary directory: where it puts the proxy's socket
-    private.mkdir(mode=0o755)
-    monkeypatch.setenv("TMPDIR", str(private))
     task = _start(daemon, upstream)
     workspace = _workspace(daemon)
     script = "touch /workspace/started; exec sleep 600"
@@ -155,7 +158,7 @@ def _revoked_during_exec(
     )
     try:
         _wait_for(lambda: (workspace / "started").exists() or client.poll() is not None, "the sandboxed command")
-        [proxy] = private.glob("broker-egress-*/proxy.sock")
+        [proxy] = _proxy_sockets(daemon)
         assert _through_proxy(proxy, upstream.port, "/before").startswith("HTTP/1.1 200")
         [session] = _states(daemon)
         code, errors = revoke(session)
@@ -174,17 +177,17 @@ def _revoked_during_exec(
 
 
 def test_revoking_during_exec_makes_the_proxy_refuse_at_once_and_stops_the_command(
-    daemon: Daemon, openbao: OpenBao, upstream: Upstream, monkeypatch: pytest.MonkeyPatch
+    daemon: Daemon, openbao: OpenBao, upstream: Upstream
 ) -> None:
     def through_the_daemon(session: str) -> tuple[int, str]:
         revoked = daemon.client("revoke", "--session", session)
         return revoked.code, revoked.stderr
 
-    _revoked_during_exec(daemon, openbao, upstream, monkeypatch, through_the_daemon)
+    _revoked_during_exec(daemon, openbao, upstream, through_the_daemon)
 
 
 def test_a_direct_revoke_on_the_daemons_host_asks_the_daemon_and_stops_the_command(
-    daemon: Daemon, openbao: OpenBao, upstream: Upstream, monkeypatch: pytest.MonkeyPatch
+    daemon: Daemon, openbao: OpenBao, upstream: Upstream
 ) -> None:
     direct = daemon.env.root / "direct.toml"  # the daemon's own config, minus its socket: direct mode, as root
     text = daemon.env.config_path.read_text()
@@ -201,7 +204,7 @@ def test_a_direct_revoke_on_the_daemons_host_asks_the_daemon_and_stops_the_comma
         )
         return revoked.returncode, revoked.stderr
 
-    _revoked_during_exec(daemon, openbao, upstream, monkeypatch, direct_mode)
+    _revoked_during_exec(daemon, openbao, upstream, direct_mode)
 
 
 def test_exec_through_the_daemon_keeps_the_direct_exit_codes(daemon: Daemon, upstream: Upstream) -> None:
@@ -218,9 +221,7 @@ def test_exec_through_the_daemon_keeps_the_direct_exit_codes(daemon: Daemon, ups
 def test_a_launcher_that_is_not_root_runs_exec_through_the_daemon_in_a_user_namespace(
     daemon: Daemon, openbao: OpenBao, upstream: Upstream, sink: Sink
 ) -> None:
-    daemon.env.runtime_dir = daemon.shared / "run"  # as /run/broker: a launcher may pass through to its sessions
-    daemon.env.write_config()
-    task = _start(daemon, upstream)
+    task = _start(daemon, upstream)  # runtime_dir as /run/broker: a launcher may pass through to its sessions
     script = INSIDE.format(up=upstream.port, sink=sink.port)
     result = daemon.client("exec", "--task", str(task), "--", "sh", "-c", script, uid=1000)
     assert result.code == 3, result.stderr
@@ -253,11 +254,8 @@ def test_sigterm_to_the_daemon_revokes_the_exec_session_it_holds(daemon: Daemon,
 
 
 def test_the_sandbox_user_outside_the_sandbox_cannot_reach_a_root_launchers_proxy(
-    daemon: Daemon, upstream: Upstream, monkeypatch: pytest.MonkeyPatch
+    daemon: Daemon, upstream: Upstream
 ) -> None:
-    private = daemon.shared / "tmp"  # the daemon's temporary directory: where it puts the proxy's socket
-    private.mkdir(mode=0o755)
-    monkeypatch.setenv("TMPDIR", str(private))
     task = _start(daemon, upstream)
     workspace = _workspace(daemon)
     script = "touch /workspace/started; while [ ! -e /workspace/go ]; do sleep 0.05; done"
@@ -266,7 +264,7 @@ def test_the_sandbox_user_outside_the_sandbox_cannot_reach_a_root_launchers_prox
     )
     try:
         _wait_for(lambda: (workspace / "started").exists() or client.poll() is not None, "the sandboxed command")
-        [socket_path] = private.glob("broker-egress-*/proxy.sock")
+        [socket_path] = _proxy_sockets(daemon)
         probe = "import socket, sys\ns = socket.socket(socket.AF_UNIX)\ntry:\n s.connect(sys.argv[1])\nexcept OSError as e:\n print(type(e).__name__)\nelse:\n print('connected')\n"
         outside = subprocess.run(
             [

@@ -35,7 +35,7 @@ from broker.egress.terminate.plan import Interceptor
 from broker.vocab.secret import Secret
 from devstack.github import APP_ID, CLIENT_ID, OWNER, PERMISSIONS, REPOSITORIES, AppKeys
 from devstack.github_app import GitHubAppEmulator
-from tests.fixtures.openbao import OpenBao
+from tests.fixtures.openbao import VAULT_HEADERS, OpenBao
 from tests.fixtures.tls import TLSFront, backend_port, make_test_ca
 
 VAULT, GHE = "vault.test", "ghe.test"
@@ -73,9 +73,12 @@ def session(tmp_path: Path, openbao: OpenBao, github_app_keys: AppKeys) -> Itera
     files = tmp_path / "session"
     (files / "kv").mkdir(parents=True)
     (files / "repo").mkdir()
-    for name, secret, host in (("kv", vault_token, VAULT), ("repo", github_token, GHE)):
+    for name, secret, host, headers in (
+        ("kv", vault_token, VAULT, VAULT_HEADERS),
+        ("repo", github_token, GHE, frozenset[bytes]()),
+    ):
         placeholder = placeholder_for(secret)
-        interceptor.add(Injection(frozenset({(host, ports[host])}), placeholder, secret, test_ca.cert_file))
+        interceptor.add(Injection(frozenset({(host, ports[host])}), placeholder, secret, test_ca.cert_file, headers))
         (files / name / "token").write_text(placeholder.reveal())
     for name, content in ca_files(interceptor).items():
         (files / name).write_bytes(content)

@@ -33,7 +33,7 @@ from broker.egress.terminate.plan import Interceptor
 from broker.vocab.secret import Secret
 from devstack.github_app import GitHubAppEmulator
 from providers.github.git import GitHost, gitconfig
-from tests.fixtures.openbao import OpenBao
+from tests.fixtures.openbao import VAULT_GUARD, VAULT_HEADERS, OpenBao
 from tests.fixtures.tls import TLSFront, backend_port, git_server, make_test_ca
 
 API, GIT, VAULT, ELSEWHERE = "api.github.test", "github.test", "vault.test", "elsewhere.test"
@@ -125,7 +125,14 @@ def stack(tmp_path: Path, github_emulator: GitHubAppEmulator, openbao: OpenBao) 
             )
         )
         interceptor.add(
-            Injection(frozenset({(VAULT, ports[VAULT])}), vault_placeholder, vault_token, test_ca.cert_file, vault=True)
+            Injection(
+                frozenset({(VAULT, ports[VAULT])}),
+                vault_placeholder,
+                vault_token,
+                test_ca.cert_file,
+                VAULT_HEADERS,
+                VAULT_GUARD,
+            )
         )
 
         async def resolve(host: str, port: int) -> list[str]:
@@ -188,6 +195,24 @@ def test_placeholders_have_the_shape_of_the_secret() -> None:
         fake = placeholder_for(Secret(real)).reveal()
         assert fake != real and len(fake) == len(real)
         assert fake[:4] == real[:4] if real.startswith(("ghs_", "hvs.")) else fake[:2] == real[:2]
+
+
+def test_a_whole_token_header_is_swapped_only_for_the_provider_that_names_it() -> None:
+    """Vault names X-Vault-Token; a GitHub placeholder there goes out as it is, in Authorization it is swapped."""
+    github, vault = Secret("ghs_" + "A1b2" * 10), Secret("hvs.CAESI" + "x" * 80)
+    github_placeholder, vault_placeholder = placeholder_for(github), placeholder_for(vault)
+    interceptor = Interceptor(SessionCA([API, VAULT], datetime.now(UTC) + timedelta(minutes=5)))
+    interceptor.add(Injection(frozenset({(API, 443)}), github_placeholder, github))
+    interceptor.add(Injection(frozenset({(VAULT, 443)}), vault_placeholder, vault, token_headers=VAULT_HEADERS))
+
+    def swap(host: str, name: bytes, value: bytes) -> bytes:
+        [(_, swapped)] = interceptor.swap(host, 443, [(name, value)])
+        return swapped
+
+    assert swap(VAULT, b"x-vault-token", vault_placeholder.reveal_bytes()) == vault.reveal_bytes()
+    assert swap(API, b"x-vault-token", github_placeholder.reveal_bytes()) == github_placeholder.reveal_bytes()
+    bearer = b"Bearer " + github_placeholder.reveal_bytes()
+    assert swap(API, b"authorization", bearer) == b"Bearer " + github.reveal_bytes()
 
 
 def test_curl_reaches_github_with_the_token_the_proxy_puts_in(stack: Stack) -> None:

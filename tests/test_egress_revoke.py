@@ -30,6 +30,7 @@ from broker.host.control import REFUSED, REQUEST, ControlSocket, ask_to_revoke
 from broker.host.sandbox import EGRESS_SOCKET
 from tests.fixtures.brokerenv import BrokerEnv, make_env
 from tests.fixtures.gate import Gate, gate
+from tests.fixtures.net import connect_unix
 from tests.fixtures.openbao import ROOT_TOKEN, VAULT_TASK, OpenBao
 from tests.fixtures.sandbox import sandbox_unavailable, vault_egress_policy
 from tests.fixtures.tls import TLSFront, backend_port, make_test_ca
@@ -75,7 +76,7 @@ def _through_proxy(socket_path: str, port: int, trust: ssl.SSLContext, placehold
     """What the sandbox does: CONNECT through the proxy's socket, TLS with the session CA, read the secret."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as raw:
         raw.settimeout(20)
-        raw.connect(socket_path)
+        connect_unix(raw, socket_path)
         raw.sendall(f"CONNECT 127.0.0.1:{port} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
         head = raw.recv(4096)
         if not head.startswith(b"HTTP/1.1 200"):

@@ -33,6 +33,7 @@ from broker.egress.proxy import ProxyLimits
 from broker.egress.running import RunningProxy, running_proxy
 from broker.egress.terminate.plan import Interceptor
 from broker.vocab.secret import Secret
+from tests.fixtures.openbao import VAULT_GUARD, VAULT_HEADERS
 from tests.fixtures.tls import TLSFront, make_test_ca
 
 API, VAULT, OTHER, V6 = "api.github.test", "vault.test", "other.test", "::1"
@@ -148,7 +149,9 @@ def tunnels(tmp_path: Path) -> Iterator[Tunnels]:
     interceptor = Interceptor(SessionCA([API, VAULT, V6], datetime.now(UTC) + timedelta(minutes=20)))
     ca_file = test_ca.cert_file
     interceptor.add(Injection(frozenset({(API, ports[API]), (V6, ports[V6])}), placeholder, token, ca_file))
-    interceptor.add(Injection(frozenset({(VAULT, ports[VAULT])}), placeholder, token, ca_file, vault=True))
+    interceptor.add(
+        Injection(frozenset({(VAULT, ports[VAULT])}), placeholder, token, ca_file, VAULT_HEADERS, VAULT_GUARD)
+    )
     session_ca = tmp_path / "session-ca.pem"
     session_ca.write_bytes(interceptor.ca.pem)
     allow = tuple(parse_destination(f"{name}:{port}") for name, port in ports.items() if name != V6)
@@ -353,7 +356,9 @@ def test_plain_http_to_a_credential_host_is_refused_with_a_pointer_to_https(tunn
 def test_refused_requests_are_counted_within_a_bound_and_none_goes_uncounted(tmp_path: Path) -> None:
     interceptor = Interceptor(SessionCA([VAULT], datetime.now(UTC) + timedelta(minutes=5)))
     token = Secret("hvs.CAESIREAL" + secrets.token_hex(24))
-    interceptor.add(Injection(frozenset({(VAULT, 8200)}), placeholder_for(token), token, vault=True))
+    interceptor.add(
+        Injection(frozenset({(VAULT, 8200)}), placeholder_for(token), token, None, VAULT_HEADERS, VAULT_GUARD)
+    )
     with running_proxy(
         (parse_destination(f"{VAULT}:8200"),),
         unix=False,

@@ -14,7 +14,7 @@ was made (its message and its code are final when it is raised).
     5       test_revoke_isolation, test_lifecycle
     6       test_audit, test_audit_strict, test_audit_witness
     7       test_daemon, test_exec
-    128+N   here: SIGTERM while the broker works (143); SIGINT (130: silent for now, see the xfail)
+    128+N   here: SIGTERM while the broker works (143); SIGINT (130, one line)
 """
 
 from __future__ import annotations
@@ -165,10 +165,6 @@ def test_sigint_ends_the_broker_with_130(broker_env: BrokerEnv) -> None:
     assert code == 130, stderr
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="typer turns KeyboardInterrupt into a silent Exit(130) before broker.cli.app.main can print its line",
-)
 def test_sigint_says_so_in_one_line(broker_env: BrokerEnv) -> None:
     _, stderr = ended_by(signal.SIGINT, broker_env)
     assert stderr == "broker: error: interrupted; what was minted has been rolled back\n"

@@ -92,7 +92,7 @@ def lag_reads(broker: Broker, role: AwsRole, stale: dict[str, Any]) -> None:
 
     provider = broker.config.providers["aws"]
     assert isinstance(provider, AwsStsProvider)
-    provider.client("iam").meta.events.register("before-call.iam.GetRolePolicy", answer)
+    provider.clients.client("iam").meta.events.register("before-call.iam.GetRolePolicy", answer)
 
 
 def test_three_hosts_twenty_concurrent_revocations_each_lose_no_entry_despite_stale_reads(
@@ -151,10 +151,10 @@ def test_a_role_lock_lost_during_the_policy_write_fails_the_revoke_and_sweep_rew
 
         provider = broker.config.providers["aws"]
         assert isinstance(provider, AwsStsProvider)
-        provider.client("iam").meta.events.register("before-call.iam.PutRolePolicy", end_connection)
+        provider.clients.client("iam").meta.events.register("before-call.iam.PutRolePolicy", end_connection)
         with pytest.raises(StoreError, match="lost"):
             revoke_session(broker, session)
-        provider.client("iam").meta.events.unregister("before-call.iam.PutRolePolicy", end_connection)
+        provider.clients.client("iam").meta.events.unregister("before-call.iam.PutRolePolicy", end_connection)
         assert cut == [True]
         assert broker.store.get_session(session).state == "revoking"  # type: ignore[union-attr]
         report = sweep(brokers[1])

@@ -10,7 +10,7 @@ import pytest
 from broker.core.inputs.config import Config, parse_config
 from broker.core.inputs.manifest import parse_manifest
 from broker.vocab.errors import ManifestError
-from providers.vault_request import VaultRequest
+from providers.vault.request import VaultRequest
 
 GOOD = """\
 version: 1
@@ -158,6 +158,8 @@ HOSTILE: dict[str, tuple[str | bytes, str]] = {
     "mount-path-root": (edit("mount_path: /run/secrets", "mount_path: /"), "sandbox.mount_path"),
     "mount-path-etc": (edit("mount_path: /run/secrets", "mount_path: /etc"), "would cover a system directory"),
     "mount-path-proc": (edit("mount_path: /run/secrets", "mount_path: /proc/self"), "would cover a system directory"),
+    "mount-path-broker": (edit("mount_path: /run/secrets", "mount_path: /run/broker"), "reaches the broker"),
+    "mount-path-in-broker": (edit("mount_path: /run/secrets", "mount_path: /run/broker/x"), "reaches the broker"),
     "root-policy-upper-case": (edit("policies: [ci-read]", "policies: [ROOT]"), "root policy is never issued"),
     "not-a-mapping": ("- just\n- a list\n", "expected a mapping"),
     "not-utf8": (b"version: 1\ntask: \xff\xfe\n", "not valid UTF-8"),

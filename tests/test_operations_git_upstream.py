@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from broker.egress.operations import Decision, OperationsChecker, read_operations
+from broker.egress.operations import Decision, read_operations
+from broker.egress.operations.checker import OperationsChecker
 from broker.egress.operations.git import ReceivePackCheck
 from broker.vocab.errors import PolicyFileError
 from broker.vocab.fields import Fields

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from broker.egress.operations import Decision, Kind, OperationsChecker, read_operations
+from broker.egress.operations import Decision, Kind, read_operations
+from broker.egress.operations.checker import OperationsChecker
 from broker.egress.operations.graphql_doc import MAX_DOCUMENT
 from broker.egress.operations.jsonbody import MAX_JSON_BODY
 from broker.vocab.errors import PolicyFileError

@@ -8,7 +8,8 @@ import pytest
 import yaml
 
 from broker.egress.destinations import parse_destination
-from broker.egress.operations import Decision, Operations, OperationsChecker, check_network, narrow, read_operations
+from broker.egress.operations import Decision, Operations, check_network, narrow, read_operations
+from broker.egress.operations.checker import OperationsChecker
 from broker.vocab.errors import ManifestError, PolicyDenied, PolicyFileError
 from broker.vocab.fields import Fields
 

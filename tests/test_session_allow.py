@@ -22,8 +22,11 @@ from tests.fixtures.brokerenv import BrokerEnv, make_env
 from tests.fixtures.openbao import VAULT_TASK, OpenBao, add_vault_provider
 from tests.fixtures.recording_api import RecordingAPI
 from tests.fixtures.sandbox import sandbox_unavailable
+from tests.test_daemon import Daemon, daemon
+from tests.test_daemon_exec import _client_process, _workspace
 from tests.test_exec import broker_process, workspace
 
+__all__ = ["daemon"]  # fixture
 pytestmark = [
     pytest.mark.server,
     pytest.mark.skipif(bool(sandbox_unavailable()), reason=str(sandbox_unavailable())),
@@ -69,20 +72,7 @@ def running(tmp_path: Path, openbao: OpenBao) -> Iterator[Running]:
     a, b = RecordingAPI(None), RecordingAPI(None)
     env = make_env(tmp_path)
     add_vault_provider(env, openbao)
-    env.write_policy(
-        f"""
-rules:
-  - id: agents
-    tasks: ["fix-*"]
-    sandbox_uids: [1000]
-    sandbox_gids: [1000]
-    network: ["127.0.0.1:{a.port}", "127.0.0.1:{b.port}"]
-    grants:
-      - provider: vault
-        policies: ["ci-*"]
-        max_uses: 100
-"""
-    )
+    env.write_policy(policy(a.port, b.port))
     try:
         yield Running(env, a, b, workspace(tmp_path))
     finally:
@@ -91,9 +81,28 @@ rules:
         b.close()
 
 
+def policy(a: int, b: int) -> str:
+    return f"""
+rules:
+  - id: agents
+    tasks: ["fix-*"]
+    sandbox_uids: [1000]
+    sandbox_gids: [1000]
+    network: ["127.0.0.1:{a}", "127.0.0.1:{b}"]
+    grants:
+      - provider: vault
+        policies: ["ci-*"]
+        max_uses: 100
+"""
+
+
+def task_text(a: int) -> str:
+    return VAULT_TASK.replace("credentials:", f'network:\n  allow: ["127.0.0.1:{a}"]\ncredentials:')
+
+
 def test_allow_and_disallow_change_a_running_session_at_once(running: Running) -> None:
     env, a, b = running.env, running.a.port, running.b.port
-    task = env.write_task(VAULT_TASK.replace("credentials:", f'network:\n  allow: ["127.0.0.1:{a}"]\ncredentials:'))
+    task = env.write_task(task_text(a))
     script = f"export A={a} B={b}\n{INSIDE}"
     process = broker_process(
         env, "exec", "--task", str(task), "--workspace", str(running.workspace), "--", "sh", "-c", script
@@ -140,3 +149,42 @@ def test_a_session_without_a_running_proxy_is_refused_and_nothing_is_logged(runn
     unknown = env.run_process("session", "allow", "--session", "s-000000000000", "127.0.0.1:1")
     assert unknown.code == 2 and "unknown session" in unknown.stderr
     assert not any(event.startswith("session.allowed") for event in env.events())
+
+
+def test_through_the_daemon_the_same_commands_change_its_held_exec(daemon: Daemon) -> None:
+    a, b = RecordingAPI(None), RecordingAPI(None)
+    try:
+        daemon.env.runtime_dir = daemon.shared / "run"  # as /run/broker: short enough for a socket's address
+        daemon.env.write_config()
+        daemon.env.write_policy(policy(a.port, b.port))
+        daemon.start()
+        running = Running(daemon.env, a, b, _workspace(daemon))
+        task = daemon.task(task_text(a.port))
+        script = f"export A={a.port} B={b.port}\n{INSIDE}"
+        process = _client_process(
+            daemon, "exec", "--task", str(task), "--workspace", str(running.workspace), "--", "sh", "-c", script
+        )
+        try:
+            assert running.wait("before") == "a=200 b=403"
+            session = running.session()
+            denied = daemon.client("session", "allow", "--session", session, "127.0.0.1:9")
+            assert denied.code == 3, denied.stderr
+            allowed = daemon.client("session", "allow", "--session", session, f"127.0.0.1:{b.port}")
+            assert (allowed.code, allowed.stdout) == (0, f"{session}: 127.0.0.1:{b.port} allowed\n"), allowed.stderr
+            running.go("go1")
+            assert running.wait("allowed") == "a=200 b=200"
+            gone = daemon.client("session", "disallow", "--session", session, f"127.0.0.1:{a.port}", "--json")
+            assert gone.code == 0 and gone.json()["allowed"] is False, gone.stderr
+            running.go("go2")
+            assert running.wait("disallowed") == "a=403 b=200"
+            _, err = process.communicate(timeout=60)
+            assert process.returncode == 0, err
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
+        events = [r["event"] for r in daemon.env.log_records() if "destination" in r and "session." in r["event"]]
+        assert events == ["session.allowed", "session.disallowed"]
+    finally:
+        a.close()
+        b.close()

@@ -25,7 +25,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509 import ocsp
 from cryptography.x509.oid import NameOID
 
-from broker.cli.reference_env import HINTS
+from broker.cli.reference_env import hints
 from tests.fixtures.brokerenv import BrokerEnv
 from tests.fixtures.vault_engines import DYNAMIC_GRANTS, NO_KEY_ID_ROLE, Engines, lease_exists
 
@@ -146,7 +146,7 @@ def test_the_certificate_hints_name_its_files_per_credential(dynamic_env: Broker
     assert env["BROKER_CLIENT_CERT_CA"] == "/run/secrets/client-cert/ca.pem"
     # Never the names that replace every TLS client's trusted CAs, nor libpq's (not asked for a database).
     assert not {"SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "PGSSLCERT", "PGSSLKEY"} & set(env)
-    documented = {hint.name.replace("<NAME>", "CLIENT_CERT") for hint in HINTS}
+    documented = {hint.name.replace("<NAME>", "CLIENT_CERT") for hint in hints()}
     assert set(env) <= documented  # docs/reference.md names every hint
     host = {
         name: Path(document["dir"]) / Path(env[name]).relative_to("/run/secrets") for name in env if "CLIENT" in name

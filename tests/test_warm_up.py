@@ -1,6 +1,6 @@
 """A cold broker opens its provider connections early, and its calls then use exactly those.
 
-``Provider.warm_up`` (started by ``issue`` as soon as it knows the manifest's
+``Warming.warm_up`` (started by ``issue`` as soon as it knows the manifest's
 providers, by ``revoke`` as soon as it knows the session's) opens kept-alive
 connections while the broker does local work; counted at a proxy in front of
 each real server, the calls that follow open none of their own: the
@@ -20,7 +20,8 @@ import pytest
 from devstack.github_app import GitHubAppEmulator
 from devstack.openbao import ROOT_TOKEN, OpenBao
 from providers.aws.overlap import together
-from providers.vault import VaultProvider
+from providers.vault.client import VaultSession
+from providers.vault.provider import VaultProvider
 from tests.fixtures.aws import AwsRole, make_aws_provider
 from tests.fixtures.brokerenv import BrokerEnv
 from tests.fixtures.crash import add_github, github_tokens, wait_for
@@ -46,13 +47,13 @@ def test_a_warmed_aws_provider_reads_and_assumes_on_the_connections_it_opened(aw
         try:
             provider.warm_up(True)
             wait_for(lambda: proxy.connections == 4)  # the proxy counts them as it accepts them
-            iam = provider.client("iam")
+            iam = provider.clients.client("iam")
             together(
                 lambda: iam.get_role(RoleName=aws_role.name),
                 lambda: iam.list_role_policies(RoleName=aws_role.name),
                 lambda: iam.get_role(RoleName=aws_role.name),
             )
-            provider.client("sts").get_caller_identity()
+            provider.clients.client("sts").get_caller_identity()
             assert sorted(proxy.calls()) == ["GetCallerIdentity", "GetRole", "GetRole", "ListRolePolicies"]
             assert proxy.connections == 4
         finally:
@@ -65,7 +66,7 @@ def test_a_revocation_warms_no_sts_client(aws_role: AwsRole) -> None:
         try:
             provider.warm_up(False)
             wait_for(lambda: proxy.connections == 3)
-            assert sorted(provider._clients) == ["iam"]
+            assert provider.clients.services() == ["iam"]
         finally:
             provider.close()
 
@@ -92,13 +93,15 @@ def test_a_warmed_vault_provider_calls_on_its_connection(openbao: OpenBao, tmp_p
     token.chmod(0o600)
     with slow_proxy(port_of(openbao.addr), 0.0, every_request=True) as proxy:
         provider = VaultProvider(
-            "vault", addr=proxy.addr, token_file=token, approle=None, approle_mount="approle",
-            namespace=None, token_role=None, timeout=5,
+            VaultSession(
+                "vault", addr=proxy.addr, token_file=token, approle=None, approle_mount="approle",
+                namespace=None, token_role=None, timeout=5,
+            )
         )  # fmt: skip
         try:
             provider.warm_up(True)
             wait_for(lambda: proxy.connections == 1)
-            assert provider.client().auth.token.lookup_self()["data"]["id"]
+            assert provider.vault.client().auth.token.lookup_self()["data"]["id"]
             assert (proxy.requests, proxy.connections) == (1, 1)
         finally:
             provider.close()

@@ -1,93 +1,55 @@
 """What every command takes from the command line: the global options, the config, an open broker, output.
 
 The command modules (``sessions``, ``policy``, ``audit``, ``ops``) import this
-module, never ``app``, so there is no circle; everything is typed. The core is
-imported on first use: ``broker --help`` must not pay for it.
+module, never ``app``, so there is no circle; everything is typed. A command's
+handler gets an ``Invocation`` first, then its options as the command table
+names them. An open broker is ``broker.cli.opening``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sys
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import typer
+from broker.core.inputs.config import Config, config_path
+from broker.core.inputs.config import load_config as load
 
-from broker.vocab.errors import BrokerError
-
-if TYPE_CHECKING:
-    from broker.core.broker import Broker
-    from broker.core.inputs.config import Config
-    from broker.core.store.interface import SessionStore
-    from broker.host.process_hardening import MemoryLock
-
-_CONFIG = "broker.config"  # where a command's config is kept on the click context (``ctx.meta``, shared)
+Read = tuple[str, dict[str, Any]]  # a config file's path and TOML table, when the console script read it already
 
 
-@dataclass(frozen=True)
-class Start:
-    """What the console script hands the command line: this process's memory lock and, when the look for a
-    daemon read it already, the config file's path and TOML table."""
+class Invocation:
+    """What every command gets besides its own options: the global options, and the config read once."""
 
-    memory: MemoryLock | None = None
-    config: tuple[Path, dict[str, Any]] | None = None
+    def __init__(self, *, config: str | None = None, debug: bool = False, read: Read | None = None) -> None:
+        self.config = config  # --config or BROKER_CONFIG, else None (the default path)
+        self.debug = debug
+        self.read = read
+        self._loaded: Config | None = None
 
-
-@dataclass(frozen=True)
-class Options:
-    """The global options, kept on the click context by the ``app`` callback."""
-
-    config: str | None
-    debug: bool
-    read: tuple[Path, dict[str, Any]] | None = None  # the config file's table as ``Start`` brought it
-
-
-def options(ctx: typer.Context) -> Options:
-    found = ctx.find_object(Options)
-    return found if found is not None else Options(config=None, debug=False)
+    def load_config(self) -> Config:
+        """The config named by ``--config``/``BROKER_CONFIG``, or the default path: read and parsed once."""
+        if self._loaded is None:
+            path = config_path(self.config)
+            read = self.read
+            self._loaded = load(path, table=read[1] if read is not None and Path(read[0]) == path else None)
+        return self._loaded
 
 
-def load_config(ctx: typer.Context) -> Config:
-    """The config named by ``--config``/``BROKER_CONFIG``, or the default path: read and parsed once a command."""
-    loaded: Config | None = ctx.meta.get(_CONFIG)
-    if loaded is None:
-        from broker.core.inputs.config import config_path
-        from broker.core.inputs.config import load_config as load
-
-        path = config_path(options(ctx).config)
-        read = options(ctx).read
-        loaded = ctx.meta[_CONFIG] = load(path, table=read[1] if read is not None and read[0] == path else None)
-    return loaded
+def load_config(invocation: Invocation) -> Config:
+    return invocation.load_config()
 
 
-@contextlib.contextmanager
-def open_broker(config: Config, store: SessionStore | None = None) -> Iterator[Broker]:
-    """A ``Broker`` for one command (on ``store`` when the command opened it already), closed (its checkpoint
-    signed) when the command is done."""
-    from broker.core.broker import Broker
-
-    try:
-        broker = Broker.open(config, store)
-    except BaseException:
-        if store is not None:
-            store.close()
-        raise
-    try:
-        yield broker
-    except BaseException:
-        # The command's own failure is what to report; a checkpoint that fails now is signed by the next command.
-        with contextlib.suppress(BrokerError):
-            broker.close()
-        raise
-    broker.close()
+def echo(text: str = "", *, err: bool = False) -> None:
+    """One line of output, flushed now (a full or closed stream fails the command, as it should)."""
+    stream = sys.stderr if err else sys.stdout
+    stream.write(text + "\n")
+    stream.flush()
 
 
 def print_json(data: Any) -> None:
-    typer.echo(json.dumps(data, indent=2))
+    echo(json.dumps(data, indent=2))
 
 
 def print_error(message: str) -> None:

@@ -1,37 +1,23 @@
 """The config, manifest and policy reference: one table per section, rendered to docs/reference.md.
 
-Every key a loader reads is listed here and nothing else: a test loads
-documents through the real loaders, records the keys they read, and compares
-them with these tables; another test regenerates docs/reference.md and
-compares it with the committed file. So neither the docs nor this table can
-drift from the code. The session environment's hints are in
-``broker.cli.reference_env``.
+Every key a loader reads is listed here or in its provider type's own
+declaration (``Provider.reference()``, in the provider's package), and nothing
+else: a test loads documents through the real loaders, records the keys they
+read, and compares them with these tables; another test regenerates
+docs/reference.md and compares it with the committed file. So neither the
+docs nor the tables can drift from the code. The session environment's hints
+are in ``broker.cli.reference_env``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import Any
 
 from broker.cli.reference_env import render_hints
 from broker.egress.operations.keys import SECTIONS as OPERATIONS_SECTIONS
-
-
-@dataclass(frozen=True)
-class Key:
-    name: str
-    kind: str
-    required: bool
-    description: str
-    default: str = ""
-
-
-@dataclass(frozen=True)
-class Section:
-    title: str
-    path: str  # the document path the loaders read these keys at ("" for the top level)
-    keys: tuple[Key, ...]
-    intro: str = ""
-
+from broker.vocab.reference import Key, Section
+from providers.base import Provider
+from providers.registry import provider_classes
 
 DURATION = "duration"
 
@@ -44,7 +30,7 @@ def operations_sections(title: str, path: str) -> tuple[Section, ...]:
     )
 
 
-CONFIG = (
+CORE_CONFIG = (
     Section(
         "Config: top level",
         "",
@@ -110,6 +96,7 @@ CONFIG = (
             Key("audit", "table", False, "[audit]: the issuance log's witness."),
             Key("daemon", "table", False, "[daemon]: broker serve, and the CLI as its thin client."),
             Key("egress", "table", False, "[egress]: the session proxy's upstream trust."),
+            Key("telemetry", "table", False, "[telemetry]: traces to an OpenTelemetry collector."),
         ),
         "Relative paths are relative to the config file. Durations: 90s, 15m, 1h or whole seconds.",
     ),
@@ -157,87 +144,37 @@ CONFIG = (
             ),
             Key("socket_group", "group name or number", False, "Group of the 0660 socket.", "the daemon's group"),
             Key("sweep_interval", DURATION, False, "How often the daemon sweeps.", "60s"),
+            Key(
+                "max_connections_per_uid",
+                "integer 1-512",
+                False,
+                "Connections one peer uid may hold at once (an exec holds one while it runs); more are answered"
+                " 503 and closed. Root and the daemon's own uid are always served; every other uid shares 512.",
+                "32",
+            ),
         ),
         "The daemon reads the provider credentials; its clients need only the socket"
         " (and this file, or BROKER_SOCKET).",
     ),
     Section(
-        'Config: [providers.NAME] type = "vault"',
-        "providers.vault",
+        "Config: [telemetry]",
+        "telemetry",
         (
-            Key("type", '"vault"', True, "Vault or OpenBao."),
-            Key("addr", "URL", True, "https://host[:port]; http only for 127.0.0.0/8, ::1 or localhost."),
-            Key("token_file", "path", False, "The broker's own token (mode 0600); or the two AppRole files."),
-            Key("approle_role_id_file", "path", False, "AppRole role id file, with approle_secret_id_file."),
-            Key("approle_secret_id_file", "path", False, "AppRole secret id file (mode 0600)."),
-            Key("approle_mount", "string", False, "Mount path of the AppRole auth method.", "approle"),
-            Key("namespace", "string", False, "Vault Enterprise / OpenBao namespace."),
-            Key("token_role", "string", False, "Orphan=true token role to mint through; else create-orphan."),
-            Key("timeout", "seconds", False, "HTTP timeout.", "10"),
-            Key("database_mount", "string", False, "Mount path of the database secrets engine.", "database"),
-            Key("pki_mount", "string", False, "Mount path of the pki secrets engine.", "pki"),
-            Key("ssh_mount", "string", False, "Mount path of the ssh secrets engine (a CA).", "ssh"),
-            Key("secret_mount", "string", False, "Mount path of the KV v2 engine kind: secret reads.", "secret"),
-            Key("proxy_hosts", "list", False, "HOST:PORT where inject: proxy puts this provider's secret in."),
-            Key("upstream_ca_file", "path", False, "CA bundle the proxy checks those hosts against.", "the system's"),
-            Key(
-                "dynamic_policies",
-                "list",
-                False,
-                "Vault policies of the per-credential lease holder token that asks for database and pki"
-                " credentials (read on MOUNT/creds/ROLE, update on MOUNT/issue/ROLE); token_role must allow them."
-                " Revoking the holder, or its expiry at the credential's ttl, revokes the lease.",
-            ),
-            Key("database_hint_host", "string", False, "PGHOST hint and pgpass host for kind: database."),
-            Key("database_hint_port", "integer", False, "PGPORT hint and pgpass port for kind: database."),
-            Key("database_hint_database", "string", False, "PGDATABASE hint and pgpass database for kind: database."),
+            Key("otlp_endpoint", "URL", False, "OTLP/HTTP collector; no path: /v1/traces. See the note.", "no traces"),
+            Key("service_name", "string", False, "The traces' service.name.", "broker"),
+            Key("headers_file", "path", False, "Headers the collector needs (an API key): Name: value lines, 0600."),
+            Key("ca_file", "path", False, "CA bundle to verify an https:// collector with.", "the system's"),
+            Key("timeout", DURATION, False, "The most a command waits for its traces to leave (at most 10s).", "1s"),
         ),
-    ),
-    Section(
-        'Config: [providers.NAME] type = "aws_sts"',
-        "providers.aws",
-        (
-            Key("type", '"aws_sts"', True, "AWS STS AssumeRole."),
-            Key("region", "string", True, "e.g. us-east-1."),
-            Key("endpoint_url", "URL", False, "STS and IAM endpoint (moto, LocalStack, VPC endpoints)."),
-            Key("profile", "string", False, "The broker's own AWS profile; the default chain otherwise."),
-            Key(
-                "revoke",
-                "deny-policy | expire",
-                False,
-                "deny-policy: a Deny on the session's aws:SourceIdentity on the role (an issue is refused"
-                " when its revocation would not fit the role's inline-policy budget); expire: valid until"
-                " expires_at.",
-                "deny-policy",
-            ),
-            Key("timeout", "seconds", False, "HTTP timeout.", "10"),
-            Key(
-                "shared_role_writers",
-                "boolean",
-                False,
-                "true when brokers on several hosts revoke on the same roles: wait for IAM to settle.",
-                "false",
-            ),
-        ),
-    ),
-    Section(
-        'Config: [providers.NAME] type = "github_app"',
-        "providers.github",
-        (
-            Key("type", '"github_app"', True, "GitHub App installation tokens."),
-            Key("app_id", "digits", True, "The App's numeric id."),
-            Key("private_key_file", "path", True, "The App's RSA private key (PEM, mode 0600)."),
-            Key("api_url", "URL", False, "GitHub Enterprise Server: https://HOST/api/v3.", "https://api.github.com"),
-            Key("timeout", "seconds", False, "HTTP timeout.", "10"),
-            Key("proxy_hosts", "list", False, "HOST:PORT where inject: proxy puts this provider's secret in."),
-            Key("upstream_ca_file", "path", False, "CA bundle the proxy checks those hosts against.", "the system's"),
-        ),
+        "otlp_endpoint is https://, or http:// to loopback only, with no user, password or query. Needs the extra"
+        " broker[otel] (the OpenTelemetry SDK and its OTLP/HTTP exporter), imported only when otlp_endpoint is set."
+        " Span attributes are ids (session, task, credential, provider, rule), never secrets.",
     ),
 )
 
 DESTINATION = "HOST:PORT, *.SUFFIX:PORT (two labels or more), IP:PORT or [IPv6]:PORT"
 
-MANIFEST = (
+CORE_MANIFEST = (
     Section(
         "Manifest: top level",
         "",
@@ -275,49 +212,11 @@ MANIFEST = (
             Key("name", "name", True, "[a-z0-9][a-z0-9_-]{0,31}; also its sub-directory; unique."),
             Key("provider", "string", True, "A provider instance of the config."),
             Key("ttl", DURATION, False, "At most the session's ttl.", "the session's"),
-            Key("kind", "token | database | pki | ssh | secret", False, "vault: what to mint or read.", "token"),
-            Key("inject", "file | proxy", False, "proxy: the files hold a placeholder, the proxy the secret.", "file"),
-            Key("path", "string", False, "vault secret (inject: proxy only): the KV v2 path."),
-            Key("field", "string", False, "vault secret: the field of that path whose value is the secret."),
-            Key("hosts", "list", False, "vault secret: HOST:PORT it goes to (1 to 16, each in network.allow)."),
-            Key("header", "string", False, 'vault secret: the header it goes in, "NAME: text with {}" ({} = it).'),
-            Key("env", "NAME", False, "vault secret: the variable holding its placeholder (never the secret)."),
-            Key("policies", "list", False, "vault token: Vault policy names (never root)."),
-            Key("num_uses", "integer", False, "vault token: uses before the token dies; 0 = unlimited.", "0"),
-            Key("role", "string", False, "vault database, pki, ssh: the secrets engine's role."),
-            Key("common_name", "DNS name", False, "vault pki: the certificate's common name."),
-            Key("alt_names", "list", False, "vault pki: DNS subject alternative names (at most 16)."),
-            Key("principals", "list", False, "vault ssh: user names the certificate is valid for (1 to 16)."),
-            Key("role_arn", "ARN", False, "aws_sts: the role to assume."),
-            Key("session_policy", "IAM policy", False, "aws_sts: inline policy narrowing the role."),
-            Key("policy_arns", "list", False, "aws_sts: managed policies narrowing the role (same account)."),
-            Key("repositories", "list", False, "github_app: owner/name, one owner, 1 to 500."),
-            Key("permissions", "table", False, "github_app: permission name -> read | write | admin."),
         ),
     ),
-    Section(
-        "Manifest: credentials[].session_policy (aws_sts)",
-        "credentials[].session_policy",
-        (
-            Key("Version", "string", True, '"2012-10-17" (or "2008-10-17").'),
-            Key("Statement", "list", True, "1 to 100 statements."),
-        ),
-    ),
-    Section(
-        "Manifest: credentials[].session_policy.Statement[] (aws_sts)",
-        "credentials[].session_policy.Statement[]",
-        (
-            Key("Sid", "string", False, "Statement id."),
-            Key("Effect", "Allow | Deny", True, "Deny statements are always allowed by policy."),
-            Key("Action", "string or list", True, "NotAction is denied by every grant (exit 3, logged)."),
-            Key("Resource", "string or list", True, "NotResource is denied by every grant (exit 3, logged)."),
-            Key("Condition", "table", False, "IAM condition block."),
-        ),
-    ),
-    *operations_sections("Manifest", "operations"),
 )
 
-POLICY = (
+CORE_POLICY = (
     Section(
         "Policy file: top level",
         "",
@@ -347,41 +246,75 @@ POLICY = (
         (
             Key("provider", "string", True, "A provider instance of the config."),
             Key("max_ttl", DURATION, False, "Cap for credentials of this grant."),
-            Key("policies", "list", False, "vault: policy name globs a token request may name."),
-            Key("max_uses", "integer", False, "vault: num_uses must be 1..max_uses (unlimited is denied)."),
-            Key("database_roles", "list", False, "vault: database role globs (kind: database); none = denied."),
-            Key("pki_roles", "list", False, "vault: pki role globs (kind: pki); none = denied."),
-            Key(
-                "common_names",
-                "list",
-                False,
-                "vault: DNS name globs the common name and every alt name must match (* stays within one label).",
-            ),
-            Key("ssh_roles", "list", False, "vault: ssh role globs (kind: ssh); none = denied."),
-            Key("principals", "list", False, "vault: principal globs every requested principal must match."),
-            Key("secret_paths", "list", False, "vault: KV path globs kind: secret may read (* stops at /)."),
-            Key("secret_hosts", "list", False, "vault: HOST:PORT globs such secrets may go to; none = denied."),
-            Key("roles", "list", False, "aws_sts: role ARN globs (IAM-style *)."),
-            Key("actions", "list", False, "aws_sts: what a session policy may Allow (containment, case-insensitive)."),
-            Key("resources", "list", False, "aws_sts: resource patterns Allow statements must stay within."),
-            Key("require_session_policy", "boolean", False, "aws_sts: refuse requests without one.", "false"),
-            Key("policy_arns", "list", False, "aws_sts: managed policy ARN globs a request may attach."),
-            Key("repositories", "list", False, "github_app: owner/name globs."),
-            Key("permissions", "table", False, "github_app: permission -> highest level (none<read<write<admin)."),
         ),
     ),
-    *operations_sections("Policy file", "rules[].operations"),
 )
+
+
+#: What the core reads of a ``[providers.NAME]`` table whose type has proxy facts (``Provider.proxy``).
+PROXY_KEYS = (
+    Key("proxy_hosts", "list", False, "HOST:PORT where inject: proxy puts this provider's secret in."),
+    Key("upstream_ca_file", "path", False, "CA bundle the proxy checks those hosts against.", "the system's"),
+)
+
+
+def _provider_config(cls: type[Provider[Any]]) -> Section:
+    type_row = Key("type", f'"{cls.type_name}"', True, cls.reference().summary)
+    proxy = PROXY_KEYS if cls.proxy is not None else ()
+    return Section(
+        f'Config: [providers.NAME] type = "{cls.type_name}"',
+        f"providers.{cls.type_name}",
+        (type_row, *cls.reference().config, *proxy),
+    )
+
+
+def _with_provider_keys(section: Section, keys: tuple[Key, ...]) -> Section:
+    return Section(section.title, section.path, section.keys + keys, section.intro)
+
+
+def _inject_key() -> Key:
+    proxied = ", ".join(sorted(cls.proxy.reference for cls in provider_classes() if cls.proxy is not None))
+    return Key(
+        "inject",
+        "file | proxy",
+        False,
+        f"{proxied}: proxy = the files hold a placeholder, exec's proxy the secret.",
+        "file",
+    )
+
+
+def _sections() -> tuple[tuple[Section, ...], tuple[Section, ...], tuple[Section, ...]]:
+    """The config, manifest and policy sections: the core's, with each registered provider type's keys."""
+    classes = provider_classes()
+    manifest_keys = (_inject_key(), *(key for cls in classes for key in cls.reference().manifest))
+    grant_keys = tuple(key for cls in classes for key in cls.reference().grant)
+    config = (*CORE_CONFIG, *(_provider_config(cls) for cls in classes))
+    manifest = (
+        *CORE_MANIFEST[:-1],
+        _with_provider_keys(CORE_MANIFEST[-1], manifest_keys),
+        *(section for cls in classes for section in cls.reference().sections),
+        *operations_sections("Manifest", "operations"),
+    )
+    policy = (
+        *CORE_POLICY[:-1],
+        _with_provider_keys(CORE_POLICY[-1], grant_keys),
+        *operations_sections("Policy file", "rules[].operations"),
+    )
+    return config, manifest, policy
+
+
+CONFIG, MANIFEST, POLICY = _sections()
 
 
 def render() -> str:
     lines = [
         "# Reference",
         "",
-        "Generated from `broker/cli/reference.py` by `scripts/gen-reference`; a test keeps it equal to the",
-        "keys the loaders really read. Do not edit by hand.",
+        "Generated from `broker/cli/reference.py` and each provider type's `reference.py` by",
+        "`scripts/gen-reference`; a test keeps it equal to the keys the loaders really read. Do not edit by hand.",
     ]
-    for part, sections in (("Operator config (TOML)", CONFIG), ("Task manifest", MANIFEST), ("Policy files", POLICY)):
+    config, manifest, policy = _sections()  # the provider types registered now
+    for part, sections in (("Operator config (TOML)", config), ("Task manifest", manifest), ("Policy files", policy)):
         lines += ["", f"## {part}"]
         for section in sections:
             lines += ["", f"### {section.title}", ""]

@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from broker.vocab.durations import format_duration
+from broker.vocab.time import parse_iso
 
 
 def issue_text(document: dict[str, Any]) -> str:
@@ -39,6 +40,11 @@ def revoke_incomplete(sessions: list[str]) -> str:
     return f"revocation incomplete for {', '.join(sessions)}: pending credentials stay for broker sweep"
 
 
+def network_lines(change: dict[str, Any]) -> list[str]:
+    """``session allow|disallow``: ``SESSION: HOST:PORT allowed`` (or ``disallowed``)."""
+    return [f"{change['session']}: {change['destination']} {'allowed' if change['allowed'] else 'disallowed'}"]
+
+
 def renew_lines(renewals: list[dict[str, Any]]) -> list[str]:
     if not renewals:
         return ["nothing to renew: every credential lasts as long as the session"]
@@ -49,14 +55,24 @@ def renew_lines(renewals: list[dict[str, Any]]) -> list[str]:
     ]
 
 
+def time_left(moment: datetime, now: datetime) -> str:
+    """``in 14m``, ``in 1h05m``, ``3m ago`` (expired)."""
+    seconds = int((moment - now).total_seconds())
+    span = abs(seconds)
+    if span < 60:
+        text = f"{span}s"
+    elif span < 3600:
+        text = f"{span // 60}m"
+    else:
+        text = f"{span // 3600}h{(span % 3600) // 60:02d}m"
+    return f"in {text}" if seconds >= 0 else f"{text} ago"
+
+
 RENEW_PENDING = "a replaced credential could not be revoked now; it stays pending for broker sweep"
 STATUS_COLUMNS = ("SESSION", "TASK", "STATE", "EXPIRES", "CREDENTIALS")
 
 
 def status_rows(sessions: list[dict[str, Any]], now: datetime) -> list[list[str]]:
-    from broker.cli.output import time_left
-    from broker.vocab.time import parse_iso
-
     return [
         [
             item["session"],

@@ -8,10 +8,9 @@ would have raised it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from broker.vocab.errors import DaemonReported
 
+TYPE_CHECKING = False  # typing itself is not imported at run time: the client's cold path
 if TYPE_CHECKING:
     from broker.daemon.transport import Answer  # only the type: a direct command never loads the transport
 

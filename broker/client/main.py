@@ -1,138 +1,50 @@
-"""``broker issue | revoke | status | renew | exec | policy check`` through the daemon: same arguments, output, codes.
+"""``broker issue | revoke | status | renew | exec | session | policy check`` through the daemon: same output, codes.
 
-``thin_client`` answers ``Direct`` when this invocation is not the daemon's (no
-socket configured, another command, or ``--help``): ``broker.entry`` then runs
-the full command line, handing it the config file's table when this module
-read it. Options are parsed with argparse, not typer, so a
-launcher's call costs little more than starting Python.
+``route`` is asked about every command line the command table's parser
+understood (``broker.cli.parsing``): a command the daemon answers
+(``Command.daemon``), with ``BROKER_SOCKET`` or the config's ``[daemon]
+socket`` set, runs here and its exit code comes back; anything else goes to
+the full command line, with the config file's path and table when this
+module read them (it is parsed once). A cold path (docs/architecture.md):
+one request and one answer, so what a command prints with (the renderers, the
+launch formats, the sandbox) is imported by that command only; the config
+file is read only without ``BROKER_SOCKET``.
 """
 
 from __future__ import annotations
 
-import argparse
+import json
 import os
 import sys
-from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
-from urllib.parse import quote
 
+from broker.cli.parsing import Parsed
+from broker.cli.table import CONFIG_ENV, DEFAULT_CONFIG
 from broker.client.answers import checked
+from broker.daemon.transport import Answer, call
 from broker.vocab.errors import BrokerError, IssueRolledBack, PolicyDenied, RevokeIncomplete, UsageError
 
-SOCKET_ENV = "BROKER_SOCKET"
-CONFIG_ENV = "BROKER_CONFIG"
-DEFAULT_CONFIG = "/etc/broker/broker.toml"
-MAX_CONFIG_BYTES = 256 * 1024
-FORMATS = ("json", "env", "docker", "podman", "bwrap")
-COMMANDS = ("issue", "revoke", "status", "renew", "exec", "policy check")
-
+TYPE_CHECKING = False  # typing itself is not imported at run time: the client's cold path
 if TYPE_CHECKING:
-    from broker.daemon.transport import Answer
+    from typing import Any
+
+    Read = tuple[str, dict[str, Any]]  # the config file's path and TOML table
+
+SOCKET_ENV = "BROKER_SOCKET"
+MAX_CONFIG_BYTES = 256 * 1024
 
 
-def call(socket: str, method: str, target: str, body: Any = None) -> Answer:
-    from broker.daemon.transport import call as request
-
-    return request(socket, method, target, body)
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
-
-
-def _global_options(args: list[str]) -> tuple[argparse.Namespace, list[str]]:
-    parser = _Parser(prog="broker", add_help=False, allow_abbrev=False)
-    parser.add_argument("--config", default=None)
-    parser.add_argument("--debug", action="store_true")
-    parser.add_argument("--verbose", "-v", action="store_true")
-    parser.add_argument("--log-format", choices=("text", "json"), default="text")
-    parser.add_argument("rest", nargs=argparse.REMAINDER)
-    found = parser.parse_args(args)
-    return found, list(found.rest)
-
-
-def _command_parser(command: str) -> _Parser:
-    parser = _Parser(prog=f"broker {command}", add_help=False, allow_abbrev=False)
-    if command in ("issue", "policy check"):
-        parser.add_argument("--task", required=True)
-        parser.add_argument("--json", dest="as_json", action="store_true")
-    if command == "issue":
-        parser.add_argument("--format", dest="fmt", choices=FORMATS, default=None)
-        parser.add_argument("--session-file", default=None)
-    elif command == "revoke":
-        parser.add_argument("--session", default=None)
-        parser.add_argument("--task", default=None)
-        parser.add_argument("--json", dest="as_json", action="store_true")
-    elif command == "status":
-        parser.add_argument("--json", dest="as_json", action="store_true")
-        parser.add_argument("--all", dest="show_all", action="store_true")
-    elif command == "renew":
-        parser.add_argument("--session", required=True)
-        parser.add_argument("--json", dest="as_json", action="store_true")
-    elif command == "exec":
-        from broker.client.running import add_options
-
-        add_options(parser)
-    return parser
-
-
-@dataclass(frozen=True)
-class Direct:
-    """This invocation is not the daemon's: the full command line runs it.
-
-    ``config`` is the config file's path and TOML table when the look for
-    ``[daemon] socket`` read them, so that the command line parses the file
-    once, not twice.
-    """
-
-    config: tuple[Path, dict[str, Any]] | None = None
-
-
-def read_config_table(config: str | None) -> tuple[Path, dict[str, Any] | None]:
-    """The config file named by ``--config``, ``BROKER_CONFIG`` or the default, and its TOML table (None when it
-    cannot be read or is not TOML: the direct command line reports what is wrong with it)."""
-    import tomllib  # only here: with BROKER_SOCKET set, the client never reads the config
-
-    from broker.vocab.files import read_bounded
-
-    path = Path(config or os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG)
-    try:  # the one bounded reader: a FIFO or device named as the config is refused, never waited on
-        data, _ = read_bounded(path, MAX_CONFIG_BYTES)
-        return path, tomllib.loads(data.decode("utf-8"))
-    except (OSError, ValueError, RecursionError):  # RecursionError: nested too deeply
-        return path, None
-
-
-def daemon_socket(path: Path, table: dict[str, Any]) -> str | None:
-    """The config's ``[daemon] socket`` (relative to the config file), else None."""
-    daemon = table.get("daemon")
-    socket = daemon.get("socket") if isinstance(daemon, dict) else None
-    if not isinstance(socket, str) or not socket:
+def route(parsed: Parsed) -> int | Read | None:
+    """The exit code when the daemon ran the command; else the config file's path and table if read (or None)."""
+    if not parsed.command.daemon:
         return None
-    return socket if socket.startswith("/") else str(path.resolve().parent / socket)
-
-
-def thin_client(args: list[str]) -> int | Direct:
-    """Run a session command through the daemon and return its exit code; ``Direct`` when this is not one."""
-    try:
-        options, rest = _global_options(args)
-    except UsageError:
-        return Direct()
-    command = " ".join(rest[:2]) if rest[:1] == ["policy"] else " ".join(rest[:1])
-    own = rest[: rest.index("--")] if "--" in rest else rest  # after --, exec's command has its own options
-    if command not in COMMANDS or {"-h", "--help"} & set(own):
-        return Direct()
     socket = os.environ.get(SOCKET_ENV)  # BROKER_SOCKET, else the config's [daemon] socket
     if not socket:
-        path, table = read_config_table(options.config)
-        socket = daemon_socket(path, table) if table is not None else None
+        read = read_config_table(parsed.options["config"])
+        socket = daemon_socket(*read) if read is not None else None
         if socket is None:
-            return Direct((path, table) if table is not None else None)
+            return read
     try:
-        parsed = _command_parser(command).parse_args(rest[len(command.split()) :])
-        return _run(command, parsed, socket)
+        return _run(parsed.command.name, parsed.values, socket)
     except BrokerError as exc:
         sys.stderr.write(f"broker: error: {exc.message}\n")
         return exc.exit_code
@@ -141,14 +53,38 @@ def thin_client(args: list[str]) -> int | Direct:
         return 130
 
 
-def _run(command: str, args: argparse.Namespace, socket: str) -> int:
+def read_config_table(config: object) -> Read | None:
+    """The config file named by ``--config``, ``BROKER_CONFIG`` or the default, and its TOML table (None when it
+    cannot be read or is not TOML: the direct command line reports what is wrong with it)."""
+    import tomllib
+
+    from broker.vocab.files import read_bounded
+
+    path = str(config or os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG)
+    try:  # the one bounded reader: a FIFO or device named as the config is refused, never waited on
+        data, _ = read_bounded(path, MAX_CONFIG_BYTES)
+        return path, tomllib.loads(data.decode("utf-8"))
+    except (OSError, ValueError, RecursionError):  # RecursionError: nested too deeply
+        return None
+
+
+def daemon_socket(path: str, table: dict[str, Any]) -> str | None:
+    """The config's ``[daemon] socket`` (relative to the config file), else None."""
+    daemon = table.get("daemon")
+    socket = daemon.get("socket") if isinstance(daemon, dict) else None
+    if not isinstance(socket, str) or not socket:
+        return None
+    return socket if socket.startswith("/") else os.path.join(os.path.dirname(os.path.realpath(path)), socket)
+
+
+def _run(command: str, args: dict[str, object], socket: str) -> int:
     if command == "issue":
         return _issue(args, socket)
     if command == "policy check":
-        answer = call(socket, "POST", "/v1/policy/check", _manifest(args.task))
+        answer = call(socket, "POST", "/v1/policy/check", _manifest(str(args["task"])))
         decision = answer.document.get("decision", answer.document) if answer.status == 403 else answer.document
         if answer.status in (200, 403):
-            _print(decision if args.as_json else _lines("decision_lines", decision))
+            _print(decision if args["as_json"] else _lines("decision_lines", decision))
         if answer.status == 403:
             raise PolicyDenied(str(answer.document.get("error", "denied by policy")))
         return checked(answer).exit_code
@@ -157,25 +93,14 @@ def _run(command: str, args: argparse.Namespace, socket: str) -> int:
     if command == "exec":
         from broker.client.running import run_exec
 
-        return run_exec(args, socket, _manifest(args.task))
+        return run_exec(args, socket, _manifest(str(args["task"])))
     if command == "status":
-        query = "?all=1" if args.show_all else ""
-        query += ("&" if query else "?") + "budgets=1" if args.as_json else ""
-        answer = checked(call(socket, "GET", "/v1/sessions" + query))
-        if args.as_json:
-            _print(answer.document)
-        elif not answer.document:
-            _print("no live sessions" if not args.show_all else "no sessions")
-        else:
-            from broker.cli.output import print_table
-            from broker.cli.render import STATUS_COLUMNS, status_rows
-            from broker.vocab.time import utcnow
-
-            print_table(STATUS_COLUMNS, status_rows(answer.document, utcnow()))
-        return 0
-    _check_session(args.session)
-    answer = checked(call(socket, "POST", f"/v1/sessions/{quote(args.session, safe='')}/renew"))
-    _print(answer.document if args.as_json else _lines("renew_lines", answer.document))
+        return _status(args, socket)
+    if command in ("session allow", "session disallow"):
+        return _network(args, socket, allow=command == "session allow")
+    session = _session(args["session"])  # a checked id: nothing in it to quote
+    answer = checked(call(socket, "POST", f"/v1/sessions/{session}/renew"))
+    _print(answer.document if args["as_json"] else _lines("renew_lines", answer.document))
     if answer.exit_code:
         from broker.cli.render import RENEW_PENDING
 
@@ -183,22 +108,48 @@ def _run(command: str, args: argparse.Namespace, socket: str) -> int:
     return 0
 
 
-def _issue(args: argparse.Namespace, socket: str) -> int:
-    from broker.cli.launch_formats import SessionFile, emit, render
+def _network(args: dict[str, object], socket: str, *, allow: bool) -> int:
+    session = _session(args["session"])  # a checked id: nothing in it to quote
+    body = {"destination": str(args["destination"]), "allow": allow}
+    answer = checked(call(socket, "POST", f"/v1/sessions/{session}/network", body))
+    _print(answer.document if args["as_json"] else _lines("network_lines", answer.document))
+    return 0
 
-    body = _manifest(args.task)
-    target = SessionFile.open(Path(args.session_file)) if args.session_file is not None else None
+
+def _status(args: dict[str, object], socket: str) -> int:
+    query = "?all=1" if args["show_all"] else ""
+    query += ("&" if query else "?") + "budgets=1" if args["as_json"] else ""
+    answer = checked(call(socket, "GET", "/v1/sessions" + query))
+    if args["as_json"]:
+        _print(answer.document)
+    elif not answer.document:
+        _print("no live sessions" if not args["show_all"] else "no sessions")
+    else:
+        from broker.cli.output import print_table
+        from broker.cli.render import STATUS_COLUMNS, status_rows
+        from broker.vocab.time import utcnow
+
+        print_table(STATUS_COLUMNS, status_rows(answer.document, utcnow()))
+    return 0
+
+
+def _issue(args: dict[str, object], socket: str) -> int:
+    from pathlib import Path
+
+    from broker.cli.launch_formats import SessionFile, emit, render
+    from broker.cli.render import issue_text
+
+    body = _manifest(str(args["task"]))
+    target = SessionFile.open(Path(str(args["session_file"]))) if args["session_file"] is not None else None
     try:
         answer = checked(call(socket, "POST", "/v1/sessions", body))
-        document: dict[str, Any] = answer.document
+        document: dict[str, object] = answer.document
         try:
             if target is not None:
-                target.write(document["session"])
-            if args.as_json or args.fmt is not None:
-                emit(render(document, args.fmt or "json"))
+                target.write(str(document["session"]))
+            if args["as_json"] or args["fmt"] is not None:
+                emit(render(document, str(args["fmt"] or "json")))
             else:
-                from broker.cli.render import issue_text
-
                 emit(issue_text(document))
         except BaseException as exc:  # the launcher never got the session: it must not stay live
             fate = _revoke_after_delivery(socket, str(document["session"]))
@@ -220,17 +171,20 @@ def _revoke_after_delivery(socket: str, session: str) -> str:
     return "what was minted has been rolled back"
 
 
-def _revoke(args: argparse.Namespace, socket: str) -> int:
-    if (args.session is None) == (args.task is None):
+def _revoke(args: dict[str, object], socket: str) -> int:
+    if (args["session"] is None) == (args["task"] is None):
         raise UsageError("revoke needs exactly one of --session ID or --task NAME")
-    if args.session is not None:
-        _check_session(args.session)
-        answer = checked(call(socket, "DELETE", f"/v1/sessions/{args.session}"))
+    answer: Answer
+    if args["session"] is not None:
+        session = _session(args["session"])
+        answer = checked(call(socket, "DELETE", f"/v1/sessions/{session}"))
         reports = [answer.document]
     else:
-        answer = checked(call(socket, "DELETE", f"/v1/sessions?task={quote(args.task, safe='')}"))
+        from urllib.parse import quote
+
+        answer = checked(call(socket, "DELETE", f"/v1/sessions?task={quote(str(args['task']), safe='')}"))
         reports = answer.document
-    _print(answer.document if args.as_json else _lines("revoke_lines", reports))
+    _print(answer.document if args["as_json"] else _lines("revoke_lines", reports))
     if answer.exit_code:
         from broker.cli.render import revoke_incomplete
 
@@ -238,16 +192,16 @@ def _revoke(args: argparse.Namespace, socket: str) -> int:
     return 0
 
 
-def _check_session(session: str) -> None:
+def _session(value: object) -> str:
     from broker.vocab.session_ids import check_session_id
 
+    session = str(value)
     check_session_id(session)
+    return session
 
 
-def _manifest(source: str) -> Any:
+def _manifest(source: str) -> object:
     """The manifest read and parsed here, with the caller's own rights; the daemon gets it as JSON."""
-    import json
-
     from broker.core.inputs.strictdata import read_task_file
     from broker.vocab.errors import ManifestError
 
@@ -260,16 +214,14 @@ def _manifest(source: str) -> Any:
     return document
 
 
-def _lines(renderer: str, document: Any) -> str:
+def _lines(renderer: str, document: object) -> str:
     from broker.cli import render
 
     lines: list[str] = getattr(render, renderer)(document)
     return "\n".join(lines)
 
 
-def _print(value: Any) -> None:
-    import json
-
+def _print(value: object) -> None:
     text = value if isinstance(value, str) else json.dumps(value, indent=2)
     sys.stdout.write(text + "\n")
     sys.stdout.flush()

@@ -16,7 +16,6 @@ forwarder in front of the command when there is a proxy.
 
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
@@ -27,6 +26,7 @@ from typing import Any
 
 from broker.client.answers import checked
 from broker.daemon.transport import Answer, Connection
+from broker.egress.bridge import forwarder_argv
 from broker.host.sandbox import EGRESS_SOCKET, check_sandbox_available
 from broker.host.spawning import Launch, launch, stop
 from broker.vocab.errors import BrokerError, UsageError
@@ -34,27 +34,18 @@ from broker.vocab.errors import BrokerError, UsageError
 PASSED_TO_DAEMON = ("PATH", "LANG", "TERM")  # what direct exec takes from its own environment
 
 
-def add_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--task", required=True)
-    parser.add_argument("--sandbox", choices=("none", "bwrap"), default="bwrap")
-    parser.add_argument("--network", choices=("none", "host", "allowlist"), default=None)
-    parser.add_argument("--workspace", default=None)
-    parser.add_argument("--ro-bind", dest="read_only", action="append", default=[])
-    parser.add_argument("command", nargs=argparse.REMAINDER)
-
-
-def run_exec(args: argparse.Namespace, socket: str, manifest: Any) -> int:
-    """The command's exit status, as direct ``exec`` returns it."""
-    command = list(args.command[1:] if args.command[:1] == ["--"] else args.command)
+def run_exec(args: dict[str, Any], socket: str, manifest: Any) -> int:
+    """The command's exit status, as direct ``exec`` returns it (``args``: the command table's exec values)."""
+    command = list(args["command"])
     if not command:
         raise UsageError("exec needs a command: broker exec --task FILE -- CMD ARGS...")
-    check_sandbox_available(args.sandbox, args.network)  # before anything is minted, as direct exec does
-    workspace = str(Path(args.workspace).resolve()) if args.workspace else None
+    check_sandbox_available(args["sandbox"], args["network"])  # before anything is minted, as direct exec does
+    workspace = str(Path(args["workspace"]).resolve()) if args["workspace"] else None
     body = {
         "manifest": manifest,
-        "sandbox": args.sandbox,
-        "network": args.network,
-        "workspace": workspace or (os.getcwd() if args.sandbox == "none" else None),
+        "sandbox": args["sandbox"],
+        "network": args["network"],
+        "workspace": workspace or (os.getcwd() if args["sandbox"] == "none" else None),
         "parent_env": {name: os.environ[name] for name in PASSED_TO_DAEMON if name in os.environ},
     }
     with Connection(socket) as connection:
@@ -114,24 +105,22 @@ class _Holder:
 def _run(
     started: dict[str, Any],
     command: list[str],
-    args: argparse.Namespace,
+    args: dict[str, Any],
     workspace: str | None,
     attach: Callable[[subprocess.Popen[bytes]], None],
 ) -> int:
-    from broker.egress.bridge import forwarder_argv
-
     document = started["session"]
     what = Launch(
         command=tuple(command),
-        sandbox=args.sandbox,
+        sandbox=args["sandbox"],
         uid=int(started["sandbox"]["uid"]),
         gid=int(started["sandbox"]["gid"]),
         secrets_dir=str(document["dir"]),
         mount_path=str(document["mount_path"]),
         env=dict(started["env"]),
         workspace=workspace,
-        network=args.network,
-        read_only=tuple(args.read_only),
+        network=args["network"],
+        read_only=tuple(args["read_only"]),
         egress_socket=started["egress_socket"],
         forwarder=tuple(forwarder_argv(EGRESS_SOCKET, [])),
     )

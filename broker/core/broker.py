@@ -19,19 +19,21 @@ from typing import TYPE_CHECKING, Any
 
 from broker.audit.keys import AuditKeys, load_or_create_keys
 from broker.audit.log import AppendLog, IssuanceLog
+from broker.audit.witness import FlushResult, flush, note_checkpoint
 from broker.core.inputs.config import Config
 from broker.core.store import ensure_state_dir, open_config_store
 from broker.core.store.interface import SessionStore
 from broker.core.store.locks import lock_dir, session_lock
+from broker.core.warming import sdk_ready
 from broker.host.keepsafe import KeepSafe
 from broker.host.sessiondir import RuntimeDir, prepare_runtime_dir
 from broker.vocab.globs import any_match
 from broker.vocab.holding import Lock
 from broker.vocab.session_ids import check_session_id
 from broker.vocab.time import utcnow
+from providers.capabilities import SharesLocks, Warming
 
 if TYPE_CHECKING:
-    from broker.audit.witness import FlushResult
     from broker.core.inputs.policy import Policy
 
 SESSION_ALPHABET = string.ascii_lowercase + string.digits
@@ -74,11 +76,9 @@ class Requester:
 def preload_providers(broker: Broker, names: set[str], *, minting: bool = True) -> None:
     """Import the SDKs of these providers in this thread, before worker threads use them (or wait for the
     warm-up that imports them: ``broker.core.warming``)."""
-    from broker.core.warming import sdk_ready
-
     for name in sorted(names):
         provider = broker.config.providers.get(name)
-        if provider is not None:
+        if isinstance(provider, Warming):
             sdk_ready(provider)
             provider.preload(minting)
 
@@ -100,6 +100,8 @@ class Broker:
         store = store if store is not None else open_config_store(config)
         fleet = store.fleet_state()
         for provider in config.providers.values():
+            if not isinstance(provider, SharesLocks):
+                continue
             provider.use_lock_dir(lock_dir(config.state_dir))
             if fleet is not None:
                 provider.use_fleet(fleet)
@@ -136,8 +138,6 @@ class Broker:
         if checkpoint is not None:
             self.store.set_log_head(int(checkpoint["seq"]), str(checkpoint["hash"]))
             if self.config.witness is not None:
-                from broker.audit.witness import note_checkpoint
-
                 note_checkpoint(self.store, self.config.witness, checkpoint, self.clock())
         return checkpoint
 
@@ -146,8 +146,6 @@ class Broker:
         witness = self.config.witness
         if witness is None:
             return None
-        from broker.audit.witness import flush
-
         return flush(self.store, witness, self.clock())
 
     def close(self) -> None:

@@ -45,6 +45,7 @@ from broker.egress.records import log_denials
 from broker.egress.running import RunningProxy, running_proxy
 from broker.egress.terminate.writer import EvidenceWriter
 from broker.host.control import ControlSocket
+from broker.host.egress_socket import EgressSocket, egress_root
 from broker.host.sandbox import EGRESS_SOCKET, SANDBOX_PATH, WORKSPACE
 from broker.host.sandbox import check_sandbox_available as check_host_sandbox
 from broker.host.signals import signals_blocked
@@ -128,9 +129,10 @@ def execute(broker: Broker, manifest: Manifest, options: ExecOptions) -> ExecRes
                 proxy = None
                 if mode == "allowlist":
                     owner = (manifest.sandbox.uid, manifest.sandbox.gid) if os.geteuid() == 0 else None
+                    unix = EgressSocket(egress_root(broker.runtime), session_id, owner, passable=False)
                     evidence = session_evidence(broker, session_id, manifest.task)
                     proxy = stack.enter_context(
-                        running_proxy(manifest.network, socket_owner=owner, interceptor=interceptor, evidence=evidence)
+                        running_proxy(manifest.network, unix=unix, interceptor=interceptor, evidence=evidence)
                     )
                     stack.callback(_log_denials, broker, proxy, session_id, manifest.task)
                 if interceptor is not None:

@@ -17,6 +17,7 @@ import subprocess
 import threading
 from typing import TYPE_CHECKING
 
+from broker.egress.destinations import DestinationError, parse_destination
 from broker.host.spawning import GRACE, stop
 
 if TYPE_CHECKING:
@@ -60,8 +61,6 @@ class Halt:
     def network(self, allow: bool, text: str) -> bool:
         """``broker session allow|disallow`` through the control socket: the running proxy's list changed (the
         caller checked the policy and logs it); False when this exec runs no proxy or ``text`` does not parse."""
-        from broker.egress.destinations import DestinationError, parse_destination
-
         with self._lock:
             proxy = self._proxy
         if proxy is None or self.requested:

@@ -150,6 +150,7 @@ class Issuing(Minting):
                 document=None,
                 manifest={"json": manifest.source_is_json, "text": manifest.source},
                 host=self.broker.config.host,
+                requester_uid=self.broker.requester.uid,
             )
         )
         preload_providers(self.broker, {request.provider for request in manifest.credentials})

@@ -57,7 +57,10 @@ def renew_session(broker: Broker, session_id: str) -> list[Renewal]:
         if session.manifest is None or session.document is None:
             raise BadInput(f"session {session_id} was issued by an older broker and cannot be renewed")
         manifest = parse_manifest(
-            str(session.manifest["text"]).encode(), broker.config, as_json=bool(session.manifest["json"])
+            str(session.manifest["text"]).encode(),
+            broker.config,
+            as_json=bool(session.manifest["json"]),
+            identity=(session.uid, session.gid),  # the sandbox it was issued for, whoever renews
         )
         return _renew(broker, session, manifest)
 

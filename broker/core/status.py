@@ -7,15 +7,16 @@ policies) also carries ``deny_budget``, read once per role from the provider.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from broker.core.store.interface import LIVE_SESSION_STATES, CredentialRecord, Credentials, Records
+from broker.core.store.interface import LIVE_SESSION_STATES, CredentialRecord, Credentials, Records, SessionRecord
 from broker.core.store.states import CredentialState, SessionState
 from broker.vocab.time import iso
-from providers.base import DenyBudget, Provider, RevokeTarget
+from providers.base import Provider, RevokeTarget
+from providers.capabilities import DenyBudget, Reserving
 
 
 @dataclass(frozen=True)
@@ -72,11 +73,11 @@ def session_status(
     include_ended: bool,
     providers: Mapping[str, Provider[Any]] | None = None,
     now: datetime | None = None,
-    requester: str | None = None,
+    owned: Callable[[SessionRecord], bool] | None = None,
 ) -> list[SessionStatus]:
-    """Every session, or with ``requester`` only the sessions that requester asked for."""
+    """Every session, or with ``owned`` only those it says are the caller's."""
     states = None if include_ended else LIVE_SESSION_STATES
-    found = [s for s in store.sessions(states=states) if requester is None or s.requester == requester]
+    found = [s for s in store.sessions(states=states) if owned is None or owned(s)]
     sessions = [(session, store.credentials(session.id)) for session in found]
     budgets: dict[tuple[str, str], DenyBudget] = {}
     if providers is not None and now is not None:
@@ -100,7 +101,7 @@ def _credential_status(
     record: CredentialRecord, providers: Mapping[str, Provider[Any]], budgets: Mapping[tuple[str, str], DenyBudget]
 ) -> CredentialStatus:
     provider = providers.get(record.provider)
-    role = provider.budget_role(record.reference) if provider is not None else None
+    role = provider.budget_role(record.reference) if isinstance(provider, Reserving) else None
     return CredentialStatus(
         name=record.name,
         provider=record.provider,
@@ -143,15 +144,16 @@ def deny_budgets(
     store: Credentials, providers: Mapping[str, Provider[Any]], records: list[CredentialRecord], now: datetime
 ) -> dict[tuple[str, str], DenyBudget]:
     """The deny budget of every role ``records`` draw on, by (provider, role)."""
+    reserving = {name: provider for name, provider in providers.items() if isinstance(provider, Reserving)}
     roles: dict[str, set[str]] = {}
     for record in records:
-        provider = providers.get(record.provider)
+        provider = reserving.get(record.provider)
         role = provider.budget_role(record.reference) if provider is not None else None
         if provider is not None and role is not None:
             roles.setdefault(provider.name, set()).add(role)
     budgets: dict[tuple[str, str], DenyBudget] = {}
     for name, wanted in sorted(roles.items()):
         live = [RevokeTarget(c.name, c.reference, c.expires_at) for c in store.live_credentials(name, now)]
-        for budget in providers[name].deny_budgets(wanted, live, now):
+        for budget in reserving[name].deny_budgets(wanted, live, now):
             budgets[(name, budget.role)] = budget
     return budgets

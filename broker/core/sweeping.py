@@ -38,6 +38,7 @@ from broker.core.revoking import RevokeReport, revoke_locked
 from broker.core.store.interface import LIVE_SESSION_STATES, CredentialState, SessionRecord, SessionState
 from broker.core.store.locks import remove_session_lock, sweep_lock, try_lock
 from broker.core.store.rows import MalformedRow
+from broker.host.egress_socket import EGRESS_DIR, remove_session_socket, stale_sessions
 from broker.host.keepsafe import KEEP_DIR
 from broker.host.sessiondir import is_broker_session_dir, remove_session_path
 from broker.vocab.holding import holding
@@ -162,7 +163,7 @@ def _remove_orphans(broker: Broker, report: SweepReport) -> None:
         return
     live = {s.id for s in broker.store.sessions(states=LIVE_SESSION_STATES)}  # read after listing the names
     for name in sorted(names):
-        if name == KEEP_DIR or name in live:
+        if name in (KEEP_DIR, EGRESS_DIR) or name in live:
             continue
         if not is_session_id(name):
             report.foreign.append(name)
@@ -174,6 +175,15 @@ def _remove_orphans(broker: Broker, report: SweepReport) -> None:
             _remove_orphan(broker, name, report)
         except OSError:
             pass
+        finally:
+            lock.release()
+    egress = runtime_dir / EGRESS_DIR
+    for name in stale_sessions(egress):  # a killed broker's egress socket; a running exec holds its lock
+        lock = broker.session_lock(name)
+        if name in live or not try_lock(lock):
+            continue
+        try:
+            remove_session_socket(egress, name)
         finally:
             lock.release()
     pending = {(c.session_id, c.name) for c in broker.store.unsettled_credentials()}

@@ -3,8 +3,8 @@
 ``broker issue`` starts this as soon as it knows the manifest's providers,
 ``revoke`` as soon as it knows the session's (``warm_revocation``: the store
 opened before the core is even imported, and kept for the command): each
-provider's SDK is imported and its ``warm_up`` (clients, kept-alive
-connections; nothing minted or changed) run in a thread of its own, so the
+provider's SDK is imported and its ``warm_up`` (``providers.capabilities.Warming``:
+clients, kept-alive connections; nothing minted or changed) run in a thread of its own, so the
 TCP and TLS handshakes overlap
 with the broker's local work instead of preceding its first call. Providers
 marked ``warm_first`` (the longest chain of round trips) get the CPU first:
@@ -22,6 +22,8 @@ import weakref
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from providers.capabilities import Warming
+
 if TYPE_CHECKING:
     from broker.core.inputs.config import Config
     from broker.core.store.interface import SessionStore
@@ -37,7 +39,7 @@ def warm_up(config: Config, names: Iterable[str], *, minting: bool) -> None:
     with _GUARD:
         for name in sorted(set(names)):
             provider = config.providers.get(name)
-            if provider is not None and provider not in _IMPORTED:
+            if isinstance(provider, Warming) and provider not in _IMPORTED:
                 _IMPORTED[provider] = threading.Event()
                 started.append((provider, _IMPORTED[provider]))
     first = [imported for provider, imported in started if provider.warm_first]

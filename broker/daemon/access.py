@@ -1,16 +1,22 @@
-"""Who may act on a session through the daemon: the uid that asked for it, root, and the daemon's own uid.
+"""Who may act on a session through the daemon: the uid that asked for it on this host, root, and the daemon's uid.
 
 The socket's group lets several launchers in; without this check each of
 them could list, renew or revoke the others' sessions. A session belongs to
-its ``requester`` as the issuance log names it (the peer's user name, or
-``uid:N``), which the daemon took from ``SO_PEERCRED`` when it issued it.
-A refusal is exit 3 naming the session, nothing changes, and the attempt is
-a ``session.denied`` record with the action that was refused.
+the uid that asked for it (``requester_uid``, which the daemon took from
+``SO_PEERCRED`` when it issued it) on the host that issued it: a user name
+is no identity across hosts (``alice`` on host B is not ``alice`` on host A)
+and a uid means something only on its own host, so in fleet mode a peer owns
+only the sessions of its uid that this daemon's host issued. A session
+recorded without a uid (by an older broker) is root's. Root and the daemon's
+own uid act on every session, and only they may sweep. A refusal is exit 3
+naming the session, nothing changes, and the attempt is a ``session.denied``
+record with the action that was refused.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 from broker.core.broker import Broker
 from broker.core.store.interface import SessionRecord
@@ -23,9 +29,16 @@ def sees_all(peer: Peer) -> bool:
     return peer.uid in (0, os.geteuid())
 
 
-def owner_filter(peer: Peer) -> str | None:
-    """The requester whose sessions ``peer`` may see, or None for all of them."""
-    return None if sees_all(peer) else str(peer.requester())
+def owns(broker: Broker, peer: Peer, record: SessionRecord) -> bool:
+    """Whether ``peer`` asked for ``record``: its uid, on this daemon's host."""
+    if record.requester_uid is None or record.requester_uid != peer.uid:
+        return False
+    return not broker.store.shared or record.host == broker.config.host
+
+
+def owner_filter(broker: Broker, peer: Peer) -> Callable[[SessionRecord], bool] | None:
+    """Which sessions ``peer`` may see, or None for all of them."""
+    return None if sees_all(peer) else lambda record: owns(broker, peer, record)
 
 
 def owned_session(broker: Broker, peer: Peer, session_id: str, action: str) -> SessionRecord:
@@ -33,9 +46,9 @@ def owned_session(broker: Broker, peer: Peer, session_id: str, action: str) -> S
     record = broker.store.get_session(session_id)
     if record is None:
         raise UnknownSession(f"unknown session {session_id[:64]!r}")
-    requester = str(peer.requester())
-    if sees_all(peer) or record.requester == requester:
+    if sees_all(peer) or owns(broker, peer, record):
         return record
+    requester = str(peer.requester())
     reason = f"{requester} may not {action} session {record.id}: another requester's session"
     broker.log.append(
         "session.denied", session=record.id, task=record.task, requester=requester, action=action, reasons=[reason]
@@ -43,3 +56,9 @@ def owned_session(broker: Broker, peer: Peer, session_id: str, action: str) -> S
     broker.checkpoint()
     broker.witness()
     raise PolicyDenied(reason, (reason,))
+
+
+def operators_only(peer: Peer, action: str) -> None:
+    """``action`` touches every requester's sessions: root and the daemon's own uid only (exit 3)."""
+    if not sees_all(peer):
+        raise PolicyDenied(f"{peer.requester()} may not {action}: only root may, through the daemon")

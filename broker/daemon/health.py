@@ -6,8 +6,8 @@ import os
 import stat
 
 from broker.core.inputs.config import Config
-from broker.core.setup.doctor import Check
 from broker.daemon.server import SOCKET_MODE, socket_gid
+from broker.vocab.checks import Check
 from broker.vocab.errors import BrokerError
 
 

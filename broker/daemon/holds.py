@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import os
 import select
-import shutil
 import socket
-import tempfile
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -45,6 +43,7 @@ from broker.egress.proxy import EgressProxy
 from broker.egress.records import log_denials
 from broker.egress.running import RunningProxy
 from broker.host.control import ControlSocket
+from broker.host.egress_socket import EgressSocket, egress_root
 from broker.host.sandbox import check_network_enforceable
 from broker.vocab.errors import BadInput
 from broker.vocab.holding import Lock
@@ -77,7 +76,6 @@ class Held:
     expires_at: datetime
     proxy: RunningProxy | None = None
     interceptor: Interceptor | None = None
-    directory: Path | None = None
     report: RevokeReport | None = None
     halt: Halt = field(default_factory=Halt)  # an outside revoke through the control socket
     control: ControlSocket | None = None
@@ -99,7 +97,7 @@ class Holds:
 
     def start(self, broker: Broker, peer: Peer, body: Any, link: Link) -> dict[str, Any]:
         """Issue an exec-bound session held by ``link``; the answer names what the client's sandbox needs."""
-        manifest, options = _request(broker, body)
+        manifest, options = _request(broker, peer, body)
         mode = network_mode(options, manifest)
         check_network_enforceable(options.sandbox, mode)  # the client builds the sandbox: it checks the rest
         check_proxied(manifest, mode)
@@ -119,12 +117,13 @@ class Holds:
             broker.checkpoint()
             env = child_environment(document, manifest, options, body.get("parent_env") or {})
             if owner is not None:
-                held.directory = Path(tempfile.mkdtemp(prefix="broker-egress-"))
-                if peer.uid != 0:  # the launcher binds the socket itself; a root launcher needs no way in
-                    os.chown(held.directory, *owner)
+                # A launcher that is not root binds the socket into its own sandbox: it passes through the
+                # directory, which stays the daemon's (it can swap nothing there); bwrap run by root needs no way in.
+                passable = peer.uid not in (0, os.geteuid())
+                unix = EgressSocket(egress_root(broker.runtime), held.session, owner, passable=passable)
                 evidence = session_evidence(broker, held.session, held.task)
                 held.proxy = RunningProxy(EgressProxy(manifest.network, None, None, interceptor, evidence))
-                held.proxy.serve_unix(held.directory / "proxy.sock", *owner)
+                held.proxy.serve_unix(unix)
                 env.update(proxy_hints())
             held.halt.attach_proxy(held.proxy, interceptor)
             if interceptor is not None:
@@ -179,8 +178,6 @@ class Holds:
                 broker.checkpoint()
             finally:
                 held.lock.release()
-                if held.directory is not None:
-                    shutil.rmtree(held.directory, ignore_errors=True)
                 with self._mutex:
                     self._held.pop(held.session, None)
                 held.ended.set()
@@ -194,14 +191,15 @@ class Holds:
                 self.end(broker, held, "exec ended")
 
 
-def _request(broker: Broker, body: Any) -> tuple[Manifest, ExecOptions]:
+def _request(broker: Broker, peer: Peer, body: Any) -> tuple[Manifest, ExecOptions]:
     import json
 
     from broker.core.inputs.manifest import parse_manifest
 
     if not isinstance(body, dict) or not isinstance(body.get("manifest"), dict):
         raise BadInput("exec needs a JSON object with the manifest under 'manifest'")
-    manifest = parse_manifest(json.dumps(body["manifest"]).encode(), broker.config, as_json=True, what="manifest")
+    document = json.dumps(body["manifest"]).encode()
+    manifest = parse_manifest(document, broker.config, as_json=True, identity=(peer.uid, peer.gid))
     sandbox, network = body.get("sandbox", "bwrap"), body.get("network")
     if sandbox not in ("bwrap", "none") or network not in (None, "none", "host", "allowlist"):
         raise BadInput("exec: sandbox is bwrap or none, network none, host or allowlist")

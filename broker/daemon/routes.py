@@ -18,17 +18,18 @@ from urllib.parse import parse_qs, urlsplit
 from broker import __version__
 from broker.core.broker import Broker
 from broker.core.revoking import RevokeReport
-from broker.daemon.access import owned_session, owner_filter
+from broker.daemon.access import operators_only, owned_session, owner_filter
 from broker.daemon.holds import Holds, Link
 from broker.daemon.peer import Peer
 from broker.daemon.wire import Request, Send, error_body
-from broker.vocab.errors import REPORT_URL, BrokerError, PolicyDenied, RevokeIncomplete, UnknownSession
+from broker.vocab.errors import REPORT_URL, BrokerError, PolicyDenied, RevokeIncomplete, UnknownSession, UsageError
 from broker.vocab.logs import event
 
 LOG = logging.getLogger("broker.daemon")
 SESSION_PATH = re.compile(r"/v1/sessions/([^/]{1,64})")
 RENEW_PATH = re.compile(r"/v1/sessions/([^/]{1,64})/renew")
 HOLD_PATH = re.compile(r"/v1/sessions/([^/]{1,64})/hold")
+NETWORK_PATH = re.compile(r"/v1/sessions/([^/]{1,64})/network")
 HTTP_STATUS = {1: 500, 2: 400, 3: 403, 4: 502, 5: 200, 6: 500, 7: 503}
 
 
@@ -69,14 +70,15 @@ class Routes:
         if route == ("GET", "/v1/health"):
             send(200, {"status": "ok", "version": __version__})
         elif route == ("POST", "/v1/sessions"):
-            self._issue(broker, request, send)
+            self._issue(broker, peer, request, send)
         elif route == ("GET", "/v1/sessions"):
             send(200, _status(broker, peer, query))
         elif route == ("DELETE", "/v1/sessions"):
             send(200, *self._revoke_task(broker, peer, query))
         elif route == ("POST", "/v1/policy/check"):
-            send(*_check(broker, request))
+            send(*_check(broker, peer, request))
         elif route == ("POST", "/v1/sweep"):
+            operators_only(peer, "sweep")
             send(200, *_sweep(broker))
         elif request.method == "DELETE" and (match := SESSION_PATH.fullmatch(url.path)):
             send(200, *self._revoke(broker, peer, match.group(1)))
@@ -86,14 +88,16 @@ class Routes:
             self._hold(broker, match.group(1), link, send)
         elif request.method == "POST" and (match := RENEW_PATH.fullmatch(url.path)):
             send(200, *_renew(broker, peer, match.group(1)))
+        elif request.method == "POST" and (match := NETWORK_PATH.fullmatch(url.path)):
+            send(200, _network(broker, peer, match.group(1), _json_body(request)))
         else:
             _answer(send, 404, error_body(f"no endpoint {request.method[:10]} {url.path[:80]}", 2))
 
-    def _issue(self, broker: Broker, request: Request, send: Send) -> None:
+    def _issue(self, broker: Broker, peer: Peer, request: Request, send: Send) -> None:
         from broker.core.inputs.manifest import parse_manifest
         from broker.core.issuing import issuing
 
-        manifest = parse_manifest(request.body, broker.config, as_json=True, what="manifest")
+        manifest = parse_manifest(request.body, broker.config, as_json=True, identity=(peer.uid, peer.gid))
         with issuing(broker, manifest) as session:
             # The answer leaves while the session can still be rolled back: a peer that is gone gets nothing minted.
             send(201, session.to_json())
@@ -120,9 +124,9 @@ class Routes:
         task = query.get("task")
         if not task:
             raise UsageError("revoke needs a task (DELETE /v1/sessions?task=NAME) or a session id")
-        owner = owner_filter(peer)
+        owned = owner_filter(broker, peer)
         found = broker.store.sessions(states=LIVE_SESSION_STATES, task=task)
-        sessions = [s.id for s in found if owner is None or s.requester == owner]
+        sessions = [s.id for s in found if owned is None or owned(s)]
         if not sessions:
             raise UnknownSession(f"no live session for task {task[:64]!r}")
         reports = [self._revoke_one(broker, session) for session in sessions]
@@ -168,7 +172,7 @@ def _status(broker: Broker, peer: Peer, query: dict[str, str]) -> Any:
         include_ended=query.get("all") == "1",
         providers=providers,
         now=broker.clock(),
-        requester=owner_filter(peer),
+        owned=owner_filter(broker, peer),
     )
     return [session.to_json() for session in found]
 
@@ -193,6 +197,25 @@ def _renew(broker: Broker, peer: Peer, session: str) -> tuple[Any, int]:
     return _finish(broker, [r.to_json() for r in renewals]), RevokeIncomplete.exit_code if pending else 0
 
 
+def _network(broker: Broker, peer: Peer, session: str, body: Any) -> Any:
+    """``session allow|disallow``: ``{"destination": "HOST:PORT", "allow": true}`` for a session the peer owns."""
+    from broker.core.allowing import change_network
+
+    record = owned_session(broker, peer, _session_id(session), "change the network of")
+    if (
+        not isinstance(body, dict)
+        or not isinstance(body.get("destination"), str)
+        or body.get("allow")
+        not in (
+            True,
+            False,
+        )
+    ):
+        raise UsageError('session allow|disallow needs {"destination": "HOST:PORT", "allow": true or false}')
+    change = change_network(broker, record.id, body["destination"], allow=body["allow"])
+    return _finish(broker, change.to_json())
+
+
 def _sweep(broker: Broker) -> tuple[Any, int]:
     from broker.core.sweeping import sweep
 
@@ -200,13 +223,14 @@ def _sweep(broker: Broker) -> tuple[Any, int]:
     return _finish(broker, report.to_json()), 0 if report.complete else RevokeIncomplete.exit_code
 
 
-def _check(broker: Broker, request: Request) -> tuple[int, Any]:
-    """The decision; a denial is the exit-3 error with the decision beside it, for the client to print."""
+def _check(broker: Broker, peer: Peer, request: Request) -> tuple[int, Any]:
+    """The decision for the peer the kernel names (nothing in the request names another requester or a default
+    sandbox identity); a denial is the exit-3 error with the decision beside it, for the client to print."""
     from broker.core.inputs.manifest import parse_manifest
     from broker.core.inputs.policy import decide
 
-    manifest = parse_manifest(request.body, broker.config, as_json=True, what="manifest")
-    decision = decide(broker.policy, manifest, broker.requester, broker.config)
+    manifest = parse_manifest(request.body, broker.config, as_json=True, identity=(peer.uid, peer.gid))
+    decision = decide(broker.policy, manifest, peer.requester(), broker.config)
     if not decision.allowed:
         return 403, {**error_body(decision.denial_message(), PolicyDenied.exit_code), "decision": decision.to_json()}
     return 200, decision.to_json()

@@ -1,6 +1,14 @@
 """The daemon's lifecycle: its socket (bound here or handed over by systemd), one thread per connection,
 a sweep on an interval, and a graceful stop on SIGTERM (no new connection; what is in flight finishes).
 
+The accept loop never waits for a connection to end: each peer uid but root
+(and the daemon's own uid) holds at most ``[daemon] max_connections_per_uid``
+connections and all of them together ``DAEMON_MAX_CONNECTIONS``; a
+connection over either limit is answered 503 and closed at once, and root is
+always served. With the head deadline of ``broker.daemon.wire`` an idle peer
+cannot keep the daemon from root, nor from the other users of its socket for
+long.
+
 Provider clients live as long as the daemon (one ``Config``): connections stay
 open, the GitHub App JWT and installation ids stay cached, and the provider
 credentials are read by this process only, so launchers need no access to them.
@@ -18,23 +26,24 @@ import signal
 import socket
 import stat
 import threading
+from collections import Counter
 from pathlib import Path
 from types import FrameType
 
 from broker.core.broker import Broker
-from broker.core.inputs.config import Config
+from broker.core.inputs.config import DAEMON_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_UID, Config
 from broker.daemon.holds import Link
-from broker.daemon.peer import peer_of
+from broker.daemon.peer import Peer, peer_of
 from broker.daemon.routes import Routes
-from broker.daemon.wire import serve_connection
-from broker.vocab.errors import BrokerError, ConfigError
+from broker.daemon.wire import busy, serve_connection
+from broker.vocab.errors import BrokerError, ConfigError, DaemonUnreachable
 from broker.vocab.logs import event
+from providers.capabilities import Refreshing
 
 LOG = logging.getLogger("broker.daemon")
 SOCKET_MODE = 0o660
 SD_LISTEN_FDS_START = 3
 ACCEPT_POLL = 0.5
-MAX_CONNECTIONS = 512
 
 
 def inherited_socket() -> socket.socket | None:
@@ -63,22 +72,35 @@ def socket_gid(group: str | None) -> int:
 
 
 def bind_socket(path: Path, group: str | None) -> socket.socket:
-    """A listening socket at ``path``, mode 0660 and group ``group`` from the moment it exists."""
+    """A listening socket at ``path``, mode 0660 and group ``group`` before it listens.
+
+    Its mode comes from the umask at ``bind`` and its group through the
+    directory's descriptor without following a link: nothing is chmodded or
+    chowned by a path that someone else could have swapped for a link.
+    """
     gid = socket_gid(group)
     _clear_stale(path)
     os.makedirs(path.parent, mode=0o755, exist_ok=True)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-    previous = os.umask(0o177)  # never wider than 0600 before the chown below
+    previous = os.umask(0o777 & ~SOCKET_MODE)  # made 0660: no chmod afterwards
     try:
-        listener.bind(str(path))
+        directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            listener.bind(str(path))
+            os.chown(path.name, -1, gid, dir_fd=directory, follow_symlinks=False)
+            if not stat.S_ISSOCK(os.stat(path.name, dir_fd=directory, follow_symlinks=False).st_mode):
+                raise ConfigError(f"daemon socket {path} was replaced while it was made; its directory must be root's")
+        finally:
+            os.close(directory)
+    except ConfigError:
+        listener.close()
+        raise
     except OSError as exc:
         listener.close()
         raise ConfigError(f"daemon socket {path}: {exc.strerror}") from None
     finally:
         os.umask(previous)
-    os.chown(path, -1, gid)
-    os.chmod(path, SOCKET_MODE)
-    listener.listen(128)
+    listener.listen(socket.SOMAXCONN)  # a hog's burst must not fill the queue root's connection waits in
     return listener
 
 
@@ -104,14 +126,22 @@ def _clear_stale(path: Path) -> None:
 
 
 class Daemon:
-    def __init__(self, broker: Broker, listener: socket.socket, sweep_interval: int) -> None:
+    def __init__(
+        self,
+        broker: Broker,
+        listener: socket.socket,
+        sweep_interval: int,
+        per_uid: int = DEFAULT_MAX_CONNECTIONS_PER_UID,
+    ) -> None:
         self.broker = broker
         self.listener = listener
         self.sweep_interval = sweep_interval
+        self.per_uid = per_uid
         self.stopping = threading.Event()
         self.routes = Routes(broker, self.stopping)
         self._connections: set[threading.Thread] = set()
-        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self._mutex = threading.Lock()
+        self._held: Counter[int] = Counter()  # connections per peer uid; root and the daemon's uid are not counted
 
     def stop(self, signum: int | None = None, frame: FrameType | None = None) -> None:
         self.stopping.set()
@@ -136,21 +166,61 @@ class Daemon:
                 self._start(connection)
         finally:
             self.listener.close()
-            for thread in list(self._connections):
+            with self._mutex:
+                running = list(self._connections)
+            for thread in running:
                 thread.join()
             sweeper.join()
             event(LOG, "daemon stopped")
 
     def _start(self, connection: socket.socket) -> None:
-        self._slots.acquire()
-        thread = threading.Thread(target=self._serve, args=(connection,), name="conn")
-        self._connections.add(thread)
-        thread.start()
-
-    def _serve(self, connection: socket.socket) -> None:
-        link = Link(connection)
+        """Serve ``connection`` in a thread of its own, or answer 503 at once; never waits."""
         try:
             peer = peer_of(connection)
+        except OSError:
+            connection.close()
+            return
+        refusal = self._admit(peer.uid)
+        if refusal is not None:
+            busy(connection, refusal, DaemonUnreachable.exit_code)
+            return
+        thread = threading.Thread(target=self._serve, args=(connection, peer), name="conn")
+        with self._mutex:
+            self._connections.add(thread)
+        try:
+            thread.start()
+        except RuntimeError:  # no thread to be had: this connection goes, the daemon stays
+            with self._mutex:
+                self._connections.discard(thread)
+            self._leave(peer.uid)
+            busy(connection, "the broker daemon cannot start a thread for this connection", DaemonUnreachable.exit_code)
+
+    def _admit(self, uid: int) -> str | None:
+        """Count a connection of ``uid``; the refusal when it is over a limit (root, the daemon's uid: never)."""
+        if _operator(uid):
+            return None
+        with self._mutex:
+            if self._held[uid] >= self.per_uid:
+                return (
+                    f"the broker daemon is busy: uid {uid} already holds {self._held[uid]} connections"
+                    " ([daemon] max_connections_per_uid)"
+                )
+            if self._held.total() >= DAEMON_MAX_CONNECTIONS:
+                return f"the broker daemon is busy: {DAEMON_MAX_CONNECTIONS} connections are open; try again"
+            self._held[uid] += 1
+        return None
+
+    def _leave(self, uid: int) -> None:
+        if _operator(uid):
+            return
+        with self._mutex:
+            self._held[uid] -= 1
+            if self._held[uid] <= 0:
+                del self._held[uid]
+
+    def _serve(self, connection: socket.socket, peer: Peer) -> None:
+        link = Link(connection)
+        try:
             try:
                 handle = lambda request, send: self.routes.handle(request, peer, send, link)  # noqa: E731
                 serve_connection(connection, handle, self.stopping)
@@ -160,8 +230,9 @@ class Daemon:
             LOG.exception("daemon connection failed")
         finally:
             connection.close()
-            self._connections.discard(threading.current_thread())
-            self._slots.release()
+            with self._mutex:
+                self._connections.discard(threading.current_thread())
+            self._leave(peer.uid)
 
     def _sweep_loop(self) -> None:
         """Sweep at start (a crashed predecessor's half-done sessions) and then every ``sweep_interval``;
@@ -169,6 +240,8 @@ class Daemon:
         while True:
             self.sweep_once()
             for provider in self.broker.config.providers.values():
+                if not isinstance(provider, Refreshing):
+                    continue
                 try:
                     provider.refresh(2 * self.sweep_interval)
                 except Exception:  # the seam promises no raise; a bug here must not stop the sweeps
@@ -192,6 +265,11 @@ class Daemon:
             LOG.exception("sweep failed")
 
 
+def _operator(uid: int) -> bool:
+    """Root, and the daemon's own uid (its operator when it is not root): always served, never counted."""
+    return uid in (0, os.geteuid())
+
+
 def serve(config: Config, socket_path: Path | None = None) -> None:
     """Run the daemon in this process until SIGTERM (or SIGINT/SIGHUP)."""
     settings = config.daemon_settings
@@ -202,7 +280,7 @@ def serve(config: Config, socket_path: Path | None = None) -> None:
         if bound is not None:
             listener = bind_socket(bound, settings.socket_group)
         assert listener is not None
-        daemon = Daemon(broker, listener, settings.sweep_interval)
+        daemon = Daemon(broker, listener, settings.sweep_interval, settings.max_connections_per_uid)
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(signum, daemon.stop)
         try:

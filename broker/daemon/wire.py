@@ -2,8 +2,13 @@
 
 Keep-alive is supported; a request that h11 cannot parse, or whose body is
 too large, gets 400/413 with the usual ``{"error", "exit_code"}`` body and the
-connection is closed. While the daemon is stopping, an idle connection is
-closed and the answer in flight says ``Connection: close``.
+connection is closed. A connection whose next request head is not complete
+within ``HEAD_DEADLINE`` of the connection (or of the previous answer) is
+closed, so an idle peer holds nothing for long: silently when it sent
+nothing, with 408 when it sent part of a head. While the daemon is stopping,
+an idle connection is closed and the answer in flight says
+``Connection: close``. ``busy`` is the one answer given without reading a
+request: 503 when a peer holds more connections than it may.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import h11
 MAX_HEAD = 16 * 1024
 MAX_BODY = 1024 * 1024
 POLL = 0.5  # how often an idle connection looks whether the daemon is stopping
+HEAD_DEADLINE = 10.0  # a request head must be complete within this of the connection or the previous answer
 REQUEST_DEADLINE = 30.0  # a started request must arrive whole within this
 
 
@@ -89,6 +95,7 @@ def _read_request(sock: socket.socket, conn: h11.Connection, stopping: threading
     """The next whole request, or None when the peer closed (or the daemon stops) between requests."""
     head: h11.Request | None = None
     body = bytearray()
+    waiting = time.monotonic()
     started: float | None = None
     while True:
         try:
@@ -96,7 +103,7 @@ def _read_request(sock: socket.socket, conn: h11.Connection, stopping: threading
         except h11.RemoteProtocolError as exc:
             raise BadRequest(400, f"malformed HTTP request: {exc}") from None
         if event is h11.NEED_DATA:
-            data = _receive(sock, conn, stopping, started)
+            data = _receive(sock, conn, stopping, started, None if head is not None else waiting)
             if data is None:
                 return None
             started = started if started is not None else time.monotonic()
@@ -118,15 +125,25 @@ def _read_request(sock: socket.socket, conn: h11.Connection, stopping: threading
 
 
 def _receive(
-    sock: socket.socket, conn: h11.Connection, stopping: threading.Event, started: float | None
+    sock: socket.socket,
+    conn: h11.Connection,
+    stopping: threading.Event,
+    started: float | None,
+    waiting: float | None,
 ) -> bytes | None:
+    """The next bytes; None to close quietly. ``waiting``: since when the head is awaited (None once it came)."""
     while True:
         try:
             return sock.recv(65536)
         except TimeoutError:
+            now = time.monotonic()
             if started is None and conn.their_state is h11.IDLE and stopping.is_set():
                 return None  # idle between requests: nothing is lost by closing
-            if started is not None and time.monotonic() - started > REQUEST_DEADLINE:
+            if waiting is not None and now - waiting > HEAD_DEADLINE:
+                if started is None:
+                    return None  # not a byte in time: an idle peer holds no connection
+                raise BadRequest(408, "the request head did not arrive in time") from None
+            if started is not None and now - started > REQUEST_DEADLINE:
                 raise BadRequest(408, "the request did not arrive in time") from None
         except OSError:
             return None
@@ -145,3 +162,20 @@ def _refuse(sock: socket.socket, conn: h11.Connection, status: int, message: str
         data = "\r\n".join(lines).encode("ascii") + body
     with contextlib.suppress(OSError):
         sock.sendall(data)
+
+
+def busy(sock: socket.socket, message: str, exit_code: int) -> None:
+    """Answer 503 before any request is read, and close: never waits on the peer (the accept loop calls it)."""
+    body = json.dumps(error_body(message, exit_code)).encode() + b"\n"
+    head = (
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+    )
+    with contextlib.suppress(OSError):
+        sock.setblocking(False)
+        sock.send(head.encode("ascii") + body)  # far less than an empty socket buffer holds
+        sock.shutdown(socket.SHUT_WR)
+        for _ in range(4):  # what the peer sent already (a request head): read, so closing resets nothing it reads
+            if not sock.recv(MAX_HEAD):
+                break
+    sock.close()

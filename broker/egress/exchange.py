@@ -42,7 +42,7 @@ class ProxyLimits:
     keepalive_timeout: float = 120.0  # a terminated tunnel waiting for its next request
     idle_timeout: float = 900.0
     max_denied_destinations: int = 256  # distinct refused destinations, and distinct refused requests, counted
-    max_checked_answer: int = 1024 * 1024  # a Vault JSON answer held back and checked for a wrapping token
+    max_checked_answer: int = 1024 * 1024  # a guarded JSON answer held back and checked (Vault: wrap_info)
     max_discarded_body: int = 256 * 1024 * 1024  # the rest of a refused request's body read and dropped, at most
 
 

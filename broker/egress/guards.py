@@ -1,4 +1,4 @@
-"""What a request inside an intercepted tunnel must be, and what an answer from a Vault host may not hold.
+"""What a request inside an intercepted tunnel must be, and what an answer from a guarded host may not hold.
 
 The proxy vets a credential host for one authority, the CONNECT's, and then
 puts the real secret into the request inside the tunnel. A front that routes
@@ -13,18 +13,20 @@ host from (``Forwarded``, ``X-Forwarded-Host`` and the like). Upstream gets
 the canonical authority as its ``Host``. Anything else is refused with 400
 before a connection upstream is opened.
 
-Vault wraps any answer in a single-use wrapping token when asked
-(``X-Vault-Wrap-TTL``): the answer then holds only ``wrap_info``, whose
-token unwraps anywhere, outside the sandbox too, to what was wrapped, and
-``auth/token/lookup-self`` wrapped is the session's real token. So the
-wrapping headers are taken out of each request to a Vault host (names
-compared case-insensitively, ``_`` as ``-``), and an answer from one that
-holds a top-level ``wrap_info`` anyway (``sys/wrapping/wrap``, a rewrap,
-a server that wraps on its own) is refused. To look at the whole answer the
-proxy holds a Vault JSON answer back until its end, at most ``limit`` bytes
-(a longer one is refused: it cannot be checked). Vault writes every wrapped
-answer as JSON, so an answer of another declared type (a PEM chain, a CRL,
-metrics) streams through unheld.
+A provider can hand out, on request, an answer that carries the secret
+elsewhere: Vault wraps any answer in a single-use wrapping token when asked
+(``X-Vault-Wrap-TTL``), whose token unwraps anywhere, outside the sandbox
+too, to what was wrapped (``auth/token/lookup-self`` wrapped is the
+session's real token). Its provider type says what to keep from its hosts
+(``ProxyFacts``; here an ``AnswerGuard``): the request headers that ask for
+such an answer, taken out of each request (names compared
+case-insensitively, ``_`` as ``-``), and the top-level key of a JSON answer
+that holds one (Vault: ``wrap_info``), refused when an answer has it anyway
+(``sys/wrapping/wrap``, a rewrap, a server that wraps on its own). To look
+at the whole answer the proxy holds a JSON answer back until its end, at
+most ``limit`` bytes (a longer one is refused: it cannot be checked); an
+answer of another declared type (a PEM chain, a CRL, metrics) streams
+through unheld.
 
 Each refusal names a ``Refusal`` kind, which the proxy counts for the
 session's ``egress.refused`` records (``broker.egress.records``).
@@ -49,7 +51,6 @@ HTTPS_PORT = 443
 ROUTING_HEADERS = frozenset(
     {b"forwarded", b"x-forwarded-host", b"x-forwarded-server", b"x-host", b"x-original-host", b"x-http-host-override"}
 )
-WRAP_HEADERS = frozenset({b"x-vault-wrap-ttl", b"x-vault-wrap-format"})
 _JSON_TYPES = frozenset({b"", b"application/json", b"text/json"})
 
 
@@ -60,8 +61,8 @@ class Refusal(enum.StrEnum):
     HOST = "host"  # the request names another host than the tunnel's
     TARGET = "target"  # not an origin-form target
     MALFORMED = "malformed"  # not HTTP/1.1 that h11 accepts
-    WRAPPED = "wrapped-answer"  # a Vault answer holding a wrapping token
-    UNCHECKED = "unchecked-answer"  # a Vault JSON answer too long to be checked
+    WRAPPED = "wrapped-answer"  # an answer holding what its provider's guard refuses (Vault: a wrapping token)
+    UNCHECKED = "unchecked-answer"  # a guarded JSON answer too long to be checked
 
 
 @dataclass(frozen=True, order=True)
@@ -131,53 +132,70 @@ def checked_headers(request: h11.Request, host: str, port: int) -> list[Header]:
     return [(b"host", authority), *((name, value) for name, value in request.headers if name != b"host")]
 
 
-def without_wrapping(headers: Sequence[Header]) -> list[Header]:
-    """``headers`` without Vault's response-wrapping requests."""
-    return [(name, value) for name, value in headers if name.lower().replace(b"_", b"-") not in WRAP_HEADERS]
+@dataclass(frozen=True)
+class AnswerGuard:
+    """What the proxy keeps from one provider's hosts beyond the placeholder swap, as its type declares it."""
+
+    label: str  # how refusals name the provider ("Vault")
+    stripped_headers: frozenset[bytes] = frozenset()  # request headers taken out (lower case, "-" for "_")
+    refused_key: str | None = None  # a top-level key a JSON answer may not hold ("wrap_info")
+    refused_name: str = ""  # what that key holds, for the refusal ("wrapping token")
+
+    def without_stripped(self, headers: Sequence[Header]) -> list[Header]:
+        """``headers`` without the ones this guard takes out."""
+        return [
+            (name, value) for name, value in headers if name.lower().replace(b"_", b"-") not in self.stripped_headers
+        ]
 
 
 def held_back(headers: Sequence[Header]) -> bool:
-    """Whether an answer from a Vault host with these headers is held and checked: JSON, or no declared type."""
+    """Whether a guarded answer with these headers is held and checked: JSON, or no declared type."""
     declared = [value for name, value in headers if name == b"content-type"]
     media = declared[0].partition(b";")[0].strip().lower() if declared else b""
     return len(declared) > 1 or media in _JSON_TYPES or media.endswith(b"+json")
 
 
-def holds_wrap_info(body: bytes) -> bool:
-    """Whether a Vault answer's JSON object has a top-level ``wrap_info`` that is not null (any of its keys).
+def holds_key(body: bytes, key: str) -> bool:
+    """Whether an answer's JSON object has a top-level ``key`` that is not null (any of its keys).
 
-    A body that does not parse counts as wrapped when ``"wrap_info"`` appears in it at all.
+    A body that does not parse counts as holding it when ``"key"`` appears in it at all.
     """
     try:
         parsed = json.loads(body, object_pairs_hook=list)  # an object: its (key, value) pairs, duplicates kept
     except (ValueError, RecursionError):
-        return b'"wrap_info"' in body
+        return json.dumps(key).encode() in body
     if not isinstance(parsed, list):
         return False
-    return any(isinstance(pair, tuple) and pair[0] == "wrap_info" and pair[1] is not None for pair in parsed)
+    return any(isinstance(pair, tuple) and pair[0] == key and pair[1] is not None for pair in parsed)
 
 
 class HeldAnswer:
-    """An answer from a Vault host held back (at most ``limit`` bytes of body) until its end shows no wrap_info."""
+    """A guarded answer held back (at most ``limit`` bytes of body) until its end shows no refused key."""
 
-    def __init__(self, response: h11.Response, limit: int) -> None:
+    def __init__(self, response: h11.Response, limit: int, guard: AnswerGuard) -> None:
+        assert guard.refused_key is not None
         self.response = response
         self.limit = limit
+        self.guard = guard
+        self.key = guard.refused_key
         self.body = bytearray()
 
     def add(self, data: bytes) -> None:
         if len(self.body) + len(data) > self.limit:
             raise Refused(
                 502,
-                f"a Vault answer longer than {self.limit} bytes cannot be checked for a wrapping token",
+                f"a {self.guard.label} answer longer than {self.limit} bytes cannot be checked for a"
+                f" {self.guard.refused_name}",
                 Refusal.UNCHECKED,
             )
         self.body += data
 
     def check(self) -> bytes:
-        """The whole body, or ``Refused`` (502) when it holds a wrapping token (never passed on)."""
-        if holds_wrap_info(bytes(self.body)):
+        """The whole body, or ``Refused`` (502) when it holds the refused key (never passed on)."""
+        if holds_key(bytes(self.body), self.key):
             raise Refused(
-                502, "the answer holds a Vault wrapping token, which the proxy does not pass on", Refusal.WRAPPED
+                502,
+                f"the answer holds a {self.guard.label} {self.guard.refused_name}, which the proxy does not pass on",
+                Refusal.WRAPPED,
             )
         return bytes(self.body)

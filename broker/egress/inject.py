@@ -3,18 +3,20 @@
 A placeholder has the shape of the secret it stands for (its prefix, such
 as ``ghs_``, ``hvs.`` or ``sk-ant-``, then random letters and digits to the same length),
 so clients accept it unchanged. ``HeaderSwap`` is the injector
-(``broker.egress.terminate.injector``) of a GitHub or Vault token: it swaps
-the placeholder for the secret only in requests to the credential's own
-hosts (which the proxy reaches over verified TLS) and only in
-``Authorization`` (``Bearer``, ``token``, ``Basic`` with any user name, the
-way git sends it) and ``X-Vault-Token``. Anywhere else the placeholder goes
-out as it is. An answer can carry the secret back (Vault's ``token lookup``
-shows the token's id): in the body of every answer from those hosts, asked
-for without compression, the ``Masker`` turns the secret into its
-placeholder again (the same length, so the framing holds). Once the session
-is revoked, the proxy refuses every request to those hosts at once, before
-the provider's own revocation lands. What a request to those hosts must be
-(its own ``Host``; for Vault's hosts, no response wrapping) is
+(``broker.egress.terminate.injector``) of such a token: it swaps the
+placeholder for the secret only in requests to the credential's own hosts
+(which the proxy reaches over verified TLS) and only in ``Authorization``
+(``Bearer``, ``token``, ``Basic`` with any user name, the way git sends it)
+and the headers its provider names as holding the token whole
+(``Injection.token_headers``). Anywhere else the placeholder goes out as it
+is. An answer can carry the secret back (a token lookup may show the
+token's id): in the body of every answer from those hosts, asked for
+without compression, the ``Masker`` turns the secret into its placeholder
+again (the same length, so the framing holds). Once the session is
+revoked, the proxy refuses every request to those hosts at once, before the
+provider's own revocation lands. What a request to those hosts must be (its
+own ``Host``; nothing the credential's provider guards against,
+``Injection.guard``) is
 ``broker.egress.guards``.
 """
 
@@ -29,10 +31,14 @@ import string
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from broker.egress.operations import Answer
 from broker.egress.terminate.injector import HeadOnly, RequestHead
 from broker.vocab.secret import Secret
+
+if TYPE_CHECKING:  # the guards bring h11 and asyncio: the proxy's, not an issue's
+    from broker.egress.guards import AnswerGuard
 
 ALPHABET = string.ascii_letters + string.digits
 #: A token's kind, kept in its placeholder: ``ghs_``, ``hvs.``; ``sk-``, ``sk-proj-``, ``sk-ant-api03-`` (a
@@ -60,7 +66,8 @@ class Injection:
     placeholder: Secret
     secret: Secret
     upstream_ca_file: Path | None = None  # what the real hosts' certificates are checked against; None: the system's
-    vault: bool = False  # Vault's hosts: response wrapping is stripped and refused (``broker.egress.guards``)
+    token_headers: frozenset[bytes] = frozenset()  # lower-case names of headers, beside Authorization, holding it whole
+    guard: AnswerGuard | None = None  # what its provider keeps from its hosts (``broker.egress.guards``)
     name: str = ""  # the credential's name in the manifest (for the evidence records)
 
 
@@ -88,8 +95,7 @@ class HeaderSwap:
         secret = self._secret
         if secret is None:
             return None
-        placeholder = self.injection.placeholder.reveal_bytes()
-        swapped = [(name, _swapped(name, value, placeholder, secret)) for name, value in headers]
+        swapped = [(name, _swapped(name, value, self.injection, secret)) for name, value in headers]
         return swapped if swapped != list(headers) else None
 
     def begin(self, head: RequestHead) -> HeadOnly | Answer | None:
@@ -145,8 +151,9 @@ class Masker:
         return value
 
 
-def _swapped(name: bytes, value: bytes, placeholder: bytes, secret: bytes) -> bytes:
-    if name == b"x-vault-token":
+def _swapped(name: bytes, value: bytes, injection: Injection, secret: bytes) -> bytes:
+    placeholder = injection.placeholder.reveal_bytes()
+    if name in injection.token_headers:
         return secret if hmac.compare_digest(value, placeholder) else value
     if name != b"authorization":
         return value

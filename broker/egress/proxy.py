@@ -52,8 +52,9 @@ from broker.egress.exchange import (
     read_head,
 )
 from broker.egress.guards import Refusal, RefusedRequest, tunnel_authority
+from broker.egress.terminate.tunnel import serve_plain, serve_tunnel
 
-if TYPE_CHECKING:  # cryptography (for the session CA) loads only where a host is terminated
+if TYPE_CHECKING:
     from broker.egress.terminate.plan import Interceptor
     from broker.egress.terminate.writer import EvidenceWriter
 
@@ -246,8 +247,6 @@ class EgressProxy:
                 f" only over verified TLS; use https://{https}",
             )
         if self.interceptor is not None and self.interceptor.limited(host, port):
-            from broker.egress.terminate.tunnel import serve_plain
-
             await self.vetted_addresses(host, port)  # a destination not allowed is denied before anything else
             await serve_plain(self, self.interceptor, host, port, url, request, (conn, reader, writer), self.evidence)
             return
@@ -261,8 +260,6 @@ class EgressProxy:
         self, host: str, port: int, outer: h11.Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         """A CONNECT to a terminated host: its requests go through ``broker.egress.terminate``."""
-        from broker.egress.terminate.tunnel import serve_tunnel
-
         interceptor = self.interceptor
         assert interceptor is not None
         if not self.allows(host, port):

@@ -2,18 +2,18 @@
 
 The broker's main thread waits for the sandboxed command and handles
 signals; the proxy serves on a Unix socket (bridged into the sandbox) and,
-for tests and benchmarks, on a loopback TCP port. The socket lives in a
-private directory (0700) and is made connectable for the sandbox user
-alone; it is removed when the proxy stops. Stopping also closes the
-session's evidence writer, so every ``egress.request`` record is in the
-log before the session's revocation is.
+for tests and benchmarks, on a loopback TCP port. The socket is made by
+``broker.host.egress_socket`` (in the broker's own directory, with its final
+owner and mode before anyone else can reach it) and removed when the proxy
+stops. Stopping also closes the session's evidence writer, so every
+``egress.request`` record is in the log before the session's revocation is.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
+import secrets
 import shutil
 import tempfile
 import threading
@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from broker.egress.destinations import Destination
 from broker.egress.guards import RefusedRequest
 from broker.egress.proxy import EgressProxy, ProxyLimits, Resolver
+from broker.host.egress_socket import EgressSocket
 
 if TYPE_CHECKING:  # cryptography (for the session CA) loads only where a host is terminated
     from broker.egress.terminate.plan import Interceptor
@@ -38,6 +39,7 @@ class RunningProxy:
     def __init__(self, proxy: EgressProxy) -> None:
         self.proxy = proxy
         self.socket_path: Path | None = None
+        self._unix: EgressSocket | None = None
         self.port: int | None = None
         self._loop = asyncio.new_event_loop()
         self._servers: list[asyncio.Server] = []
@@ -47,15 +49,15 @@ class RunningProxy:
     def _call(self, coroutine: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout=30)
 
-    def serve_unix(self, path: Path, uid: int | None = None, gid: int | None = None) -> None:
-        async def start() -> asyncio.Server:
-            return await asyncio.start_unix_server(self.proxy.handle, path=str(path), limit=self.proxy.limits.chunk)
+    def serve_unix(self, unix: EgressSocket) -> None:
+        """Serve on ``unix`` (already bound, with its final owner and mode); it is removed when the proxy stops."""
 
+        async def start() -> asyncio.Server:
+            return await asyncio.start_unix_server(self.proxy.handle, sock=unix.listener, limit=self.proxy.limits.chunk)
+
+        self._unix = unix
         self._servers.append(self._call(start()))
-        os.chmod(path, 0o600)
-        if uid is not None and gid is not None:
-            os.chown(path, uid, gid)
-        self.socket_path = path
+        self.socket_path = unix.path
 
     def serve_tcp(self, host: str = "127.0.0.1", port: int = 0) -> int:
         async def start() -> asyncio.Server:
@@ -102,6 +104,9 @@ class RunningProxy:
         self._thread.join(timeout=10)
         if not self._loop.is_running():
             self._loop.close()
+        if self._unix is not None:
+            self._unix.listener.close()
+            self._unix.remove()
         return self.proxy.evidence.close() if self.proxy.evidence is not None else 0
 
 
@@ -109,25 +114,27 @@ class RunningProxy:
 def running_proxy(
     allow: tuple[Destination, ...],
     *,
-    socket_owner: tuple[int, int] | None = None,
-    unix: bool = True,
+    unix: EgressSocket | bool = True,
     tcp: bool = False,
     limits: ProxyLimits | None = None,
     resolver: Resolver | None = None,
     interceptor: Interceptor | None = None,
     evidence: EvidenceWriter | None = None,
 ) -> Iterator[RunningProxy]:
-    """A proxy for ``allow`` serving until the block ends; its socket is owned by ``socket_owner`` (uid, gid).
+    """A proxy for ``allow`` serving until the block ends, on ``unix`` (a session's socket; ``True``: one in a
+    private temporary directory of this user's, for tests and benchmarks) and on loopback TCP with ``tcp``.
     ``evidence`` takes the ``egress.request`` records of the terminated hosts (it is closed with the proxy)."""
     running = RunningProxy(EgressProxy(allow, limits, resolver, interceptor, evidence))
-    directory = Path(tempfile.mkdtemp(prefix="broker-egress-"))
+    private = Path(tempfile.mkdtemp(prefix="broker-egress-")) if unix is True else None
     try:
-        if unix:
-            uid, gid = socket_owner if socket_owner is not None else (None, None)
-            running.serve_unix(directory / "proxy.sock", uid, gid)
+        if private is not None:
+            running.serve_unix(EgressSocket(private, "s-" + secrets.token_hex(6), None, passable=False))
+        elif isinstance(unix, EgressSocket):
+            running.serve_unix(unix)
         if tcp:
             running.serve_tcp()
         yield running
     finally:
         running.stop()
-        shutil.rmtree(directory, ignore_errors=True)
+        if private is not None:
+            shutil.rmtree(private, ignore_errors=True)

@@ -22,6 +22,7 @@ import resource
 from dataclasses import dataclass
 
 from broker.host.libc import libc
+from broker.host.mounts import effective_capabilities  # the one reader of CapEff
 
 PR_SET_DUMPABLE = 4
 PR_GET_DUMPABLE = 3
@@ -52,8 +53,6 @@ def is_dumpable() -> bool:
 
 
 def _has_ipc_lock() -> bool:
-    from broker.host.mounts import effective_capabilities  # the one reader of CapEff
-
     return bool(effective_capabilities() >> CAP_IPC_LOCK & 1)
 
 

@@ -3,8 +3,11 @@
 Inside: ``/usr`` read-only (``/bin``, ``/lib`` as symlinks), a fresh ``/proc``,
 ``/dev`` and ``/tmp``, the workspace read-write at ``/workspace``, the session
 directory read-only at the manifest's ``mount_path``, extra read-only binds
-the launcher names, and nothing else: the broker's config, keys, state and
-other sessions are simply not there. The environment is cleared to the
+the launcher names, with an allow-list the egress proxy's socket at
+``/run/broker/proxy.sock`` (from the broker's own tmpfs: the sandbox's
+``/proc/self/mountinfo`` names nothing of the host for it), and nothing
+else: the broker's config, keys, state and other sessions are simply not
+there. The environment is cleared to the
 values the caller passes. ``--die-with-parent``: the sandbox ends with the
 broker.
 
@@ -36,7 +39,8 @@ from broker.vocab.errors import BadInput
 WORKSPACE = "/workspace"
 SETPRIV = "/usr/bin/setpriv"
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
-EGRESS_SOCKET = "/run/.broker-egress.sock"  # the egress proxy inside; no mount_path can start with a dot
+BROKER_DIR = "/run/broker"  # the broker's own inside: no manifest's mount_path may be at or below it
+EGRESS_SOCKET = f"{BROKER_DIR}/proxy.sock"  # the egress proxy inside, the same for every session
 _BASE_DIRS = frozenset({"/", "/usr", "/bin", "/lib", "/lib64", "/proc", "/dev", "/tmp", WORKSPACE})
 
 

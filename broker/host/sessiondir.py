@@ -87,7 +87,7 @@ def _check_parents(path: Path) -> None:
 
 
 @contextlib.contextmanager
-def _dir_fd(path: str | Path, dir_fd: int | None = None) -> Iterator[int]:
+def open_dir(path: str | Path, dir_fd: int | None = None) -> Iterator[int]:
     fd = os.open(path, DIR_OPEN, dir_fd=dir_fd)
     try:
         yield fd
@@ -106,7 +106,7 @@ class SessionDirectory:
         self.gid = gid
 
     def create(self) -> None:
-        with _dir_fd(self.runtime.path) as parent:
+        with open_dir(self.runtime.path) as parent:
             try:
                 os.mkdir(self.session_id, 0o700, dir_fd=parent)
             except FileExistsError:
@@ -126,10 +126,10 @@ class SessionDirectory:
     def write_credential(self, name: str, files: Mapping[str, Secret | str]) -> list[str]:
         """Write ``name/<file>`` for every file; returns the relative paths written."""
         written = []
-        with _dir_fd(self.path) as top:
+        with open_dir(self.path) as top:
             with contextlib.suppress(FileExistsError):
                 os.mkdir(name, 0o700, dir_fd=top)
-            with _dir_fd(name, dir_fd=top) as sub:
+            with open_dir(name, dir_fd=top) as sub:
                 for file_name, content in files.items():
                     data = content.reveal_bytes() if isinstance(content, Secret) else content.encode()
                     self._write_atomic(sub, file_name, data)
@@ -137,7 +137,7 @@ class SessionDirectory:
         return written
 
     def write_file(self, file_name: str, data: bytes) -> None:
-        with _dir_fd(self.path) as top:
+        with open_dir(self.path) as top:
             self._write_atomic(top, file_name, data)
 
     def _write_atomic(self, dir_fd: int, file_name: str, data: bytes) -> None:
@@ -146,10 +146,10 @@ class SessionDirectory:
 
     def seal(self) -> None:
         """Final modes and owners: directories 0500, owned by the sandbox uid/gid."""
-        with _dir_fd(self.path) as top:
+        with open_dir(self.path) as top:
             for entry in os.scandir(top):
                 if entry.is_dir(follow_symlinks=False):
-                    with _dir_fd(entry.name, dir_fd=top) as sub:
+                    with open_dir(entry.name, dir_fd=top) as sub:
                         self._own(sub, 0o500)
             self._own(top, 0o500)
 
@@ -160,11 +160,11 @@ class SessionDirectory:
 
     def unseal(self) -> None:
         """Make the directories writable by the broker again (for replacing files)."""
-        with _dir_fd(self.path) as top:
+        with open_dir(self.path) as top:
             os.fchmod(top, 0o700)
             for entry in os.scandir(top):
                 if entry.is_dir(follow_symlinks=False):
-                    with _dir_fd(entry.name, dir_fd=top) as sub:
+                    with open_dir(entry.name, dir_fd=top) as sub:
                         os.fchmod(sub, 0o700)
 
     def remove(self) -> bool:
@@ -197,7 +197,7 @@ def is_broker_session_dir(runtime_dir: Path, name: str) -> bool:
 
 def _read_session_document(runtime_dir: Path, name: str) -> bytes:
     """``name/session.json``, a small regular file, read without following a symbolic link anywhere."""
-    with _dir_fd(runtime_dir) as parent, _dir_fd(name, dir_fd=parent) as top:
+    with open_dir(runtime_dir) as parent, open_dir(name, dir_fd=parent) as top:
         data, _ = read_bounded("session.json", MAX_SESSION_DOCUMENT_BYTES, dir_fd=top, follow_symlinks=False)
     return data
 
@@ -210,7 +210,7 @@ def remove_session_path(runtime_dir: Path, name: str) -> bool:
         _wipe_tree(runtime_dir, name)
         mounts.unmount(path)
     _wipe_tree(runtime_dir, name)
-    with _dir_fd(runtime_dir) as parent:
+    with open_dir(runtime_dir) as parent:
         try:
             os.rmdir(name, dir_fd=parent)
         except FileNotFoundError:
@@ -222,7 +222,7 @@ def remove_session_path(runtime_dir: Path, name: str) -> bool:
 
 def _wipe_tree(parent_path: Path, name: str) -> None:
     """Delete everything below ``parent/name`` without following symbolic links."""
-    with _dir_fd(parent_path) as parent:
+    with open_dir(parent_path) as parent:
         try:
             info = os.stat(name, dir_fd=parent, follow_symlinks=False)
         except FileNotFoundError:
@@ -234,7 +234,7 @@ def _wipe_tree(parent_path: Path, name: str) -> None:
 
 
 def _empty_dir(parent: int, name: str) -> None:
-    with _dir_fd(name, dir_fd=parent) as fd:
+    with open_dir(name, dir_fd=parent) as fd:
         os.fchmod(fd, 0o700)
         for entry in list(os.scandir(fd)):
             if entry.is_dir(follow_symlinks=False):

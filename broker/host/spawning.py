@@ -25,6 +25,7 @@ from types import FrameType
 from typing import Any
 
 from broker.host.sandbox import SANDBOX_PATH, SandboxSpec, bwrap_command, extra_binds
+from broker.host.seccomp import program_fd
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 COMMAND_NOT_FOUND = 127
@@ -54,8 +55,6 @@ def launch(what: Launch, started: Callable[[subprocess.Popen[bytes]], None]) -> 
     """Run the command to its end; its status as a shell reports it."""
     command = list(what.command)
     if what.sandbox == "bwrap":
-        from broker.host.seccomp import program_fd
-
         if resolve(command[0], SANDBOX_PATH) is None:
             return COMMAND_NOT_FOUND
         spec = SandboxSpec(

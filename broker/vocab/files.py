@@ -18,13 +18,15 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 import stat
-from collections.abc import Iterable, Iterator
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from broker.vocab.errors import BadInput, ConfigError
 from broker.vocab.secret import Secret
+
+if TYPE_CHECKING:  # annotations only: the thin client reads its config through this module
+    from collections.abc import Iterable, Iterator
+    from pathlib import Path
 
 MAX_SECRET_FILE_BYTES = 64 * 1024
 _DIR_OPEN = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
@@ -84,7 +86,7 @@ def write_private_file(
     if "/" in name or name in ("", ".", ".."):
         raise ValueError(f"bad file name {name!r}")
     with _directory(directory) as dir_fd:
-        temporary = f".{name}.{secrets.token_hex(6)}.tmp"
+        temporary = f".{name}.{os.urandom(6).hex()}.tmp"
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         fd = os.open(temporary, flags, mode, dir_fd=dir_fd)
         try:

@@ -9,37 +9,35 @@ already or not) plus the new session, next to the role's other inline
 policies; when that would not fit, the issue is denied and nothing is minted.
 Entries other writers left in the policy count as they stand; ended ones are
 pruned first. The check and the mint that follows hold a per-role lock (a
-thread lock and, with a lock dir, a host file lock), so two issues on this
-host cannot both take the last room. Brokers on other hosts (with
-``shared_role_writers``) are only seen through what they already revoked.
+thread lock and, with a lock dir, a host file lock: ``providers.aws.locks``),
+so two issues on this host cannot both take the last room. Brokers on other
+hosts (with ``shared_role_writers``) are only seen through what they already
+revoked. ``Reservations``, which the provider holds, does both the
+reservation and the measure ``status --json`` and ``doctor`` show.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
-import threading
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from broker.vocab.errors import BrokerError, PolicyDenied
-from broker.vocab.holding import holding
+from providers.aws.clients import AwsClients
 from providers.aws.deny import ROLE_INLINE_BUDGET, DenyEntry, DenyList, entries_for, policy_size
+from providers.aws.locks import RoleLocks
+from providers.aws.names import generation_names
 from providers.aws.overlap import together
 from providers.aws.request import AWS_MAX_TTL, AwsStsRequest
 from providers.aws.revoke import DenyPolicyWriter
-from providers.base import DenyBudget, DenyRecord, FleetState, MintContext, RevokeTarget
-
-if TYPE_CHECKING:
-    from providers.aws.provider import AwsStsProvider
+from providers.aws.roles import Roles
+from providers.base import MintContext, RevokeTarget
+from providers.capabilities import DenyBudget
 
 #: How much later than at the check the new credentials may start (their expiry, and so their bucket, moves).
 MINT_SLACK = timedelta(minutes=10)
-_THREAD_LOCKS: dict[str, threading.RLock] = {}
-_FILE_LOCKS: dict[str, Any] = {}
-_GUARD = threading.Lock()
 
 
 def role_name_of(role_arn: str) -> str:
@@ -73,142 +71,93 @@ def measure(
     return others + policy_size(current), others, reserved
 
 
-@contextlib.contextmanager
-def reserve(
-    provider: AwsStsProvider,
-    wanted: Sequence[tuple[AwsStsRequest, MintContext]],
-    live: Callable[[], Sequence[RevokeTarget]],
-    now: datetime,
-) -> Iterator[None]:
-    """Hold each wanted role's lock and check its room; PolicyDenied when a revocation would not fit."""
-    by_role: dict[str, list[tuple[AwsStsRequest, MintContext]]] = {}
-    for request, context in wanted:
-        by_role.setdefault(request.role_name, []).append((request, context))
-    with contextlib.ExitStack() as stack:
-        for role_name in sorted(by_role):
-            stack.enter_context(role_lock(provider, role_name))
-        stack.callback(provider.forget_roles, by_role)
-        known = live()  # read under the locks: an issue that held them before has stored what it minted
-        for role_name in sorted(by_role):
-            _check_room(provider, role_name, by_role[role_name], known, now)
-        yield
+class Reservations:
+    """Room in the deny policies of the roles one provider assumes: held before minting, measured for doctor."""
 
+    def __init__(self, clients: AwsClients, roles: Roles, locks: RoleLocks) -> None:
+        self.clients = clients
+        self.roles = roles
+        self.locks = locks
 
-def _check_room(
-    provider: AwsStsProvider,
-    role_name: str,
-    wanted: list[tuple[AwsStsRequest, MintContext]],
-    live: Sequence[RevokeTarget],
-    now: datetime,
-) -> None:
-    from providers.aws.names import generation_names
-
-    role_arn = wanted[0][0].role_arn
-    writer = DenyPolicyWriter(provider, provider.client("iam"))
-    # One round trip for three reads. GetRole buys the role id (whose live sessions count here, and
-    # which names the new session in a deny entry), MaxSessionDuration and the ARN check; mint uses
-    # this answer rather than asking again. The two policy reads buy the room the revocation needs.
-    # The STS client is built while they are in flight, so the AssumeRole that follows finds it ready.
-    role, snapshot = together(
-        lambda: provider._role(role_name, role_arn), lambda: writer.snapshot(role_name), lambda: provider.client("sts")
-    )
-    provider.remember_role(role_name, role)
-    role_id = str(role["RoleId"])
-    current = live_entries(role_arn, role_id, live, now)
-    _, others, reserved = measure(snapshot, current.values(), now)
-    needed = 0
-    for slack in (timedelta(0), MINT_SLACK):
-        new: list[DenyEntry] = []
+    @contextlib.contextmanager
+    def reserve(
+        self,
+        wanted: Sequence[tuple[AwsStsRequest, MintContext]],
+        live: Callable[[], Sequence[RevokeTarget]],
+        now: datetime,
+    ) -> Iterator[None]:
+        """Hold each wanted role's lock and check its room; PolicyDenied when a revocation would not fit."""
+        by_role: dict[str, list[tuple[AwsStsRequest, MintContext]]] = {}
         for request, context in wanted:
-            expires = min(now + timedelta(seconds=context.ttl) + slack, context.session_expires_at)
-            session_name, source_identity = generation_names(context.session_id, request.name, context.generation)
-            new.extend(entries_for(f"{role_id}:{session_name}", source_identity, expires))
-        needed = max(needed, others + policy_size(reserved.merged(new).document()))
-    if needed > ROLE_INLINE_BUDGET:
-        sessions = len(current)
-        raise PolicyDenied(
-            f"aws {provider.name}: role {role_name} has {sessions} live broker session(s); revoking this one"
-            f" as well would need {needed} of the {ROLE_INLINE_BUDGET} characters IAM allows the role's"
-            " inline policies, so it is not issued; retry once sessions expire",
-            (f"role {role_name}: no room to revoke another session next to {sessions} live one(s)",),
+            by_role.setdefault(request.role_name, []).append((request, context))
+        with contextlib.ExitStack() as stack:
+            for role_name in sorted(by_role):
+                stack.enter_context(self.locks.reserving(role_name))
+            stack.callback(self.roles.forget, by_role)
+            known = live()  # read under the locks: an issue that held them before has stored what it minted
+            for role_name in sorted(by_role):
+                self._check_room(role_name, by_role[role_name], known, now)
+            yield
+
+    def _check_room(
+        self,
+        role_name: str,
+        wanted: list[tuple[AwsStsRequest, MintContext]],
+        live: Sequence[RevokeTarget],
+        now: datetime,
+    ) -> None:
+        role_arn = wanted[0][0].role_arn
+        writer = DenyPolicyWriter(self.clients, self.clients.client("iam"))
+        # One round trip for three reads. GetRole buys the role id (whose live sessions count here, and
+        # which names the new session in a deny entry), MaxSessionDuration and the ARN check; mint uses
+        # this answer rather than asking again. The two policy reads buy the room the revocation needs.
+        # The STS client is built while they are in flight, so the AssumeRole that follows finds it ready.
+        role, snapshot = together(
+            lambda: self.roles.read(role_name, role_arn),
+            lambda: writer.snapshot(role_name),
+            lambda: self.clients.client("sts"),
         )
-
-
-def budgets(
-    provider: AwsStsProvider, role_arns: Collection[str], live: Sequence[RevokeTarget], now: datetime
-) -> list[DenyBudget]:
-    """One ``DenyBudget`` per role ARN; a failure to read a role is that budget's ``error``."""
-    result = []
-    for role_arn in sorted(role_arns):
-        sessions = 0
-        try:
-            writer = DenyPolicyWriter(provider, provider.client("iam"))
-            name = role_name_of(role_arn)
-            role, snapshot = together(
-                functools.partial(provider._role, name, role_arn), functools.partial(writer.snapshot, name)
-            )
-            current = live_entries(role_arn, str(role["RoleId"]), live, now)
+        self.roles.remember(role_name, role)
+        role_id = str(role["RoleId"])
+        current = live_entries(role_arn, role_id, live, now)
+        _, others, reserved = measure(snapshot, current.values(), now)
+        needed = 0
+        for slack in (timedelta(0), MINT_SLACK):
+            new: list[DenyEntry] = []
+            for request, context in wanted:
+                expires = min(now + timedelta(seconds=context.ttl) + slack, context.session_expires_at)
+                session_name, source_identity = generation_names(context.session_id, request.name, context.generation)
+                new.extend(entries_for(f"{role_id}:{session_name}", source_identity, expires))
+            needed = max(needed, others + policy_size(reserved.merged(new).document()))
+        if needed > ROLE_INLINE_BUDGET:
             sessions = len(current)
-            used, others, reserved = measure(snapshot, current.values(), now)
-        except BrokerError as exc:
-            result.append(DenyBudget(role_arn, sessions, ROLE_INLINE_BUDGET, error=exc.message))
-            continue
-        total = others + policy_size(reserved.document())
-        # Another session at worst opens a bucket of its own: the latest one there can be.
-        another = entries_for("", "s-" + "x" * 12, now + timedelta(seconds=AWS_MAX_TTL))
-        full = others + policy_size(reserved.merged(another).document()) > ROLE_INLINE_BUDGET
-        result.append(DenyBudget(role_arn, sessions, ROLE_INLINE_BUDGET, used=used, reserved=total, full=full))
-    return result
+            raise PolicyDenied(
+                f"aws {self.clients.name}: role {role_name} has {sessions} live broker session(s); revoking this one"
+                f" as well would need {needed} of the {ROLE_INLINE_BUDGET} characters IAM allows the role's"
+                " inline policies, so it is not issued; retry once sessions expire",
+                (f"role {role_name}: no room to revoke another session next to {sessions} live one(s)",),
+            )
 
-
-def role_key(provider: AwsStsProvider, role_name: str) -> str:
-    return hashlib.sha256(f"{provider.endpoint_url or ''}|{role_name}".encode()).hexdigest()[:24]
-
-
-def update_fleet_deny(
-    provider: AwsStsProvider,
-    fleet: FleetState,
-    role_name: str,
-    wanted: tuple[DenyEntry, ...],
-    now: datetime,
-    check: Callable[[], object] | None = None,
-) -> None:
-    """Add ``wanted`` to the store's deny records of the role, then write the whole policy they make.
-
-    Under the role's lock shared by every host: no two hosts write at once,
-    and each write holds everything any host revoked. ``check`` runs alongside
-    the policy reads, before anything is added to the store.
-    """
-    scope = "aws-role:" + role_key(provider, role_name)
-    writer = DenyPolicyWriter(provider, provider.client("iam"))
-    with fleet.lock(scope, f"the deny policy of role {role_name}"):
-        snapshot = writer.snapshot(role_name, check)
-        fleet.add_deny_records(scope, [DenyRecord(e.until, e.key, e.value) for e in wanted])
-        stored = tuple(DenyEntry(r.until, r.key, r.value) for r in fleet.deny_records(scope, now))
-        writer.write_whole(role_name, stored, now, snapshot)
-
-
-@contextlib.contextmanager
-def role_lock(provider: AwsStsProvider, role_name: str) -> Iterator[None]:
-    """This role's reservation lock: a re-entrant thread lock, and a lock shared by the fleet or the host."""
-    key = role_key(provider, role_name)
-    if provider.fleet is not None:
-        with _GUARD:
-            thread_lock = _THREAD_LOCKS.setdefault(key, threading.RLock())
-        with thread_lock, provider.fleet.lock("aws-budget:" + key, f"the revocation budget of role {role_name}"):
-            yield
-        return
-    with _GUARD:
-        thread_lock = _THREAD_LOCKS.setdefault(key, threading.RLock())
-        file_lock = None
-        if provider.lock_dir is not None:
-            from filelock import FileLock
-
-            path = str(provider.lock_dir / f"aws-budget-{key}.lock")
-            file_lock = _FILE_LOCKS.setdefault(path, FileLock(path, thread_local=False))
-    with thread_lock:
-        if file_lock is None:
-            yield
-            return
-        with holding(file_lock, f"the revocation budget of role {role_name}"):
-            yield
+    def budgets(self, role_arns: Collection[str], live: Sequence[RevokeTarget], now: datetime) -> list[DenyBudget]:
+        """One ``DenyBudget`` per role ARN; a failure to read a role is that budget's ``error``."""
+        result = []
+        for role_arn in sorted(role_arns):
+            sessions = 0
+            try:
+                writer = DenyPolicyWriter(self.clients, self.clients.client("iam"))
+                name = role_name_of(role_arn)
+                role, snapshot = together(
+                    functools.partial(self.roles.read, name, role_arn), functools.partial(writer.snapshot, name)
+                )
+                current = live_entries(role_arn, str(role["RoleId"]), live, now)
+                sessions = len(current)
+                used, others, reserved = measure(snapshot, current.values(), now)
+            except BrokerError as exc:
+                result.append(DenyBudget(role_arn, sessions, ROLE_INLINE_BUDGET, error=exc.message))
+                continue
+            total = others + policy_size(reserved.document())
+            # Another session at worst opens a bucket of its own: the latest one there can be.
+            another = entries_for("", "s-" + "x" * 12, now + timedelta(seconds=AWS_MAX_TTL))
+            full = others + policy_size(reserved.merged(another).document()) > ROLE_INLINE_BUDGET
+            result.append(DenyBudget(role_arn, sessions, ROLE_INLINE_BUDGET, used=used, reserved=total, full=full))
+        return result

@@ -2,31 +2,25 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import time
 
+from broker.vocab.checks import Check
 from broker.vocab.errors import BrokerError
-from providers.aws.errors import AwsErrors
-from providers.base import FIX_MARK, HealthCheck, clock_check
-
-if TYPE_CHECKING:
-    from providers.aws.provider import AwsStsProvider
+from providers.aws.clients import AwsClients
+from providers.clock import clock_check
 
 
-def health_checks(provider: AwsStsProvider) -> list[HealthCheck]:
+def health_checks(clients: AwsClients) -> list[Check]:
     """``GetCallerIdentity`` with the broker's own identity, and the clock; mints nothing."""
-    import time
-
     try:
-        with AwsErrors(provider, "GetCallerIdentity"):
-            identity = provider.client("sts").get_caller_identity()
+        with clients.errors("GetCallerIdentity"):
+            identity = clients.client("sts").get_caller_identity()
             received = time.time()
     except BrokerError as exc:
-        fix = (
-            f"{FIX_MARK}check the broker's AWS identity and [providers.{provider.name}] (region, endpoint_url, profile)"
-        )
-        return [("identity", False, exc.message + fix)]
+        fix = f"check the broker's AWS identity and [providers.{clients.name}] (region, endpoint_url, profile)"
+        return [Check("identity", False, exc.message, fix)]
     who = f"the broker is {identity.get('Arn', '?')} (account {identity.get('Account', '?')})"
-    results: list[HealthCheck] = [("identity", True, who)]
+    results = [Check("identity", True, who)]
     headers = (identity.get("ResponseMetadata") or {}).get("HTTPHeaders") or {}
-    clock = clock_check(headers.get("date"), received, f"aws {provider.endpoint_url or 'STS'}")
+    clock = clock_check(headers.get("date"), received, f"aws {clients.endpoint_url or 'STS'}")
     return results + ([clock] if clock else [])

@@ -11,11 +11,17 @@ as ``MintRejected`` so the core denies it like any other. (A
 ``GetCallerIdentity`` with the new credentials asked the same endpoint the
 same question again, on a connection of its own: it bought no guarantee.) The session
 name is known before AssumeRole and stored with the ``minting`` state, so a
-broker killed before the answer leaves ``sweep`` enough to deny the session. Revocation with ``revoke =
-"deny-policy"`` adds the session to the role's ``BrokerRevokedSessions`` inline policy (layout in
-``providers.aws.deny``, IAM writes in ``providers.aws.revoke``); before any AssumeRole the core has the
-provider reserve room there (``providers.aws.budget``). botocore is imported on first use; manifest and
-grant parsing live in ``providers.aws.request``.
+broker killed before the answer leaves ``sweep`` enough to deny the session.
+Revocation with ``revoke = "deny-policy"`` adds the session to the role's
+``BrokerRevokedSessions`` inline policy (layout in ``providers.aws.deny``);
+before any AssumeRole the core has the provider reserve room there.
+
+The provider holds its collaborators: ``clients`` (the botocore clients,
+``providers.aws.clients``), ``roles`` (GetRole answers, ``providers.aws.roles``),
+``locks`` (who waits for whom on a role, ``providers.aws.locks``),
+``reservations`` (the deny budget, ``providers.aws.budget``) and ``denies``
+(the deny-policy writes, ``providers.aws.revoke``). botocore is imported on
+first use; manifest and grant parsing live in ``providers.aws.request``.
 """
 
 from __future__ import annotations
@@ -23,22 +29,22 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import re
-import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from broker.vocab.checks import Check
 from broker.vocab.errors import ProviderError
 from broker.vocab.fields import Fields
 from broker.vocab.secret import Secret
-from providers.aws import budget as aws_budget
+from providers.aws.budget import Reservations
+from providers.aws.clients import AwsClients
 from providers.aws.clients import aware as _aware
-from providers.aws.clients import client_config, host_lock, warm_clients
-from providers.aws.deny import DenyEntry, entries_for
-from providers.aws.errors import AwsErrors
+from providers.aws.deny import entries_for
 from providers.aws.files import config_file, credentials_file
 from providers.aws.health import health_checks
+from providers.aws.locks import RoleLocks
 from providers.aws.names import generation_names, generation_of
 from providers.aws.request import (
     AWS_MAX_TTL,
@@ -49,10 +55,9 @@ from providers.aws.request import (
     compile_aws_grant,
     parse_aws_request,
 )
-from providers.aws.revoke import DenyPolicyWriter
+from providers.aws.revoke import DenyPolicies
+from providers.aws.roles import Roles
 from providers.base import (
-    DenyBudget,
-    HealthCheck,
     MintContext,
     MintedCredential,
     MintRejected,
@@ -60,6 +65,8 @@ from providers.base import (
     RevokeOutcome,
     RevokeTarget,
 )
+from providers.capabilities import DenyBudget, FleetState
+from providers.warm import Sdk
 
 REGION = re.compile(r"[a-z]{2}(-[a-z0-9]+){1,3}", re.ASCII)
 ENDPOINT = re.compile(r"https?://[A-Za-z0-9.\-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~/-]*)?", re.ASCII)
@@ -71,9 +78,14 @@ REVOKE_MODES = ("deny-policy", "expire")
 
 
 class AwsStsProvider(Provider[AwsStsRequest]):
+    """Capabilities: ``Warming``, ``FindsMinted`` (by name), ``Reserving``, ``SharesLocks``."""
+
     type_name = "aws_sts"
-    sdk_modules = ("botocore.session", "botocore.config", "botocore.exceptions", "filelock")
+    reserved_env = frozenset({"AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE", "AWS_REGION"})
+    ca_env = ("AWS_CA_BUNDLE",)
+    sdk = Sdk(("botocore.session", "botocore.config", "botocore.exceptions", "filelock"))
     warm_first = True  # the reservation gates every mint; a revocation's reads precede its write
+    search_is_exhaustive = False  # AWS cannot list sessions: find_minted names the planned one
     min_ttl = AWS_MIN_TTL
     max_ttl = AWS_MAX_TTL
     #: Read-modify-write rounds of the deny policy before revocation gives up (stays pending).
@@ -81,31 +93,26 @@ class AwsStsProvider(Provider[AwsStsRequest]):
 
     def __init__(
         self,
-        name: str,
+        clients: AwsClients,
         *,
-        region: str,
-        endpoint_url: str | None = None,
-        profile: str | None = None,
         revoke: str = "deny-policy",
-        timeout: int = 10,
         settle_seconds: float = 1.0,
         shared_role_writers: bool = False,
     ) -> None:
-        super().__init__(name)
-        self.region = region
-        self.endpoint_url = endpoint_url
-        self.profile = profile
+        """The instance named by its clients (``clients.name``), at their region and endpoint."""
+        super().__init__(clients.name)
         self.revoke_mode = revoke
-        self.timeout = timeout
-        #: Wait after writing the deny policy before reading it back, so a concurrent writer is seen.
-        self.settle_seconds = settle_seconds
-        self.shared_role_writers = shared_role_writers
-        self._clients: dict[str, Any] = {}
-        self._session: Any = None
-        self._lock = threading.RLock()
-        self._role_locks: dict[str, threading.Lock] = {}
-        #: GetRole answers read by a reservation still held, by role name (see ``remember_role``).
-        self._reserved_roles: dict[str, dict[str, Any]] = {}
+        self.clients = clients
+        self.roles = Roles(self.clients)
+        self.locks = RoleLocks(clients.endpoint_url)
+        self.reservations = Reservations(self.clients, self.roles, self.locks)
+        self.denies = DenyPolicies(
+            self.clients,
+            self.locks,
+            settle_seconds=settle_seconds,
+            attempts=self.revoke_attempts,
+            shared_writers=shared_role_writers,
+        )
 
     # -- configuration -------------------------------------------------------------------
 
@@ -114,17 +121,16 @@ class AwsStsProvider(Provider[AwsStsRequest]):
         revoke = fields.string("revoke", required=False, max_len=32) or "deny-policy"
         if revoke not in REVOKE_MODES:
             raise fields.fail("revoke", f"must be one of {', '.join(REVOKE_MODES)}")
-        return cls(
+        clients = AwsClients(
             name,
             region=fields.req_string("region", pattern=REGION, max_len=32, hint="e.g. us-east-1"),
             endpoint_url=fields.string(
                 "endpoint_url", required=False, pattern=ENDPOINT, max_len=512, hint="http(s)://host[:port]"
             ),
             profile=fields.string("profile", required=False, pattern=PROFILE, max_len=64),
-            revoke=revoke,
             timeout=fields.integer("timeout", minimum=1, maximum=300) or 10,
-            shared_role_writers=fields.boolean("shared_role_writers", False),
         )
+        return cls(clients, revoke=revoke, shared_role_writers=fields.boolean("shared_role_writers", False))
 
     @classmethod
     def parse_request(cls, fields: Fields, *, name: str, provider: str, ttl: int | None) -> AwsStsRequest:
@@ -134,43 +140,47 @@ class AwsStsProvider(Provider[AwsStsRequest]):
     def compile_grant(cls, fields: Fields, *, provider: str, max_ttl: int | None) -> AwsStsGrant:
         return compile_aws_grant(fields, provider=provider, max_ttl=max_ttl)
 
-    # -- clients -------------------------------------------------------------------------
+    # -- capabilities ----------------------------------------------------------------------
 
-    def client(self, service: str) -> Any:
-        """A client of the broker's own identity (created once per service, under the lock; found without it)."""
-        found = self._clients.get(service)
-        if found is not None:
-            return found
-        with self._lock:
-            if service not in self._clients:
-                self._clients[service] = self._make_client(service)
-            return self._clients[service]
-
-    def _make_client(self, service: str) -> Any:
-        """A botocore client from the provider's one botocore session (a session per client cost 70-130 ms and
-        ~8 MiB); sessions are not thread-safe, hence the lock. Clients keep connections alive (``warm_up``)."""
-        config = client_config(self.timeout)
-        with self._lock, AwsErrors(self, "client setup"):
-            if self._session is None:
-                import botocore.session
-
-                self._session = botocore.session.Session(profile=self.profile)
-            return self._session.create_client(
-                service, region_name=self.region, endpoint_url=self.endpoint_url, config=config
-            )
+    def preload(self, minting: bool) -> None:
+        self.sdk.load(minting)
 
     def warm_up(self, minting: bool) -> None:
-        warm_clients(self, minting)  # providers.aws.clients
+        """The IAM client with three connections (a reservation's or a revocation's three reads go at once) and,
+        when minting, the STS client with one."""
+        wanted = [("iam", 3)] if self.revoke_mode == "deny-policy" else []
+        self.clients.warm(wanted + ([("sts", 1)] if minting else []))
+
+    def use_lock_dir(self, path: Path) -> None:
+        self.locks.lock_dir = path
+
+    def use_fleet(self, fleet: FleetState) -> None:
+        self.locks.fleet = fleet
+
+    def reserve(
+        self,
+        wanted: Sequence[tuple[AwsStsRequest, MintContext]],
+        live: Callable[[], Sequence[RevokeTarget]],
+        now: datetime,
+    ) -> contextlib.AbstractContextManager[None] | None:
+        """Room in each role's deny policy (``providers.aws.budget``); none needed without ``deny-policy``."""
+        if self.revoke_mode != "deny-policy" or not wanted:
+            return None
+        return self.reservations.reserve(wanted, live, _aware(now))
+
+    def budget_role(self, reference: Mapping[str, str]) -> str | None:
+        role_arn = reference.get("role_arn", "")
+        return role_arn if self.revoke_mode == "deny-policy" and ROLE_ARN.fullmatch(role_arn) else None
+
+    def deny_budgets(self, roles: Collection[str], live: Sequence[RevokeTarget], now: datetime) -> list[DenyBudget]:
+        return self.reservations.budgets(roles, live, _aware(now))
+
+    def health(self) -> list[Check]:
+        """``GetCallerIdentity`` with the broker's own identity, and the clock; mints nothing."""
+        return health_checks(self.clients)
 
     def close(self) -> None:
-        with self._lock:
-            for client in self._clients.values():
-                client.close()
-            self._clients.clear()
-
-    def health(self) -> list[HealthCheck]:
-        """``GetCallerIdentity`` with the broker's own identity, and the clock; mints nothing."""
-        return health_checks(self)
+        self.clients.close()
 
     # -- mint ----------------------------------------------------------------------------
 
@@ -178,10 +188,7 @@ class AwsStsProvider(Provider[AwsStsRequest]):
         session_name, source_identity = generation_names(context.session_id, request.name, context.generation)
         if not SESSION_NAME.fullmatch(session_name) or not SESSION_NAME.fullmatch(source_identity):
             raise ProviderError(f"aws {self.name}: session id {context.session_id!r} is unusable", retryable=False)
-        with self._lock:
-            role = self._reserved_roles.get(request.role_name)
-        if role is None or role.get("Arn") != request.role_arn:
-            role = self._role(request.role_name, request.role_arn)
+        role = self.roles.remembered(request.role_name, request.role_arn)
         if context.ttl > role["MaxSessionDuration"]:
             raise ProviderError(
                 f"aws {self.name}: ttl {context.ttl}s exceeds the MaxSessionDuration"
@@ -205,8 +212,8 @@ class AwsStsProvider(Provider[AwsStsRequest]):
             params["Policy"] = request.policy_json
         if request.policy_arns:
             params["PolicyArns"] = [{"arn": arn} for arn in request.policy_arns]
-        with AwsErrors(self, "AssumeRole"):
-            response = self.client("sts").assume_role(**params)
+        with self.clients.errors("AssumeRole"):
+            response = self.clients.client("sts").assume_role(**params)
         credentials = response.get("Credentials") or {}
         assumed = response.get("AssumedRoleUser") or {}
         assumed_role_id = str(assumed.get("AssumedRoleId", ""))
@@ -249,14 +256,14 @@ class AwsStsProvider(Provider[AwsStsRequest]):
             secret=secret,
             files={
                 "credentials": credentials_file(access_key_id, secret, token),
-                "config": config_file(self.region, self.endpoint_url),
+                "config": config_file(self.clients.region, self.clients.endpoint_url),
             },
             expires_at=min(_aware(expiration), _aware(context.session_expires_at)),
             scope=request.scope(),
             env={
                 "AWS_SHARED_CREDENTIALS_FILE": str(context.mount_dir / "credentials"),
                 "AWS_CONFIG_FILE": str(context.mount_dir / "config"),
-                "AWS_REGION": self.region,
+                "AWS_REGION": self.clients.region,
             },
         )
 
@@ -278,8 +285,8 @@ class AwsStsProvider(Provider[AwsStsRequest]):
         if not ROLE_ARN.fullmatch(role_arn) or names != (session_name, source_identity):
             return []
         role_name = role_arn.rsplit("/", 1)[-1]
-        with AwsErrors(self, "GetRole", missing_ok=True) as errors:
-            role_id = str(self.client("iam").get_role(RoleName=role_name)["Role"]["RoleId"])
+        with self.clients.errors("GetRole", missing_ok=True) as errors:
+            role_id = str(self.clients.client("iam").get_role(RoleName=role_name)["Role"]["RoleId"])
         if errors.missing:  # the role is gone, and its sessions with it
             return []
         return [
@@ -292,46 +299,6 @@ class AwsStsProvider(Provider[AwsStsRequest]):
             }
         ]
 
-    def remember_role(self, role_name: str, role: dict[str, Any]) -> None:
-        """Keep a reservation's GetRole answer for the mint it guards (held under the role's lock)."""
-        with self._lock:
-            self._reserved_roles[role_name] = role
-
-    def forget_roles(self, role_names: Collection[str]) -> None:
-        """The reservation is released: the next mint of these roles reads them again."""
-        with self._lock:
-            for role_name in role_names:
-                self._reserved_roles.pop(role_name, None)
-
-    def _role(self, role_name: str, role_arn: str) -> dict[str, Any]:
-        with AwsErrors(self, "GetRole"):
-            role: dict[str, Any] = self.client("iam").get_role(RoleName=role_name)["Role"]
-        if role.get("Arn") != role_arn:
-            raise ProviderError(
-                f"aws {self.name}: role {role_name} in the broker's account is {role.get('Arn')}, not {role_arn}",
-                retryable=False,
-            )
-        return role
-
-    # -- room for revocations (providers.aws.budget) --------------------------------------
-
-    def reserve(
-        self,
-        wanted: Sequence[tuple[AwsStsRequest, MintContext]],
-        live: Callable[[], Sequence[RevokeTarget]],
-        now: datetime,
-    ) -> contextlib.AbstractContextManager[None]:
-        if self.revoke_mode != "deny-policy" or not wanted:
-            return contextlib.nullcontext()
-        return aws_budget.reserve(self, wanted, live, _aware(now))
-
-    def budget_role(self, reference: Mapping[str, str]) -> str | None:
-        role_arn = reference.get("role_arn", "")
-        return role_arn if self.revoke_mode == "deny-policy" and ROLE_ARN.fullmatch(role_arn) else None
-
-    def deny_budgets(self, roles: Collection[str], live: Sequence[RevokeTarget], now: datetime) -> list[DenyBudget]:
-        return aws_budget.budgets(self, roles, live, _aware(now))
-
     # -- revoke --------------------------------------------------------------------------
 
     def revoke(self, target: RevokeTarget, now: datetime) -> RevokeOutcome:
@@ -341,7 +308,7 @@ class AwsStsProvider(Provider[AwsStsRequest]):
         if target.expires_at is not None and _aware(target.expires_at) <= now:
             if self.revoke_mode == "deny-policy" and ROLE_ARN.fullmatch(role_arn):
                 with contextlib.suppress(ProviderError):
-                    self._update_deny(role_name, (), now)  # nothing to deny; prune what has ended
+                    self.denies.update(role_name, (), now)  # nothing to deny; prune what has ended
             return RevokeOutcome.EXPIRED
         if self.revoke_mode == "expire":
             return RevokeOutcome.VALID_UNTIL_EXPIRY
@@ -352,8 +319,8 @@ class AwsStsProvider(Provider[AwsStsRequest]):
 
         def same_role() -> None:
             """GetRole buys: the role was not recreated (a deny on a new role cannot name the old session)."""
-            with AwsErrors(self, "GetRole"):
-                actual_id = self.client("iam").get_role(RoleName=role_name)["Role"]["RoleId"]
+            with self.clients.errors("GetRole"):
+                actual_id = self.clients.client("iam").get_role(RoleName=role_name)["Role"]["RoleId"]
             if actual_id != role_id:
                 raise ProviderError(
                     f"aws {self.name}: role {role_name} now has id {actual_id}, not {role_id}: it was recreated;"
@@ -362,39 +329,5 @@ class AwsStsProvider(Provider[AwsStsRequest]):
                 )
 
         wanted = entries_for(user_id, ref.get("source_identity", ""), expires_at)
-        self._update_deny(role_name, wanted, now, check=same_role)
+        self.denies.update(role_name, wanted, now, check=same_role)
         return RevokeOutcome.REVOKED
-
-    def _update_deny(
-        self,
-        role_name: str,
-        wanted: tuple[DenyEntry, ...],
-        now: datetime | None = None,
-        check: Callable[[], object] | None = None,
-    ) -> None:
-        """Serialise writers of one role: threads by a lock, this host's brokers by a file lock.
-
-        With the host lock no other writer can interleave, so the write needs
-        no pause and no read back; ``shared_role_writers = true`` (brokers on
-        several hosts revoking on the same roles) keeps the pause that lets IAM
-        settle and the read back. ``check`` runs alongside the first reads
-        (GetRolePolicy buys the entries to keep, ListRolePolicies the room the
-        other inline policies leave), so the critical path is one round of
-        reads and the PutRolePolicy.
-        """
-        with self._lock:
-            lock = self._role_locks.setdefault(role_name, threading.Lock())
-        if self.fleet is not None:
-            with lock:
-                moment = _aware(now or datetime.now(UTC))
-                aws_budget.update_fleet_deny(self, self.fleet, role_name, wanted, moment, check)
-            return
-        host_lock = self._host_lock(role_name)
-        exclusive = host_lock is not None and not self.shared_role_writers
-        settle = 0.0 if exclusive else self.settle_seconds
-        writer = DenyPolicyWriter(self, self.client("iam"), settle, self.revoke_attempts, read_back=not exclusive)
-        with lock, host_lock or contextlib.nullcontext():
-            writer.update(role_name, wanted, now, check)
-
-    def _host_lock(self, role_name: str) -> Any:
-        return host_lock(self.lock_dir, self.endpoint_url, role_name) if self.lock_dir is not None else None

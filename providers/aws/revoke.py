@@ -9,10 +9,13 @@ A writer that holds the role's host lock with no other hosts writing
 (``read_back = False``) skips both: nothing can have overwritten its write.
 The reads of one round go out together (``providers.aws.overlap``).
 The document layout and its pruning live in ``providers.aws.deny``.
+``DenyPolicies``, which the provider holds, decides which writer runs:
+under the fleet's lock from the store's records, or under this host's.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import time
@@ -20,11 +23,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import unquote
 
 from broker.vocab.errors import ProviderError
+from providers.aws.clients import AwsClients, aware
 from providers.aws.deny import POLICY_NAME, ROLE_INLINE_BUDGET, DenyEntry, DenyList, policy_size
 from providers.aws.errors import AwsErrors, ProviderFacts
+from providers.aws.locks import RoleLocks
 from providers.aws.overlap import together
+from providers.capabilities import DenyRecord, FleetState
 
 
 @dataclass(frozen=True)
@@ -132,7 +139,72 @@ class DenyPolicyWriter:
 def as_document(value: object) -> Any:
     """boto3 decodes policy documents to dicts; tolerate URL-encoded JSON text too."""
     if isinstance(value, str):
-        from urllib.parse import unquote
-
         return json.loads(unquote(value))
     return value
+
+
+class DenyPolicies:
+    """The deny policies of the roles one provider revokes on, each written by one writer at a time."""
+
+    def __init__(
+        self, clients: AwsClients, locks: RoleLocks, *, settle_seconds: float, attempts: int, shared_writers: bool
+    ) -> None:
+        self.clients = clients
+        self.locks = locks
+        #: Wait after writing the deny policy before reading it back, so a concurrent writer is seen.
+        self.settle_seconds = settle_seconds
+        self.attempts = attempts
+        self.shared_writers = shared_writers
+
+    def update(
+        self,
+        role_name: str,
+        wanted: tuple[DenyEntry, ...],
+        now: datetime | None = None,
+        check: Callable[[], object] | None = None,
+    ) -> None:
+        """Serialise writers of one role: threads by a lock, this host's brokers by a file lock.
+
+        With the host lock no other writer can interleave, so the write needs
+        no pause and no read back; ``shared_role_writers = true`` (brokers on
+        several hosts revoking on the same roles) keeps the pause that lets IAM
+        settle and the read back. ``check`` runs alongside the first reads
+        (GetRolePolicy buys the entries to keep, ListRolePolicies the room the
+        other inline policies leave), so the critical path is one round of
+        reads and the PutRolePolicy.
+        """
+        lock = self.locks.writer(role_name)
+        fleet = self.locks.fleet
+        if fleet is not None:
+            with lock:
+                self._update_fleet(fleet, role_name, wanted, aware(now or datetime.now(UTC)), check)
+            return
+        host_lock = self.locks.host_writer(role_name)
+        exclusive = host_lock is not None and not self.shared_writers
+        settle = 0.0 if exclusive else self.settle_seconds
+        iam = self.clients.client("iam")
+        writer = DenyPolicyWriter(self.clients, iam, settle, self.attempts, read_back=not exclusive)
+        with lock, host_lock or contextlib.nullcontext():
+            writer.update(role_name, wanted, now, check)
+
+    def _update_fleet(
+        self,
+        fleet: FleetState,
+        role_name: str,
+        wanted: tuple[DenyEntry, ...],
+        now: datetime,
+        check: Callable[[], object] | None = None,
+    ) -> None:
+        """Add ``wanted`` to the store's deny records of the role, then write the whole policy they make.
+
+        Under the role's lock shared by every host: no two hosts write at once,
+        and each write holds everything any host revoked. ``check`` runs alongside
+        the policy reads, before anything is added to the store.
+        """
+        scope = "aws-role:" + self.locks.key(role_name)
+        writer = DenyPolicyWriter(self.clients, self.clients.client("iam"))
+        with fleet.lock(scope, f"the deny policy of role {role_name}"):
+            snapshot = writer.snapshot(role_name, check)
+            fleet.add_deny_records(scope, [DenyRecord(e.until, e.key, e.value) for e in wanted])
+            stored = tuple(DenyEntry(r.until, r.key, r.value) for r in fleet.deny_records(scope, now))
+            writer.write_whole(role_name, stored, now, snapshot)

@@ -26,25 +26,26 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from broker.vocab.checks import Check
 from broker.vocab.errors import BrokerError, ProviderError
 from broker.vocab.fields import Fields, describe, shown
 from broker.vocab.secret import Secret
 from broker.vocab.time import iso
 from providers.base import (
-    FIX_MARK,
-    HealthCheck,
     MintContext,
     MintedCredential,
     MintRejected,
     Provider,
+    ProxyFacts,
     RevokeOutcome,
     RevokeTarget,
-    clock_check,
 )
+from providers.clock import clock_check
 from providers.github.git import check_api_url, git_host, gitconfig
 from providers.github.http import ApiResponse, GitHubApi
 from providers.github.permissions import IMPLICIT_PERMISSION
 from providers.github.request import GitHubGrant, GitHubRequest, compile_grant, parse_request
+from providers.warm import Sdk
 
 __all__ = ["GitHubAppProvider", "GitHubGrant", "GitHubRequest"]
 
@@ -53,11 +54,16 @@ TOKEN = re.compile(r"[\x21-\x7e]{8,8192}")  # opaque, any length, but printable 
 
 
 class GitHubAppProvider(Provider[GitHubRequest]):
+    """Capabilities: ``Warming``. It cannot search for tokens (``FindsMinted``): they die within the hour."""
+
     type_name = "github_app"
     max_ttl = 3600  # GitHub's installation tokens live one hour
     fixed_lifetime = 3600  # and cannot be shortened: revoking is the only way to end one early
-    sdk_modules = ("requests", "jwt", "cryptography.hazmat.primitives.serialization")
-    revoke_sdk_modules = ("requests",)  # a token revokes itself: no App JWT
+    proxy = ProxyFacts(label="GitHub", reference="github_app")
+    reserved_env = frozenset({"GIT_CONFIG_GLOBAL"})
+    warm_first = False
+    # A token revokes itself: a revocation needs no App JWT.
+    sdk = Sdk(("requests", "jwt", "cryptography.hazmat.primitives.serialization"), revoking=("requests",))
 
     def __init__(
         self,
@@ -165,6 +171,9 @@ class GitHubAppProvider(Provider[GitHubRequest]):
             raise MintRejected(f"github {self.name}: GitHub returned a token but {problem}", minted)
         return minted
 
+    def preload(self, minting: bool) -> None:
+        self.sdk.load(minting)
+
     def warm_up(self, minting: bool) -> None:
         self.preload(minting)
         self.api.warm_up(sign=minting)  # a revocation authenticates with the token itself
@@ -201,11 +210,11 @@ class GitHubAppProvider(Provider[GitHubRequest]):
             retryable=False,
         )
 
-    def health(self) -> list[HealthCheck]:
+    def health(self) -> list[Check]:
         """The App JWT is accepted (``GET /app``), its installations, the clock; mints nothing."""
         import requests
 
-        fix = f"{FIX_MARK}check app_id, private_key_file and api_url in [providers.{self.name}]"
+        fix = f"check app_id, private_key_file and api_url in [providers.{self.name}]"
         try:
             jwt = self.api.app_jwt()
             raw = self.api.session().get(
@@ -215,10 +224,12 @@ class GitHubAppProvider(Provider[GitHubRequest]):
                 allow_redirects=False,
             )
         except BrokerError as exc:
-            return [("app", False, exc.message + fix)]
+            return [Check("app", False, exc.message, fix)]
         except requests.exceptions.RequestException as exc:
             host = self.api_url.split("://", 1)[-1].split("/", 1)[0]
-            return [("app", False, f"github {self.name}: GET /app failed: cannot reach {host} ({type(exc).__name__})")]
+            return [
+                Check("app", False, f"github {self.name}: GET /app failed: cannot reach {host} ({type(exc).__name__})")
+            ]
         received = self.clock()
         try:
             body = raw.json() if raw.content else None
@@ -229,18 +240,18 @@ class GitHubAppProvider(Provider[GitHubRequest]):
         app = ApiResponse(raw.status_code, body)
         if raw.status_code != 200 or not isinstance(body, dict):
             hint = " (check app_id, the private key and this host's clock)" if raw.status_code == 401 else ""
-            return [("app", False, f"github {self.name}: GET /app answered {app.message()}{hint}{fix}"), *tail]
+            return [Check("app", False, f"github {self.name}: GET /app answered {app.message()}{hint}", fix), *tail]
         if str(body.get("id")) != self.app_id:
             named = str(body.get("id"))[:40]
-            return [("app", False, f"github {self.name}: GET /app names App {named}, not {self.app_id}{fix}")]
+            return [Check("app", False, f"github {self.name}: GET /app names App {named}, not {self.app_id}", fix)]
         slug = str(body.get("slug") or "?")[:100]
         return [
-            ("app", True, f"App {self.app_id} ({slug}) accepts the broker's JWT"),
+            Check("app", True, f"App {self.app_id} ({slug}) accepts the broker's JWT"),
             self._installations_check(),
             *tail,
         ]
 
-    def _installations_check(self) -> HealthCheck:
+    def _installations_check(self) -> Check:
         """Counts the App's installations (``GET /app/installations``, up to ten pages of 100)."""
         accounts: list[str] = []
         for page in range(1, 11):
@@ -249,9 +260,9 @@ class GitHubAppProvider(Provider[GitHubRequest]):
                     "GET", f"/app/installations?per_page=100&page={page}", what="installation list"
                 )
             except ProviderError as exc:
-                return ("installations", False, exc.message)
+                return Check("installations", False, exc.message)
             if response.status != 200 or not isinstance(response.body, list):
-                return ("installations", False, self._failure(response, "installation list").message)
+                return Check("installations", False, self._failure(response, "installation list").message)
             for item in response.body:
                 account = item.get("account") if isinstance(item, dict) else None
                 login = account.get("login") if isinstance(account, dict) else None
@@ -259,13 +270,11 @@ class GitHubAppProvider(Provider[GitHubRequest]):
             if len(response.body) < 100:
                 break
         if not accounts:
-            return (
-                "installations",
-                False,
-                f"the App has no installations{FIX_MARK}install it on an organisation or user",
+            return Check(
+                "installations", False, "the App has no installations", "install it on an organisation or user"
             )
         listed = ", ".join(accounts[:5]) + (", ..." if len(accounts) > 5 else "")
-        return ("installations", True, f"{len(accounts)} installation(s): {listed}")
+        return Check("installations", True, f"{len(accounts)} installation(s): {listed}")
 
     def _read_token(self, response: ApiResponse) -> tuple[Secret, datetime | None]:
         body = response.body if isinstance(response.body, dict) else {}

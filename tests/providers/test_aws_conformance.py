@@ -40,7 +40,7 @@ def identity(role: AwsRole, credential: MintedCredential) -> dict[str, Any]:
 
 
 def denied(provider: AwsStsProvider, role: AwsRole, credential: MintedCredential) -> bool:
-    iam = provider.client("iam")
+    iam = provider.clients.client("iam")
     try:
         document = iam.get_role_policy(RoleName=role.name, PolicyName=POLICY_NAME)["PolicyDocument"]
     except iam.exceptions.NoSuchEntityException:

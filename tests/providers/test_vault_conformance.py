@@ -10,7 +10,7 @@ import pytest
 from broker.vocab.errors import ConfigError
 from broker.vocab.fields import Fields
 from devstack.openbao import ROOT_TOKEN, TOKEN_ROLE, OpenBao
-from providers.vault import VaultProvider
+from providers.vault.provider import VaultProvider
 from tests.providers.conformance import ProviderConformance, Subject, parse_request
 
 

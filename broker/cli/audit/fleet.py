@@ -15,20 +15,18 @@ import contextlib
 import sys
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Any
 
-import typer
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from broker.cli.context import load_config
-from broker.vocab.errors import BadInput
-
-if TYPE_CHECKING:
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-
-    from broker.audit.keys import FingerprintKeys
-    from broker.audit.pglog import TableSource
-    from broker.audit.verify import Head, VerifyResult
-    from broker.core.inputs.config import Config
+from broker.audit.keys import FingerprintKeys, load_or_create_keys, load_signing_keys
+from broker.audit.pglog import TableSource
+from broker.audit.verify import Head, VerifyResult, parse_pinned_keys, verify_stream
+from broker.cli.context import Invocation, echo
+from broker.core.inputs.config import Config
+from broker.core.store import open_config_store, read_fleet_log
+from broker.vocab.errors import BadInput, BrokerError
+from broker.vocab.files import read_bounded, write_private_file
 
 CHUNK_BYTES = 1 << 20
 MAX_KEY_FILE = 1 << 20  # a fleet's key lines: far below this
@@ -36,17 +34,13 @@ MAX_KEY_FILE = 1 << 20  # a fleet's key lines: far below this
 
 def pinned_keys(config: Config | None, public_key: Path | None) -> tuple[dict[str, Ed25519PublicKey], dict[str, str]]:
     """The keys (and, from a fleet's listing, their hosts) in ``--public-key``, else this host's own keys."""
-    from broker.audit.verify import parse_pinned_keys
 
     if public_key is not None:
-        from broker.vocab.files import read_bounded
-
         try:  # the one bounded reader: a FIFO or a huge file named here fails instead of hanging
             raw, _ = read_bounded(public_key, MAX_KEY_FILE)
             return parse_pinned_keys(raw.decode("utf-8"))
         except (OSError, UnicodeDecodeError) as exc:
             raise BadInput(f"public key file {public_key}: {getattr(exc, 'strerror', None) or 'unreadable'}") from None
-    from broker.audit.keys import load_signing_keys
 
     assert config is not None  # only --log or --store with --public-key runs without a config
     return parse_pinned_keys("\n".join(load_signing_keys(config.audit_key).public_key_lines()))
@@ -54,8 +48,6 @@ def pinned_keys(config: Config | None, public_key: Path | None) -> tuple[dict[st
 
 def store_head(config: Config) -> list[Head]:
     """The newest checkpoint the session store recorded (a truncation check against the live log)."""
-    from broker.audit.verify import Head
-    from broker.core.store import open_config_store
 
     store = open_config_store(config)
     try:
@@ -65,36 +57,34 @@ def store_head(config: Config) -> list[Head]:
     return [Head(*head)] if head else []
 
 
-def optional_config(ctx: typer.Context) -> Config | None:
+def optional_config(run: Invocation) -> Config | None:
     """The config when there is one (an auditor's machine may have none)."""
-    from broker.vocab.errors import BrokerError
 
     try:
-        return load_config(ctx)
+        return run.load_config()
     except BrokerError:
         return None
 
 
-def fleet_target(ctx: typer.Context, log: Path | None, store: str | None) -> tuple[str, Path | None] | None:
+def fleet_target(run: Invocation, log: Path | None, store: str | None) -> tuple[str, Path | None] | None:
     """The fleet log to read (URL, pgpass file): ``--store``, else the config's store unless ``--log`` is given."""
     if store is not None:
-        config = optional_config(ctx)  # none: libpq's own pgpass file
+        config = optional_config(run)  # none: libpq's own pgpass file
         same = config is not None and config.store is not None and config.store.url == store
         return store, config.store.passfile if same and config and config.store else None
     if log is not None:
         return None
-    config = load_config(ctx)
+    config = run.load_config()
     return (config.store.url, config.store.passfile) if config.store is not None else None
 
 
 @contextlib.contextmanager
-def log_source(ctx: typer.Context, log: Path | None) -> Iterator[Path | TableSource]:
+def log_source(run: Invocation, log: Path | None) -> Iterator[Path | TableSource]:
     """What ``audit list``/``lookup`` read: ``--log``, the fleet's table, or this host's file."""
-    target = fleet_target(ctx, log, None)
+    target = fleet_target(run, log, None)
     if target is None:
-        yield log if log is not None else Path(load_config(ctx).state_dir) / "issuance.jsonl"
+        yield log if log is not None else Path(run.load_config().state_dir) / "issuance.jsonl"
         return
-    from broker.core.store.postgres.fleet_log import read_fleet_log
 
     with read_fleet_log(*target) as source:
         yield source
@@ -107,7 +97,7 @@ def fleet_keys_partly_held(source: Path | TableSource, keys: FingerprintKeys, se
         return False
     others = sorted(seen - held)
     if others:
-        typer.echo(
+        echo(
             f"note: the fleet's log also holds fingerprints made with {len(others)} key(s) this host does not hold"
             f" ({', '.join(others[:3])}); those credentials are not searched (give every host one fingerprint_key)",
             err=True,
@@ -117,11 +107,10 @@ def fleet_keys_partly_held(source: Path | TableSource, keys: FingerprintKeys, se
 
 def check_fleet_chain(source: TableSource) -> VerifyResult:
     """The chain check before reading the fleet's log (no keys; ``verify`` checks signatures)."""
-    from broker.audit.verify import verify_stream
 
     result = verify_stream(source.lines(), source.where, None)
     if result.unsigned_tail:
-        typer.echo(f"note: {result.unsigned_tail} record(s) after the newest checkpoint are not signed yet", err=True)
+        echo(f"note: {result.unsigned_tail} record(s) after the newest checkpoint are not signed yet", err=True)
     return result
 
 
@@ -134,15 +123,13 @@ def verify_fleet(
     strict: bool,
 ) -> VerifyResult:
     """``audit verify`` of the fleet's chain in the store, streamed; every host's checkpoint checked."""
-    from broker.audit.verify import parse_pinned_keys, verify_stream
-    from broker.core.store.postgres.fleet_log import read_fleet_log
 
     with read_fleet_log(*target) as source:
         if public_key is not None:
             keys, hosts = pinned_keys(None, public_key)
         else:
             listed = source.keys()
-            typer.echo(
+            echo(
                 f"note: checking with the {len(listed)} key(s) the store lists; pin them with --public-key"
                 " (broker audit public-key) for a check the database cannot fool",
                 err=True,
@@ -178,23 +165,9 @@ class _Counted:
             yield line
 
 
-def export(
-    ctx: typer.Context,
-    output: Annotated[
-        Path | None, typer.Option("--output", help="Write to this file (mode 0600) [default: stdout].")
-    ] = None,
-    store: Annotated[
-        str | None, typer.Option("--store", help="postgresql://USER@HOST/DB [default: the config's store].")
-    ] = None,
-) -> None:
-    """Write the fleet's issuance log as JSON lines, for an offline 'broker audit verify --log'.
+def export(run: Invocation, output: Path | None, store: str | None) -> None:
 
-    Example: broker audit export --output issuance.jsonl
-    """
-    from broker.core.store.postgres.fleet_log import read_fleet_log
-    from broker.vocab.files import write_private_file
-
-    target = fleet_target(ctx, None, store)
+    target = fleet_target(run, None, store)
     if target is None:
         raise BadInput('audit export reads a fleet\'s log: set store = "postgresql://..." or give --store URL')
     with read_fleet_log(*target) as source:
@@ -209,14 +182,11 @@ def export(
                 write_private_file(output.parent, output.name, _chunks(lines), mode=0o600, durable=True)
             except (OSError, ValueError) as exc:
                 raise BadInput(f"--output {output}: {getattr(exc, 'strerror', None) or exc}") from None
-    typer.echo(f"exported {lines.count:,} records from {source.where}", err=True)
+    echo(f"exported {lines.count:,} records from {source.where}", err=True)
 
 
 def fleet_public_keys(config: Config) -> list[str]:
     """Every host's signing key, ``ed25519:<base64> HOST`` (this host's listed first if it never signed yet)."""
-    from broker.audit.keys import load_or_create_keys
-    from broker.core.store import open_config_store
-    from broker.core.store.postgres.fleet_log import read_fleet_log
 
     assert config.store is not None
     keys = load_or_create_keys(config.audit_key, config.fingerprint_key)

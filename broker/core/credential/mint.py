@@ -28,6 +28,7 @@ from broker.vocab.errors import BrokerError, ProviderError
 from broker.vocab.logs import event
 from broker.vocab.time import iso
 from providers.base import CredentialRequest, MintContext, MintedCredential, MintRejected
+from providers.capabilities import FindsMinted
 
 LOG = logging.getLogger("broker.issue")
 
@@ -64,7 +65,7 @@ class Minting:
         """Record it ``minting`` with its planned reference, mint it; withhold what fails a check after minting."""
         broker = self.broker
         provider = broker.config.providers[request.provider]
-        planned = provider.planned_reference(request, context)
+        planned = provider.planned_reference(request, context) if isinstance(provider, FindsMinted) else {}
         broker.store.add_credential(self.session_id, request.name, provider.name, provider.type_name, planned)
         started = time.monotonic()
         event(LOG, "mint", credential=request.name, provider=provider.name, type=provider.type_name, ttl=context.ttl)

@@ -6,19 +6,21 @@ operations (from the policy decision). The session's CA is made in memory
 once both are known, for the proxy hosts of the proxied credentials and the
 hosts the operations limit; its certificate (``ca.pem``) and a bundle of the
 system CAs plus it (``ca-bundle.pem``) go into the session directory, and
-the hints point every common client at the bundle. A Vault credential's
-``VAULT_ADDR`` hint becomes its proxy host over https, and its proxy hosts are
-marked as Vault's: the proxy strips response wrapping from requests to them
-and refuses an answer holding a wrapping token (``broker.egress.guards``).
-A credential whose request names its own hosts and header (``kind:
-secret``: ``CredentialRequest.delivery``) becomes a ``HeaderTemplate`` for
-those hosts, checked upstream against ``[egress] upstream_ca_file``; its
-``env`` variable, if any, holds the placeholder (a placeholder is not a
-secret).
+the hints point every common client at the bundle (and each provider
+type's own clients: ``Provider.ca_env``). The hint naming a provider's
+address (``ProxyFacts.address_env``) becomes its first proxy host over https,
+and what the provider type says to keep from its hosts (request headers
+stripped, an answer key refused: Vault's response wrapping) guards them
+(``answer_guard``, ``broker.egress.guards``). A credential whose request
+names its own hosts and header (``kind: secret``:
+``CredentialRequest.delivery``) becomes a ``HeaderTemplate`` for those
+hosts, checked upstream against ``[egress] upstream_ca_file``; its ``env``
+variable, if any, holds the placeholder (a placeholder is not a secret).
 """
 
 from __future__ import annotations
 
+import functools
 import ssl
 from collections.abc import Sequence
 from dataclasses import replace
@@ -36,23 +38,32 @@ from broker.egress.terminate.plan import Interceptor
 from broker.vocab.errors import BadInput, ConfigError, ProviderError
 from broker.vocab.files import read_bounded
 from broker.vocab.secret import Secret
-from providers.base import CredentialRequest, MintedCredential
+from providers.base import CredentialRequest, MintedCredential, ProxyFacts
+from providers.registry import provider_classes
 
 if TYPE_CHECKING:
     from broker.core.inputs.policy import Decision
+    from broker.egress.guards import AnswerGuard
 
 MAX_SYSTEM_BUNDLE = 4 * 1024 * 1024
 CA_FILE, BUNDLE_FILE = "ca.pem", "ca-bundle.pem"
-#: The variables clients read for the CAs they trust (all set to the bundle: some replace the system store).
-CA_HINTS = (
-    "SSL_CERT_FILE",
-    "REQUESTS_CA_BUNDLE",
-    "CURL_CA_BUNDLE",
-    "GIT_SSL_CAINFO",
-    "NODE_EXTRA_CA_CERTS",
-    "AWS_CA_BUNDLE",
-    "VAULT_CACERT",
-)
+#: The variables common clients read for the CAs they trust (all set to the bundle: some replace the system
+#: store); each provider type adds its own clients' (``ca_hint_names``).
+CA_HINTS = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO", "NODE_EXTRA_CA_CERTS")
+
+
+def answer_guard(facts: ProxyFacts) -> AnswerGuard | None:
+    """What the proxy keeps from a provider's hosts beyond the swap, as its type declares it (None: nothing)."""
+    if not facts.stripped_headers and facts.refused_answer_key is None:
+        return None
+    from broker.egress.guards import AnswerGuard  # h11 and asyncio: only for a session whose proxy runs here
+
+    return AnswerGuard(
+        facts.label,
+        frozenset(header.encode() for header in facts.stripped_headers),
+        facts.refused_answer_key,
+        facts.refused_answer_name,
+    )
 
 
 def session_interceptor(config: Config, manifest: Manifest) -> Interceptor:
@@ -76,7 +87,7 @@ def limit_operations(interceptor: Interceptor | None, decision: Decision) -> Non
     """Hand the decision's effective operations to the session's proxy (none without destinations)."""
     if interceptor is None or decision.operations.empty or decision.network.rule is None:
         return
-    from broker.egress.operations import OperationsChecker
+    from broker.egress.operations.checker import OperationsChecker
 
     interceptor.limit(OperationsChecker(decision.operations, decision.network.rule))
 
@@ -112,14 +123,16 @@ def hold_in_proxy(
             placeholder,
             credential.secret,
             target.upstream_ca_file,
-            vault=config.providers[request.provider].type_name == "vault",  # its answers are checked for wrapping
+            frozenset(header.encode() for header in target.facts.token_headers),
+            answer_guard(target.facts),
             name=request.name,
         )
     )
     env = dict(credential.env)
-    if "VAULT_ADDR" in env:
+    address = target.facts.address_env
+    if address is not None and address in env:
         first = target.hosts[0]
-        env["VAULT_ADDR"] = f"https://{first.host}" + ("" if first.port == 443 else f":{first.port}")
+        env[address] = f"https://{first.host}" + ("" if first.port == 443 else f":{first.port}")
     return replace(credential, files=files, env=env)
 
 
@@ -135,8 +148,15 @@ def ca_files(interceptor: Interceptor) -> dict[str, bytes]:
     return {CA_FILE: interceptor.ca.pem, BUNDLE_FILE: ca_bundle(interceptor.ca.pem, system)}
 
 
+@functools.cache
+def ca_hint_names() -> tuple[str, ...]:
+    """``CA_HINTS``, then every provider type's ``ca_env`` (by type name)."""
+    classes = sorted(provider_classes(), key=lambda cls: cls.type_name)
+    return CA_HINTS + tuple(name for cls in classes for name in cls.ca_env)
+
+
 def ca_hints(mount_path: PurePosixPath) -> dict[str, str]:
-    return dict.fromkeys(CA_HINTS, str(mount_path / BUNDLE_FILE))
+    return dict.fromkeys(ca_hint_names(), str(mount_path / BUNDLE_FILE))
 
 
 def require_proxy(manifest: Manifest, interceptor: Interceptor | None) -> None:

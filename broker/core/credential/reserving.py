@@ -4,7 +4,7 @@ A credential whose revocation could not be carried out later must not be
 minted: AWS deny-policy revocations share the role's 10,240 inline-policy
 characters, so an issue that would not fit is denied now (exit 3, a
 ``session.denied`` record), before anything exists at a provider. Each
-provider decides (``Provider.reserve``) from the live credentials the store
+provider with a budget decides (``providers.capabilities.Reserving``) from the live credentials the store
 knows; ``issue`` keeps the reservation until the store has the credentials
 of the providers that reserved (``Reservation.release``), and no longer: the
 rest of the issue (other providers, files, log records, delivering the
@@ -28,6 +28,7 @@ from broker.core.inputs.policy import Decision
 from broker.core.warming import sdk_ready
 from broker.vocab.errors import PolicyDenied
 from providers.base import CredentialRequest, MintContext, RevokeTarget
+from providers.capabilities import Reserving
 
 
 class Reservation:
@@ -52,12 +53,14 @@ def reserved(minting: Minting, contexts: Mapping[str, MintContext], now: datetim
     with contextlib.ExitStack() as stack:
         for name in sorted(wanted):
             provider = broker.config.providers[name]
+            if not isinstance(provider, Reserving):
+                continue
             sdk_ready(provider)  # a warm-up importing its SDK finishes first: no two threads import it at once
             try:
                 hold = provider.reserve(wanted[name], functools.partial(_live, broker, name, now), now)
-                if not isinstance(hold, contextlib.nullcontext):  # the base class's "no room needed"
+                if hold is not None:  # None: no room needed
                     holding.add(name)
-                stack.enter_context(hold)
+                    stack.enter_context(hold)
             except PolicyDenied as exc:
                 log_denial(broker, minting.manifest, minting.decision, exc.reasons or (exc.message,))
                 raise

@@ -22,6 +22,7 @@ from broker.vocab.logs import event
 from broker.vocab.secret import Secret
 from broker.vocab.time import iso
 from providers.base import RevokeOutcome, RevokeTarget
+from providers.capabilities import FindsMinted
 
 RETRY_DELAYS = (0.2, 0.6)
 LOG = logging.getLogger("broker.revoke")
@@ -114,8 +115,9 @@ def settle_minting(
     credentials that cannot be shortened (GitHub's hour).
     """
     provider = broker.config.providers[record.provider]
+    finds = provider if isinstance(provider, FindsMinted) else None
     try:
-        found = provider.find_minted(session_id, record.name, record.reference)
+        found = finds.find_minted(session_id, record.name, record.reference) if finds is not None else []
     except ProviderError as exc:
         return CredentialState.PENDING, f"could not search the provider: {exc.message}"
     outcomes = []
@@ -141,7 +143,7 @@ def settle_minting(
         return CredentialState.PENDING, "a credential found at the provider could not be revoked yet"
     if found:
         return CredentialState.REVOKED, ""
-    if provider.can_find_minted:
+    if finds is not None and finds.search_is_exhaustive:
         return CredentialState.FAILED, ""  # the provider never minted it
     session = broker.store.get_session(session_id)
     settled_after = session.expires_at if session else now

@@ -19,13 +19,14 @@ from typing import TYPE_CHECKING, Any
 from broker.audit.witness import DEFAULT_WITNESS_RETENTION, WitnessConfig, parse_witness_url
 from broker.core.inputs.store_url import SHAPE, store_url_problem
 from broker.egress.destinations import Destination, DestinationError, parse_destination
+from broker.telemetry.settings import TelemetryConfig, parse_telemetry
 from broker.vocab.errors import ConfigError
 from broker.vocab.fields import Fields, shown
 from broker.vocab.files import read_regular_file, shown_path
 from providers.registry import known_types, provider_class
 
 if TYPE_CHECKING:
-    from providers.base import Provider
+    from providers.base import Provider, ProxyFacts
 
 DEFAULT_CONFIG_PATH = Path("/etc/broker/broker.toml")
 CONFIG_ENV = "BROKER_CONFIG"
@@ -43,17 +44,17 @@ LONG_DURATION = re.compile(r"([0-9]{1,6})([smhd])")
 LONG_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 DEFAULT_SWEEP_INTERVAL = 60
 DAEMON_SOCKET_NAME = "broker.sock"
-
-
-#: Provider types whose credentials the egress proxy can put in (an HTTP header it knows).
-PROXY_TYPES = ("github_app", "vault")
+DAEMON_MAX_CONNECTIONS = 512  # every peer but root together; one uid: [daemon] max_connections_per_uid
+DEFAULT_MAX_CONNECTIONS_PER_UID = 32
 
 
 @dataclass(frozen=True)
 class ProxyTarget:
-    """``proxy_hosts`` and ``upstream_ca_file`` of one provider instance: where the proxy puts its secret in."""
+    """``proxy_hosts`` and ``upstream_ca_file`` of one provider instance: where the proxy puts its secret in,
+    and how (the facts its provider type declares)."""
 
     hosts: tuple[Destination, ...]
+    facts: ProxyFacts
     upstream_ca_file: Path | None = None
 
 
@@ -64,6 +65,7 @@ class DaemonConfig:
     socket: Path
     socket_group: str | None = None  # a group name or number; root's group otherwise
     sweep_interval: int = DEFAULT_SWEEP_INTERVAL
+    max_connections_per_uid: int = DEFAULT_MAX_CONNECTIONS_PER_UID  # root and the daemon's uid are never counted
     thin_client: bool = False  # ``socket`` was set: the session commands go through the daemon
 
 
@@ -85,6 +87,7 @@ class Config:
     host: str = ""  # this broker's name in a shared store (owner of the sessions it issues)
     daemon: DaemonConfig | None = None
     egress_upstream_ca_file: Path | None = None  # [egress] upstream_ca_file: hosts terminated with no credential
+    telemetry: TelemetryConfig | None = None  # ``[telemetry] otlp_endpoint``: traces to an OTLP/HTTP collector
 
     @property
     def daemon_settings(self) -> DaemonConfig:
@@ -214,6 +217,8 @@ def parse_config(table: object, path: Path) -> Config:
     host = fields.string("host", required=False, pattern=HOST_NAME, max_len=64) or _default_host()
     daemon = _daemon(fields, base, runtime_dir)
     egress_ca_file = _egress(fields, base)
+    telemetry_table = fields.mapping("telemetry", required=False)
+    telemetry = parse_telemetry(telemetry_table, base) if telemetry_table is not None else None
     providers: dict[str, Provider[Any]] = {}
     proxy_targets: dict[str, ProxyTarget] = {}
     table_providers = fields.mapping("providers", required=False)
@@ -231,7 +236,7 @@ def parse_config(table: object, path: Path) -> Config:
                     f"providers.{name}.type: unknown provider type {type_name[:40]!r}"
                     f" (known: {', '.join(known_types())})"
                 ) from None
-            target = _proxy_target(instance, name, type_name, base)
+            target = _proxy_target(instance, name, cls.proxy, base)
             if target is not None:
                 proxy_targets[name] = target
             providers[name] = cls.from_config(name, instance, base)
@@ -254,12 +259,13 @@ def parse_config(table: object, path: Path) -> Config:
         host=host,
         daemon=daemon,
         egress_upstream_ca_file=egress_ca_file,
+        telemetry=telemetry,
     )
 
 
-def _proxy_target(instance: Fields, name: str, type_name: str, base: Path) -> ProxyTarget | None:
-    if type_name not in PROXY_TYPES:
-        return None  # any proxy_hosts is an unknown key for the other types
+def _proxy_target(instance: Fields, name: str, facts: ProxyFacts | None, base: Path) -> ProxyTarget | None:
+    if facts is None:
+        return None  # any proxy_hosts is an unknown key for the types the proxy cannot put in
     hosts = instance.string_list("proxy_hosts", required=False, max_items=16)
     ca_file = instance.string("upstream_ca_file", required=False, max_len=4096)
     if hosts is None:
@@ -275,7 +281,7 @@ def _proxy_target(instance: Fields, name: str, type_name: str, base: Path) -> Pr
         if destination.wildcard:
             raise ConfigError(f"providers.{name}.proxy_hosts[{index}]: name each host; a wildcard is not allowed")
         destinations.append(destination)
-    return ProxyTarget(tuple(destinations), resolve_path(base, ca_file) if ca_file is not None else None)
+    return ProxyTarget(tuple(destinations), facts, resolve_path(base, ca_file) if ca_file is not None else None)
 
 
 def _egress(fields: Fields, base: Path) -> Path | None:
@@ -296,9 +302,16 @@ def _daemon(fields: Fields, base: Path, runtime_dir: Path) -> DaemonConfig | Non
     socket = table.string("socket", required=False, max_len=100)  # sun_path holds 108 bytes
     group = table.string("socket_group", required=False, max_len=64)
     interval = table.duration("sweep_interval") or DEFAULT_SWEEP_INTERVAL
+    per_uid = table.integer("max_connections_per_uid", minimum=1, maximum=DAEMON_MAX_CONNECTIONS)
     table.done()
     path = resolve_path(base, socket) if socket else runtime_dir / DAEMON_SOCKET_NAME
-    return DaemonConfig(socket=path, socket_group=group, sweep_interval=interval, thin_client=socket is not None)
+    return DaemonConfig(
+        socket=path,
+        socket_group=group,
+        sweep_interval=interval,
+        max_connections_per_uid=per_uid or DEFAULT_MAX_CONNECTIONS_PER_UID,
+        thin_client=socket is not None,
+    )
 
 
 def _witness(fields: Fields) -> WitnessConfig | None:

@@ -8,19 +8,22 @@ invalid manifest.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
-from broker.core.inputs.config import PROXY_TYPES, Config
+from broker.core.inputs.config import Config
 from broker.core.inputs.strictdata import TaskFile, read_task_file
 from broker.egress.destinations import Destination, DestinationError, allowed, parse_destination
 from broker.egress.operations import NO_OPERATIONS, Operations, check_network, read_operations
 from broker.egress.policy import read_network_section
+from broker.host.sandbox import BROKER_DIR
 from broker.vocab.errors import ManifestError
 from broker.vocab.fields import Fields, shown
 from providers.base import CredentialRequest
+from providers.registry import provider_classes
 
 TASK_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
 CREDENTIAL_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
@@ -50,28 +53,9 @@ SYSTEM_PATHS = frozenset(
 
 INJECT_MODES = ("file", "proxy")
 ENV_NAME = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
-#: Names the broker sets itself, or that change how programs load or authenticate.
-RESERVED_ENV = frozenset(
-    {
-        "PATH",
-        "HOME",
-        "BROKER_SESSION",
-        "VAULT_ADDR",
-        "AWS_SHARED_CREDENTIALS_FILE",
-        "AWS_CONFIG_FILE",
-        "AWS_REGION",
-        "GIT_CONFIG_GLOBAL",
-        "LD_PRELOAD",
-        "LD_LIBRARY_PATH",
-        "LD_AUDIT",
-        "PYTHONPATH",
-        # libpq reads its password from these: a manifest must not point it elsewhere (the broker sets PGPASSFILE).
-        "PGPASSFILE",
-        "PGPASSWORD",
-        "PGSERVICEFILE",
-        "GIT_SSH_COMMAND",
-    }
-)
+#: Names the broker sets itself, or that change how programs load; each provider type adds its own
+#: (``Provider.reserved_env``: what its credentials set, or what would redirect them).
+RESERVED_ENV = frozenset({"PATH", "HOME", "BROKER_SESSION", "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "PYTHONPATH"})
 #: Every BROKER_* name is the broker's: BROKER_SESSION and the certificate hints BROKER_<NAME>_CERT, _KEY, _CA.
 RESERVED_ENV_PREFIX = "BROKER_"
 SECRET_LOOKING = re.compile(r"TOKEN|SECRET|PASSW|CREDENTIAL|PRIVATE|(^|_)KEY($|_)|AUTH")
@@ -105,7 +89,16 @@ def load_manifest(source: str, config: Config) -> Manifest:
     return parse_manifest(task_file.data, config, as_json=task_file.as_json, what=task_file.what)
 
 
-def parse_manifest(data: bytes, config: Config, *, as_json: bool = False, what: str = "manifest") -> Manifest:
+def parse_manifest(
+    data: bytes,
+    config: Config,
+    *,
+    as_json: bool = False,
+    what: str = "manifest",
+    identity: tuple[int, int] | None = None,
+) -> Manifest:
+    """The manifest in ``data``; a sandbox without ``uid``/``gid`` is ``identity`` (uid, gid): the caller's,
+    which is this process's own unless given (the daemon gives its peer's, a renewal the session's)."""
     document = TaskFile(data, as_json, what).document()
     fields = Fields(document, "", ManifestError)
     version = fields.integer("version", required=True)
@@ -113,7 +106,8 @@ def parse_manifest(data: bytes, config: Config, *, as_json: bool = False, what: 
         raise ManifestError("version: only version 1 is supported")
     task = fields.req_string("task", pattern=TASK_NAME, max_len=63, hint="lower-case letters, digits, '.', '_', '-'")
     ttl = fields.duration("ttl")
-    sandbox = _parse_sandbox(fields.mapping("sandbox", required=False))
+    own = identity if identity is not None else (os.getuid(), os.getgid())
+    sandbox = _parse_sandbox(fields.mapping("sandbox", required=False), own)
     parsed = [_parse_credential(item, config, ttl) for item in fields.list_of_mappings("credentials")]
     credentials = tuple(request for request, _ in parsed)
     network = read_network_section(fields.mapping("network", required=False))
@@ -143,9 +137,9 @@ def parse_manifest(data: bytes, config: Config, *, as_json: bool = False, what: 
     )
 
 
-def _parse_sandbox(fields: Fields | None) -> Sandbox:
+def _parse_sandbox(fields: Fields | None, identity: tuple[int, int]) -> Sandbox:
     if fields is None:
-        return Sandbox(uid=os.getuid(), gid=os.getgid(), mount_path=DEFAULT_MOUNT_PATH)
+        return Sandbox(uid=identity[0], gid=identity[1], mount_path=DEFAULT_MOUNT_PATH)
     uid = fields.integer("uid", minimum=0, maximum=MAX_ID)
     gid = fields.integer("gid", minimum=0, maximum=MAX_ID)
     env = _parse_env(fields.mapping("env", required=False))
@@ -157,13 +151,21 @@ def _parse_sandbox(fields: Fields | None) -> Sandbox:
         mount_path = PurePosixPath(mount)
         if str(mount_path) in SYSTEM_PATHS or mount_path.parts[1] in ("proc", "sys", "dev"):
             raise ManifestError(f"sandbox.mount_path: {shown(mount)} would cover a system directory of the sandbox")
+        if mount_path.is_relative_to(BROKER_DIR):
+            raise ManifestError(f"sandbox.mount_path: {shown(mount)} is where the sandbox reaches the broker")
     fields.done()
     return Sandbox(
-        uid=os.getuid() if uid is None else uid,
-        gid=os.getgid() if gid is None else gid,
+        uid=identity[0] if uid is None else uid,
+        gid=identity[1] if gid is None else gid,
         mount_path=mount_path,
         env=env,
     )
+
+
+@functools.cache
+def reserved_env() -> frozenset[str]:
+    """``RESERVED_ENV`` and every provider type's own (each type is imported once, when a manifest sets env)."""
+    return RESERVED_ENV.union(*(cls.reserved_env for cls in provider_classes()))
 
 
 def _parse_env(fields: Fields | None) -> tuple[tuple[str, str], ...]:
@@ -178,7 +180,7 @@ def _parse_env(fields: Fields | None) -> tuple[tuple[str, str], ...]:
         where = fields.where(name)  # escaped and bounded: the name is untrusted
         if not ENV_NAME.fullmatch(name):
             raise ManifestError(f"{where}: variable names are upper-case letters, digits and _")
-        if name in RESERVED_ENV or name.startswith(RESERVED_ENV_PREFIX):
+        if name in reserved_env() or name.startswith(RESERVED_ENV_PREFIX):
             raise ManifestError(f"{where}: set by the broker or the loader; not allowed here")
         if SECRET_LOOKING.search(name):
             raise ManifestError(f"{where}: looks like a secret; secrets never go into the environment")
@@ -189,16 +191,18 @@ def _parse_env(fields: Fields | None) -> tuple[tuple[str, str], ...]:
 
 
 def _check_proxied(request: CredentialRequest, index: int, config: Config, network: tuple[Destination, ...]) -> None:
-    """``inject: proxy`` needs a provider with ``proxy_hosts``, a token credential, and each host in ``network``
-    (a credential naming its own hosts: ``_check_delivery``)."""
+    """``inject: proxy`` needs a provider with ``proxy_hosts``, a credential whose secret the proxy can stand in
+    for (``CredentialRequest.proxy_refusal``), and each host in ``network``
+    (a credential naming its own hosts and header: ``_check_delivery``)."""
     where = f"credentials[{index}].inject"
     if request.delivery() is not None:
         return
     target = config.proxy_targets.get(request.provider)
     if target is None:
         raise ManifestError(f"{where}: provider {request.provider!r} has no proxy_hosts in the config")
-    if getattr(request, "kind", "token") != "token":
-        raise ManifestError(f"{where}: only a Vault token (kind: token) can be put in by the proxy")
+    refusal = request.proxy_refusal()
+    if refusal is not None:
+        raise ManifestError(f"{where}: {refusal}")
     for host in target.hosts:
         if not allowed(network, host.host, host.port):
             raise ManifestError(f"{where}: network.allow must list {host} (the proxy puts the secret in there)")
@@ -235,7 +239,7 @@ def _check_delivery(
         return
     if not ENV_NAME.fullmatch(name):
         raise ManifestError(f"{where}.env: variable names are upper-case letters, digits and _")
-    if name in RESERVED_ENV or name.startswith(RESERVED_ENV_PREFIX) or name in dict(sandbox.env):
+    if name in reserved_env() or name.startswith(RESERVED_ENV_PREFIX) or name in dict(sandbox.env):
         raise ManifestError(f"{where}.env: {name} is set by the broker, the loader or sandbox.env; name another")
     if any((other.delivery() or delivery).env == name for other in earlier if other.delivery() is not None):
         raise ManifestError(f"{where}.env: {name} is named by another credential")
@@ -251,8 +255,9 @@ def _parse_credential(fields: Fields, config: Config, session_ttl: int | None) -
     inject = fields.string("inject", required=False, max_len=16) or "file"
     if inject not in INJECT_MODES:
         raise fields.fail("inject", "must be file or proxy")
-    if inject == "proxy" and config.providers[provider_name].type_name not in PROXY_TYPES:
-        raise fields.fail("inject", "only GitHub and Vault credentials can be put in by the proxy")
+    if inject == "proxy" and config.providers[provider_name].proxy is None:
+        labels = " and ".join(sorted(cls.proxy.label for cls in provider_classes() if cls.proxy is not None))
+        raise fields.fail("inject", f"only {labels} credentials can be put in by the proxy")
     if ttl is not None and session_ttl is not None and ttl > session_ttl:
         raise fields.fail("ttl", "longer than the session's ttl")
     provider_cls = type(config.providers[provider_name])

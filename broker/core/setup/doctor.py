@@ -19,32 +19,27 @@ import contextlib
 import os
 import stat
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from broker.audit.keys import MIGRATE_HINT, load_fingerprint_keys, load_signing_keys
+from broker.audit.witness import object_lock_enabled
 from broker.core.inputs.config import Config, load_config
 from broker.core.inputs.policy import load_policy
 from broker.core.setup.install import POLICY_EXAMPLE_NAME
+from broker.core.status import deny_budgets
+from broker.core.store import has_store, open_config_store
 from broker.host import mounts
 from broker.host.sessiondir import prepare_runtime_dir
+from broker.vocab.checks import Check
 from broker.vocab.errors import REPORT_URL, BrokerError
-from providers.base import FIX_MARK, DenyBudget, Grant, HealthCheck, Provider
+from broker.vocab.time import parse_iso, utcnow
+from providers.base import Grant, Provider
+from providers.capabilities import ChecksGrants, DenyBudget
 
 KEY_MODES = (0o400, 0o600)
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    ok: bool
-    detail: str
-    fix: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "ok": self.ok, "detail": self.detail, "fix": self.fix or None}
 
 
 @dataclass(frozen=True)
@@ -250,10 +245,6 @@ def check_witness(config: Config) -> list[Check]:
     witness = config.witness
     if witness is None or not config.state_dir.is_dir():
         return []
-    from broker.audit.witness import object_lock_enabled
-    from broker.core.store import open_config_store
-    from broker.vocab.time import parse_iso, utcnow
-
     checks: list[Check] = []
     try:
         locked = object_lock_enabled(witness)
@@ -299,31 +290,28 @@ def check_providers(config: Config) -> list[Check]:
     checks: list[Check] = []
     for name, provider in config.providers.items():
         mine = [grant for grant in grants if grant.provider == name]
-        for check_name, ok, text in _health(provider, mine):
-            detail, _, fix = text.partition(FIX_MARK)
-            if not ok and not fix:
-                fix = f"check [providers.{name}] in {config.path} and that the provider is reachable"
-            checks.append(Check(f"providers.{name}.{check_name}", ok, detail, "" if ok else fix))
+        for check in _health(provider, mine):
+            fallback = f"check [providers.{name}] in {config.path} and that the provider is reachable"
+            fix = "" if check.ok else check.fix or fallback
+            checks.append(replace(check, name=f"providers.{name}.{check.name}", fix=fix))
     return checks
 
 
-def _health(provider: Provider[Any], grants: list[Grant[Any]]) -> list[HealthCheck]:
+def _health(provider: Provider[Any], grants: list[Grant[Any]]) -> list[Check]:
     try:
         results = provider.health()
-        if not any(name == "login" and not ok for name, ok, _ in results):  # what the granted credentials need
+        logged_in = not any(c.name == "login" and not c.ok for c in results)
+        if logged_in and isinstance(provider, ChecksGrants):  # what the granted credentials need
             results += provider.grant_health(grants)
     except BrokerError as exc:
-        return [("health", False, exc.message)]
+        return [Check("health", False, exc.message)]
     except Exception as exc:  # a bug in a health check: a failed line, never a traceback
-        return [("health", False, f"unexpected {type(exc).__name__}; please report it at {REPORT_URL}")]
-    return results or [("health", True, f"not checked: {provider.type_name} has no health checks")]
+        return [Check("health", False, f"unexpected {type(exc).__name__}; please report it at {REPORT_URL}")]
+    return results or [Check("health", True, f"not checked: {provider.type_name} has no health checks")]
 
 
 def check_deny_budgets(config: Config) -> list[Check]:
     """One check per role that live sessions in the store revoke into (nothing without a store)."""
-    from broker.core.status import deny_budgets
-    from broker.core.store import has_store, open_config_store
-
     if not config.providers or not has_store(config):
         return []
     now = datetime.now(UTC)

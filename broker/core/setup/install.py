@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,9 @@ from broker.audit.keys import load_fingerprint_keys, load_or_create_keys, load_s
 from broker.core.inputs.config import check_own_directory
 from broker.vocab.errors import BadInput, ConfigError
 from broker.vocab.files import write_private_file
+from providers.registry import provider_classes
 
+EXAMPLE_TABLE = re.compile(r"^# \[providers\.([a-z0-9_-]+)\]$", re.MULTILINE)
 CONFIG_NAME = "broker.toml"
 POLICY_EXAMPLE_NAME = "default.yaml.example"
 DIR_MODE = 0o755
@@ -81,28 +84,10 @@ max_ttl = "12h"
 # mount_tmpfs = "auto"
 
 # Providers. Uncomment a table, fill it in, then run `broker doctor`. The
-# table's name (vault, aws, github) is the instance name that manifests and
+# table's name ({instances}) is the instance name that manifests and
 # policies use; several instances of one type may exist under other names.
 
-# [providers.vault]
-# type = "vault"
-# addr = "http://127.0.0.1:8200"
-# token_file = "/etc/broker/vault-token"   # mode 0600; or approle_role_id_file + approle_secret_id_file
-# token_role = "broker-session"            # an orphan=true token role: session tokens outlive the broker's login
-# namespace = "team-a"
-
-# [providers.aws]
-# type = "aws_sts"
-# region = "us-east-1"
-# endpoint_url = "http://127.0.0.1:5000"   # moto, LocalStack, VPC endpoints
-# profile = "broker"                       # the broker's own AWS identity; default chain otherwise
-# revoke = "deny-policy"                   # or "expire": sessions stay valid until they expire
-
-# [providers.github]
-# type = "github_app"
-# app_id = "123456"
-# private_key_file = "/etc/broker/github-app.pem"   # mode 0600
-# api_url = "https://api.github.com"                # GitHub Enterprise Server: https://HOST/api/v3
+{providers}
 """
 
 
@@ -134,8 +119,12 @@ class InitResult:
 
 
 def render_config(directory: Path, state_dir: Path, runtime_dir: Path) -> str:
-    """The commented config ``init`` writes (loads with no provider enabled)."""
+    """The commented config ``init`` writes (loads with no provider enabled): each provider type's example table."""
+    examples = [cls.reference().example for cls in provider_classes()]
+    instances = [match.group(1) for text in examples for match in EXAMPLE_TABLE.finditer(text)]
     return CONFIG_TEMPLATE.format(
+        instances=", ".join(instances),
+        providers="\n\n".join(examples),
         state_dir=_toml_string(state_dir),
         runtime_dir=_toml_string(runtime_dir),
         policy_dir=_toml_string(directory / "policies"),

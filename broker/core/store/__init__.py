@@ -6,18 +6,22 @@ The store the config names is opened here: PostgreSQL with ``store =
 the core uses it through are ``broker.core.store.interface``. The state
 directory gets its one check here too, before anything in it is read: a cold
 command reads the store that early (``broker.core.warming``), so this module
-stays light (the implementations are imported when opened).
+stays light: a cold path (docs/architecture.md), the implementations are
+imported when opened, psycopg only for a PostgreSQL store or a fleet's log.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from broker.vocab.errors import StoreError
 
 if TYPE_CHECKING:
+    from broker.audit.pglog import TableSource
     from broker.core.inputs.config import Config
     from broker.core.store.interface import SessionStore
     from broker.core.store.sqlite import SqliteSessionStore
@@ -56,3 +60,12 @@ def open_config_store(config: Config) -> SessionStore:
 def has_store(config: Config) -> bool:
     """Whether there is a store to read without creating one (a shared store always exists)."""
     return config.store is not None or (config.state_dir / "sessions.db").is_file()
+
+
+@contextlib.contextmanager
+def read_fleet_log(url: str, passfile: Path | None = None) -> Iterator[TableSource]:
+    """A fleet's issuance log, read-only (``broker.core.store.postgres.fleet_log``): psycopg is loaded only here."""
+    from broker.core.store.postgres.fleet_log import read_fleet_log as read
+
+    with read(url, passfile) as source:
+        yield source

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from broker.audit.log import AppendLog
     from broker.core.store.rows import MalformedRows
     from broker.vocab.holding import Lock
-    from providers.base import FleetState
+    from providers.capabilities import FleetState
 
 SESSION_STATES = tuple(SessionState)
 CREDENTIAL_STATES = tuple(CredentialState)
@@ -56,6 +56,7 @@ class SessionRecord:
     exec_bound: bool = False  # revoked when its `broker exec` ends (sweep does it if that broker died)
     manifest: Mapping[str, Any] | None = None  # {"json": bool, "text": str}: the manifest it was issued for
     host: str = ""  # the broker host holding its directory (config ``host``); only it touches the directory
+    requester_uid: int | None = None  # the requester's uid on ``host`` (None: a row an older broker wrote)
 
 
 @dataclass(frozen=True)

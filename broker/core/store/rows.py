@@ -145,6 +145,7 @@ def session_record(row: Mapping[str, Any], *, shared: bool) -> SessionRecord | M
             exec_bound=_flag(row, "exec_bound"),
             manifest=_json(row, "manifest"),
             host=host if isinstance(host, str) else "",
+            requester_uid=None if row.get("requester_uid") is None else _number(row, "requester_uid"),
         )
     except Malformed as exc:
         problems.append(str(exc))

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
+import re
 import sqlite3
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -47,7 +49,8 @@ CREATE TABLE IF NOT EXISTS sessions (
     document TEXT,
     exec_bound INTEGER NOT NULL DEFAULT 0,
     manifest TEXT,
-    host TEXT NOT NULL DEFAULT ''
+    host TEXT NOT NULL DEFAULT '',
+    requester_uid INTEGER
 );
 CREATE INDEX IF NOT EXISTS sessions_state ON sessions(state);
 CREATE INDEX IF NOT EXISTS sessions_task ON sessions(task);
@@ -65,6 +68,8 @@ CREATE TABLE IF NOT EXISTS credentials (
 );
 CREATE INDEX IF NOT EXISTS credentials_state ON credentials(state);
 CREATE INDEX IF NOT EXISTS credentials_expiry ON credentials(provider, expires_at);
+-- covers a metrics scrape's pending revocations by provider (COUNT ... GROUP BY provider, no row read)
+CREATE INDEX IF NOT EXISTS credentials_state_provider ON credentials(state, provider);
 CREATE TABLE IF NOT EXISTS log_head (
     id INTEGER PRIMARY KEY CHECK (id = 1),
     seq INTEGER NOT NULL,
@@ -121,6 +126,17 @@ class SqliteSessionStore(SessionStore):
             self._conn.execute("ALTER TABLE sessions ADD COLUMN manifest TEXT")
         if "host" not in columns:
             self._conn.execute("ALTER TABLE sessions ADD COLUMN host TEXT NOT NULL DEFAULT ''")
+        if "requester_uid" not in columns:
+            self._conn.execute("ALTER TABLE sessions ADD COLUMN requester_uid INTEGER")
+            self._backfill_requester_uids()
+
+    def _backfill_requester_uids(self) -> None:
+        """The uid of each session an older broker recorded by name: this store is one host's, so its names are."""
+        rows = self._conn.execute("SELECT DISTINCT requester FROM sessions WHERE requester_uid IS NULL").fetchall()
+        for (requester,) in rows:
+            uid = _requester_uid_of(str(requester))
+            if uid is not None:
+                self._conn.execute("UPDATE sessions SET requester_uid=? WHERE requester=?", (uid, requester))
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
@@ -144,6 +160,14 @@ class SqliteSessionStore(SessionStore):
             except sqlite3.Error as exc:
                 raise StoreError(f"session store {self.path}: {exc}") from None
 
+    def run_step(self, step: Callable[[sqlite3.Connection], Any]) -> Any:
+        """Run ``step(connection)`` under the store's lock (as PostgreSQL's store does); an error is a StoreError."""
+        with self._lock:
+            try:
+                return step(self._conn)
+            except sqlite3.Error as exc:
+                raise StoreError(f"session store {self.path}: {exc}") from None
+
     def _sessions(self, sql: str, args: tuple[Any, ...] = ()) -> list[SessionRecord]:
         rows = [dict(row) for row in self._query(sql, args)]
         return keep(rows, session_record, self.malformed, shared=False)
@@ -155,7 +179,8 @@ class SqliteSessionStore(SessionStore):
         with self._tx() as conn:
             conn.execute(
                 "INSERT INTO sessions (id, task, requester, state, created_at, expires_at, dir, mount_path,"
-                " uid, gid, mounted, document, exec_bound, manifest, host) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                " uid, gid, mounted, document, exec_bound, manifest, host, requester_uid)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     record.id,
                     record.task,
@@ -172,6 +197,7 @@ class SqliteSessionStore(SessionStore):
                     int(record.exec_bound),
                     None if record.manifest is None else json.dumps(record.manifest),
                     record.host,
+                    record.requester_uid,
                 ),
             )
 
@@ -336,3 +362,18 @@ class SqliteSessionStore(SessionStore):
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+
+
+UID_REQUESTER = re.compile(r"uid:([0-9]{1,10})")
+MAX_UID = 2**32 - 2  # (uid_t) -1 is no uid
+
+
+def _requester_uid_of(requester: str) -> int | None:
+    """The uid a requester as recorded (``str(Requester)``) names on this host: ``uid:N``, or a user's name."""
+    if match := UID_REQUESTER.fullmatch(requester):
+        uid = int(match.group(1))
+        return uid if uid <= MAX_UID else None
+    try:
+        return pwd.getpwnam(requester).pw_uid if requester else None
+    except KeyError:
+        return None

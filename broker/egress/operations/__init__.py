@@ -16,31 +16,18 @@ the self-contained heart of it, standard library and graphql-core only:
   ``pktline``, ``receivepack``, ``git``, ``github``, ``graphql_doc``, ``jsonbody``,
   ``decision``, ``model``.
 
-``OperationsChecker`` loads on first use: it brings graphql-core, which the
+``OperationsChecker`` is imported from ``broker.egress.operations.checker``
+itself, never through this package: it brings graphql-core, which the
 policy loader and the manifest parser (reading and narrowing only) do not
 need on every command's path.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 from broker.egress.operations.decision import Answer, BodyCheck, Decision, Kind
 from broker.egress.operations.model import NO_OPERATIONS, Operations
 from broker.egress.operations.narrowing import narrow
 from broker.egress.operations.parsing import check_network, read_operations
-
-if TYPE_CHECKING:
-    from broker.egress.operations.checker import OperationsChecker
-
-
-def __getattr__(name: str) -> Any:
-    if name == "OperationsChecker":
-        from broker.egress.operations.checker import OperationsChecker
-
-        return OperationsChecker
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
 
 __all__ = [
     "NO_OPERATIONS",
@@ -49,7 +36,6 @@ __all__ = [
     "Decision",
     "Kind",
     "Operations",
-    "OperationsChecker",
     "check_network",
     "narrow",
     "read_operations",

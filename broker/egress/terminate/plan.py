@@ -23,13 +23,18 @@ import ssl
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from broker.egress.ca import SessionCA
 from broker.egress.destinations import Destination
 from broker.egress.inject import HeaderSwap, Injection, Masker
-from broker.egress.operations import BodyCheck, Decision, OperationsChecker
+from broker.egress.operations import BodyCheck, Decision
+from broker.egress.operations.checker import OperationsChecker
 from broker.egress.terminate.injector import Header, Injector
 from broker.vocab.secret import Secret
+
+if TYPE_CHECKING:  # the guards bring h11 and asyncio: the proxy's, not an issue's
+    from broker.egress.guards import AnswerGuard
 
 CAFactory = Callable[[Sequence[str]], SessionCA]
 
@@ -48,7 +53,7 @@ class Interceptor:
         self._ca = ca if isinstance(ca, SessionCA) else None
         self._make_ca = ca if not isinstance(ca, SessionCA) else None
         self._injectors: list[Injector] = []
-        self._vault: set[tuple[str, int]] = set()
+        self._guards: dict[tuple[str, int], AnswerGuard] = {}
         self.operations: OperationsChecker | None = None
         self.upstream_ca_file = upstream_ca_file  # for hosts no credential of the session goes to
         self._revoked = threading.Event()
@@ -58,10 +63,10 @@ class Interceptor:
     # -- building (at issue) ------------------------------------------------------------------
 
     def add(self, injection: Injection) -> None:
-        """An ``inject: proxy`` GitHub or Vault token: its header swap."""
+        """An ``inject: proxy`` token: its header swap, and what its provider keeps from its hosts (its guard)."""
         self.add_injector(HeaderSwap(injection))
-        if injection.vault:
-            self._vault.update(injection.hosts)
+        if injection.guard is not None:
+            self._guards.update(dict.fromkeys(injection.hosts, injection.guard))
 
     def add_injector(self, injector: Injector) -> None:
         with self._mutex:
@@ -147,9 +152,9 @@ class Interceptor:
             return None
         return self.operations.check(host, port, method, target, headers)
 
-    def is_vault(self, host: str, port: int) -> bool:
-        """Whether ``host``:``port`` is a Vault credential's host (its answers are checked for wrapping tokens)."""
-        return (host, port) in self._vault
+    def answer_guard(self, host: str, port: int) -> AnswerGuard | None:
+        """What the provider of the credential of ``host``:``port`` keeps from it (None: nothing)."""
+        return self._guards.get((host, port))
 
     def credential_ports(self, host: str) -> list[int]:
         """The ports ``host`` (canonical) is a credential host on, whichever port it is asked for on."""

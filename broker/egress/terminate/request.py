@@ -5,8 +5,8 @@ upstream:
 
 1. the session is not revoked, and the evidence log takes records;
 2. the guards (``broker.egress.guards``): the tunnel's own ``Host``, an
-   origin-form target, no routing headers; for a Vault host, no response
-   wrapping;
+   origin-form target, no routing headers; for a credential's host, none of
+   the headers its provider's guard takes out (Vault: response wrapping);
 3. the operations decision (``OperationsChecker``) on the head, or, when the
    body decides (a push's ref updates, a GraphQL document, a review), on the
    body: it is read and held (within the check's bound, ``100 Continue``
@@ -20,8 +20,9 @@ upstream:
    head and body go upstream through;
 5. forward on the tunnel's kept upstream connection, the rest of the body
    streamed while the answer is relayed (an upstream may answer early); the
-   answer's secrets become their stand-ins (``Masker``), a Vault JSON answer
-   is held and checked for a wrapping token;
+   answer's secrets become their stand-ins (``Masker``), a guarded host's
+   JSON answer is held and checked for the key its guard refuses (Vault: a
+   wrapping token);
 6. the ``egress.request`` record (``broker.egress.terminate.evidence``),
    handed to the evidence writer whatever happened.
 
@@ -38,7 +39,7 @@ from dataclasses import dataclass
 import h11
 
 from broker.egress.exchange import HOP_BY_HOP, Refused, next_event
-from broker.egress.guards import HeldAnswer, Refusal, checked_headers, held_back, without_wrapping
+from broker.egress.guards import AnswerGuard, HeldAnswer, Refusal, checked_headers, held_back
 from broker.egress.inject import Masker
 from broker.egress.operations import Answer, BodyCheck, Decision
 from broker.egress.terminate.answers import send_answer, send_continue, text_answer
@@ -100,8 +101,9 @@ class Cycle:
             if self.sink is not None and self.sink.failing:
                 raise Refused(503, "the issuance log cannot take this request's record, so nothing is forwarded")
             headers = checked_headers(self.request, host, port)  # the tunnel's own host, or 400
-            if self.plan.is_vault(host, port):
-                headers = without_wrapping(headers)
+            guard = self.plan.answer_guard(host, port)
+            if guard is not None:
+                headers = guard.without_stripped(headers)
             step = self.plan.decide(host, port, self.request.method, self.request.target, headers)
             held: list[bytes] = []
             if step is not None and not isinstance(step, Decision):
@@ -291,9 +293,9 @@ class Cycle:
         await flush()
 
     async def _relay(self, up: h11.Connection, upstream: asyncio.StreamReader, masker: Masker, stale_ok: bool) -> None:
-        """The answer back to the client; a Vault host's JSON answer is held whole and checked first. What is
+        """The answer back to the client; a guarded host's JSON answer is held whole and checked first. What is
         ready goes to the client in one write, before the proxy waits for more."""
-        vault = self.plan.is_vault(self.site.host, self.site.port)
+        guard = self.plan.answer_guard(self.site.host, self.site.port)
         held: HeldAnswer | None = None
         answered = False
         while True:
@@ -317,7 +319,7 @@ class Cycle:
                 answered = True
             elif isinstance(event, h11.Response):
                 answered = True
-                held = self._respond(event, masker, vault)
+                held = self._respond(event, masker, guard)
             elif isinstance(event, h11.Data):
                 data = masker.feed(event.data)
                 if held is not None:
@@ -328,7 +330,7 @@ class Cycle:
                 rest = masker.flush()
                 if held is not None:
                     held.add(rest)
-                    rest = held.check()  # refused when it holds a wrapping token: nothing of it was sent
+                    rest = held.check()  # refused when it holds the guarded key: nothing of it was sent
                     self._out.extend(self.conn.send(held.response) or b"")
                     self.evidence.status = held.response.status_code
                 if rest:
@@ -347,7 +349,7 @@ class Cycle:
             self._out.clear()
             await self.writer.drain()
 
-    def _respond(self, event: h11.Response, masker: Masker, vault: bool) -> HeldAnswer | None:
+    def _respond(self, event: h11.Response, masker: Masker, guard: AnswerGuard | None) -> HeldAnswer | None:
         self.evidence.upstream_status = event.status_code
         if masker.active and _compressed(event.headers):
             raise Refused(502, "the upstream sent a compressed answer, which cannot be checked for the secret")
@@ -355,8 +357,8 @@ class Cycle:
         if not self.site.keep:
             headers.append((b"connection", b"close"))
         response = h11.Response(status_code=event.status_code, headers=headers, reason=masker.whole(event.reason))
-        if vault and held_back(event.headers):
-            return HeldAnswer(response, self.limits.max_checked_answer)
+        if guard is not None and guard.refused_key is not None and held_back(event.headers):
+            return HeldAnswer(response, self.limits.max_checked_answer, guard)
         self._out.extend(self.conn.send(response) or b"")
         self.evidence.status = event.status_code
         return None

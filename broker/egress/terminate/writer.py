@@ -5,7 +5,11 @@ file I/O under a lock and an fsync (or a PostgreSQL transaction), so a
 record is handed to ``EvidenceWriter.submit`` and a thread of its own
 appends what has gathered in one go (``AppendLog.append_many``: one lock,
 one write, one fsync for the whole batch), in the order the requests ended,
-under the same hash chain and signatures as every other record.
+under the same hash chain and signatures as every other record. A batch
+starts with the first record waiting and gathers for ``linger`` (10 ms)
+more (group commit): each append costs a lock, an open, a read of the head
+and an fsync whatever its size, so at 1,000 requests/s ten records share
+them instead of one each.
 
 Nothing is dropped. Memory is bounded by back-pressure on the proxy instead:
 before a tunnel reads its next request it awaits ``room()``, which waits
@@ -48,11 +52,13 @@ class EvidenceWriter:
         requester: str,
         max_pending: int = 4096,
         max_batch: int = 1024,
+        linger: float = 0.01,
     ) -> None:
         self.log = log
         self.session, self.task, self.requester = session, task, requester
         self.max_pending = max_pending
         self.max_batch = max_batch
+        self.linger = linger
         self.failing: str | None = None
         self.written = 0
         self.batches = 0
@@ -88,7 +94,8 @@ class EvidenceWriter:
             self._queue.append(entry)
             self._pending += 1
             self.peak = max(self.peak, self._pending)
-            self._cond.notify()
+            if len(self._queue) in (1, self.max_batch):  # the writer waits for the first, or lingers for more
+                self._cond.notify()
 
     @property
     def pending(self) -> int:
@@ -98,11 +105,18 @@ class EvidenceWriter:
     # -- the writer thread ---------------------------------------------------------------------
 
     def _take(self) -> list[Entry] | None:
+        """The next batch: what waits once the first record has lingered ``linger`` seconds (or a full batch)."""
         with self._cond:
             while not self._queue and not self._closing:
                 self._cond.wait()
             if not self._queue:
                 return None
+            deadline = time.monotonic() + self.linger
+            while len(self._queue) < self.max_batch and not self._closing:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._cond.wait(remaining)
             count = min(len(self._queue), self.max_batch)
             return [self._queue.popleft() for _ in range(count)]
 

@@ -14,6 +14,8 @@ import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
+
 from broker.audit.pglog import TableSource
 from broker.core.inputs.store_url import SHAPE, store_url_problem
 from broker.core.store.postgres.locks import first_line
@@ -32,8 +34,6 @@ def check_store_url(url: str, option: str = "--store") -> None:
 @contextlib.contextmanager
 def read_fleet_log(url: str, passfile: Path | None = None) -> Iterator[TableSource]:
     """The fleet's log at ``url``, read-only, closed on exit."""
-    import psycopg
-
     check_store_url(url)
     where = shown_url(url)
     options: dict[str, object] = {

@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 from broker.vocab.errors import StoreError
 from broker.vocab.holding import holding
-from providers.base import DenyRecord, FleetState
+from providers.capabilities import DenyRecord, FleetState
 
 #: How long a provider waits for other hosts' holds on a role lock before giving up. An AWS role's budget lock is
 #: held for a whole issue, so a fleet's issues on one role queue behind each other; nothing is minted while waiting.

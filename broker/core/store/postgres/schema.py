@@ -100,6 +100,12 @@ MIGRATIONS: tuple[str, ...] = (
         reported_at TIMESTAMPTZ NOT NULL DEFAULT now()
     );
     """,
+    # 4: the requester's uid on the session's host: through a daemon a peer owns (host, uid), never a user name
+    #    (which another host may give to someone else). Rows that named a uid keep it; a name stays NULL: root's.
+    """
+    ALTER TABLE sessions ADD COLUMN requester_uid BIGINT;
+    UPDATE sessions SET requester_uid = CAST(substr(requester, 5) AS BIGINT) WHERE requester ~ '^uid:[0-9]{1,10}$';
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

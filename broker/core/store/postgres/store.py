@@ -21,6 +21,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+
 from broker.audit.keys import AuditKeys
 from broker.audit.pglog import PostgresIssuanceLog
 from broker.core.store.interface import (
@@ -55,8 +58,10 @@ _SESSION_NAMES = [
     "document",
     "exec_bound",
     "manifest",
+    "requester_uid",
 ]
 _SESSION_COLUMNS = ", ".join(_SESSION_NAMES)
+_SESSION_VALUES = ",".join(["%s"] * len(_SESSION_NAMES))
 _CREDENTIAL_NAMES = (
     "session_id",
     "name",
@@ -96,8 +101,6 @@ class PostgresSessionStore(SessionStore):
 
     def _up_to_date(self, connection: Any) -> None:
         """Migrate only a database behind this broker: the common case costs one read, not a locked transaction."""
-        import psycopg
-
         try:
             version = current_version(connection)
         except psycopg.errors.UndefinedTable:  # a new database
@@ -108,9 +111,6 @@ class PostgresSessionStore(SessionStore):
     # -- connection ----------------------------------------------------------------------
 
     def _connect(self) -> Any:
-        import psycopg
-        from psycopg.conninfo import conninfo_to_dict
-
         options: dict[str, Any] = {"connect_timeout": CONNECT_TIMEOUT, "autocommit": True}
         options["application_name"] = f"broker@{self.host}"[:63]
         if self._passfile is not None:
@@ -125,8 +125,6 @@ class PostgresSessionStore(SessionStore):
 
     def _call(self, step: Any) -> Any:
         """Run ``step(connection)`` (the caller holds ``self._lock``); a database error is a StoreError."""
-        import psycopg
-
         self._locks.check()
         if self._connection is None or self._connection.closed:
             if self._connection is not None:
@@ -210,7 +208,7 @@ class PostgresSessionStore(SessionStore):
     def create_session(self, record: SessionRecord) -> None:
         self._tx(
             (
-                f"INSERT INTO sessions ({_SESSION_COLUMNS}) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",  # noqa: S608
+                f"INSERT INTO sessions ({_SESSION_COLUMNS}) VALUES ({_SESSION_VALUES})",  # noqa: S608
                 (
                     record.id,
                     record.host or self.host,
@@ -227,6 +225,7 @@ class PostgresSessionStore(SessionStore):
                     None if record.document is None else json.dumps(record.document),
                     record.exec_bound,
                     None if record.manifest is None else json.dumps(record.manifest),
+                    record.requester_uid,
                 ),
             )
         )

@@ -15,12 +15,15 @@ lease: they are signed for at most the session's remaining life, the key
 pair is made here and never leaves the broker but for the sandbox's files,
 and each names its session in its key id (``broker-<session>-<name>``, so
 sshd's log does): a role that does not set ``allow_user_key_ids`` is named,
-with that fix, instead of Vault's refusal.
+with that fix, instead of Vault's refusal. ``Engines``, which the provider
+holds, is the way in: ``mint`` and ``revoke`` through the broker's own
+``VaultSession``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
@@ -28,22 +31,55 @@ from typing import TYPE_CHECKING, Any
 from broker.vocab.errors import ProviderError
 from broker.vocab.secret import Secret
 from providers.base import MintContext, MintedCredential, MintRejected, RevokeOutcome, RevokeTarget
-from providers.vault_dynamic import DatabaseRequest, DynamicRequest, PkiRequest, SshRequest
-from providers.vault_secret import SecretRequest, read_secret
+from providers.vault.dynamic import DYNAMIC_KINDS, DatabaseRequest, DynamicRequest, PkiRequest, SshRequest
+from providers.vault.secret import SecretRequest, read_secret
 
 if TYPE_CHECKING:
     import hvac
 
-    from providers.vault import VaultProvider
+    from providers.vault.client import VaultSession
 
-DYNAMIC_KINDS = ("database", "pki", "ssh", "secret")  # each with its mount (``secret``: the KV v2 engine)
+
+@dataclass(frozen=True)
+class Engines:
+    """The dynamic-secret engines of one Vault as configured: where each kind is mounted, the lease holder's
+    policies, the libpq hints; it mints and revokes their secrets through the broker's ``vault`` session."""
+
+    vault: VaultSession
+    mounts: Mapping[str, str]
+    dynamic_policies: tuple[str, ...] = ()
+    database_hints: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def configured(
+        cls,
+        vault: VaultSession,
+        mounts: Mapping[str, str] | None = None,
+        dynamic_policies: tuple[str, ...] = (),
+        database_hints: Mapping[str, str] | None = None,
+    ) -> Engines:
+        """Each kind at its default mount (its own name) unless ``mounts`` says otherwise."""
+        every = {kind: kind for kind in DYNAMIC_KINDS} | dict(mounts or {})
+        return cls(vault, every, dynamic_policies, dict(database_hints or {}))
+
+    @property
+    def name(self) -> str:
+        return self.vault.name
+
+    def mint(self, request: DynamicRequest, context: MintContext) -> MintedCredential:
+        return mint_dynamic(self, request, context)
+
+    def revoke(self, target: RevokeTarget, now: datetime) -> RevokeOutcome:
+        return revoke_dynamic(self, target, now)
+
+
 KEY_ID_REFUSED = "key_id is not allowed by role"  # Vault's and OpenBao's answer when allow_user_key_ids is unset
 
 
-def key_id_fix(provider: VaultProvider, role: str) -> str:
+def key_id_fix(engines: Engines, role: str) -> str:
     """What to set on an SSH role so the broker may name the session in a certificate's key id."""
     return (
-        f"set allow_user_key_ids=true on {provider.mounts['ssh']}/roles/{role}: each certificate's key id names"
+        f"set allow_user_key_ids=true on {engines.mounts['ssh']}/roles/{role}: each certificate's key id names"
         " its session (broker-<session>-<credential>)"
     )
 
@@ -54,23 +90,23 @@ def remaining_ttl(context: MintContext) -> int:
     return max(1, min(context.ttl, left))
 
 
-def mint_dynamic(provider: VaultProvider, request: DynamicRequest, context: MintContext) -> MintedCredential:
+def mint_dynamic(engines: Engines, request: DynamicRequest, context: MintContext) -> MintedCredential:
     if isinstance(request, SecretRequest):
-        return read_secret(provider, request, context)
+        return read_secret(engines, request, context)
     if isinstance(request, SshRequest):
-        return _mint_ssh(provider, request, context)
-    holder, accessor = _mint_holder(provider, request, context)
+        return _mint_ssh(engines, request, context)
+    holder, accessor = _mint_holder(engines, request, context)
     try:
         if isinstance(request, DatabaseRequest):
-            return _mint_database(provider, holder, accessor, request, context)
+            return _mint_database(engines, holder, accessor, request, context)
         assert isinstance(request, PkiRequest)
-        return _mint_pki(provider, holder, accessor, request, context)
+        return _mint_pki(engines, holder, accessor, request, context)
     except MintRejected:
         raise
     except ProviderError as exc:
         # No lease was made; the holder goes now, or the core revokes it (or keeps it pending).
         try:
-            provider._revoke_accessor(accessor)
+            engines.vault.revoke_accessor(accessor)
         except ProviderError:
             held = MintedCredential(
                 reference={"kind": request.kind, "accessor": accessor},
@@ -83,10 +119,10 @@ def mint_dynamic(provider: VaultProvider, request: DynamicRequest, context: Mint
         raise
 
 
-def _mint_holder(provider: VaultProvider, request: DynamicRequest, context: MintContext) -> tuple[Secret, str]:
-    if not provider.dynamic_policies:
+def _mint_holder(engines: Engines, request: DynamicRequest, context: MintContext) -> tuple[Secret, str]:
+    if not engines.dynamic_policies:
         raise ProviderError(
-            f"vault {provider.name}: set dynamic_policies in [providers.{provider.name}] to mint {request.kind}"
+            f"vault {engines.name}: set dynamic_policies in [providers.{engines.name}] to mint {request.kind}"
             " credentials (the Vault policies of the token that holds their lease)",
             retryable=False,
         )
@@ -96,51 +132,30 @@ def _mint_holder(provider: VaultProvider, request: DynamicRequest, context: Mint
         "broker_credential": request.name,
         "broker_kind": request.kind,
     }
-    return create_holder(provider, meta, remaining_ttl(context), f"broker-{context.task}-{request.name}")
+    return create_holder(engines, meta, remaining_ttl(context), f"broker-{context.task}-{request.name}")
 
 
 def create_holder(
-    provider: VaultProvider, meta: Mapping[str, str], ttl_seconds: int, display_name: str, *, probe: bool = False
+    engines: Engines, meta: Mapping[str, str], ttl_seconds: int, display_name: str, *, probe: bool = False
 ) -> tuple[Secret, str]:
     """An orphan lease holder with ``dynamic_policies`` and nothing else, dead after ``ttl_seconds``.
 
     A ``probe`` (``broker doctor``) also gets the default policy, for ``sys/capabilities-self`` alone.
     """
-    client = provider.client()
-    ttl = f"{ttl_seconds}s"
-    create = client.auth.token.create if provider.token_role else client.auth.token.create_orphan
-    with provider._errors("lease holder create"):
-        response = create(
-            role_name=provider.token_role,
-            policies=list(provider.dynamic_policies),
-            meta=dict(meta),
-            no_default_policy=not probe,
-            renewable=False,
-            ttl=ttl,
-            explicit_max_ttl=ttl,
-            display_name=display_name[:100],
-            num_uses=0,
-            type="service",
-        )
-    auth = response.get("auth") or {}
-    token, accessor = Secret(str(auth.get("client_token", ""))), str(auth.get("accessor", ""))
-    if not accessor or not len(token):
-        raise ProviderError(f"vault {provider.name}: lease holder create returned no token or accessor")
+    token, accessor, _ = engines.vault.create_orphan(
+        policies=engines.dynamic_policies,
+        meta=meta,
+        ttl_seconds=ttl_seconds,
+        display_name=display_name,
+        default_policy=probe,
+        action="lease holder create",
+    )
     return token, accessor
 
 
-def as_holder(provider: VaultProvider, holder: Secret) -> hvac.Client:
+def as_holder(engines: Engines, holder: Secret) -> hvac.Client:
     """A client acting as the lease holder, on the broker's own connection pool."""
-    import hvac
-
-    base = provider.client()
-    return hvac.Client(
-        url=provider.addr,
-        token=holder.reveal(),
-        namespace=provider.namespace,
-        timeout=provider.timeout,
-        session=base.adapter.session,
-    )
+    return engines.vault.acting_as(holder)
 
 
 def _expiry(lease_seconds: int, ttl: int, context: MintContext) -> datetime:
@@ -149,15 +164,15 @@ def _expiry(lease_seconds: int, ttl: int, context: MintContext) -> datetime:
 
 
 def _mint_database(
-    provider: VaultProvider,
+    engines: Engines,
     holder: Secret,
     accessor: str,
     request: DatabaseRequest,
     context: MintContext,
 ) -> MintedCredential:
-    path = f"{provider.mounts['database']}/creds/{request.role}"
-    with provider._errors(f"read {path}"):
-        response = as_holder(provider, holder).read(path)
+    path = f"{engines.mounts['database']}/creds/{request.role}"
+    with engines.vault.errors(f"read {path}"):
+        response = as_holder(engines, holder).read(path)
     data = (response or {}).get("data") or {}
     lease_id = str((response or {}).get("lease_id") or "")
     username, password = str(data.get("username") or ""), Secret(str(data.get("password") or ""))
@@ -165,13 +180,13 @@ def _mint_database(
     minted = MintedCredential(
         reference=reference,
         secret=password,
-        files=database_files(provider, username, password, context.mount_dir),
+        files=database_files(engines, username, password, context.mount_dir),
         expires_at=_expiry(int((response or {}).get("lease_duration") or 0), remaining_ttl(context), context),
         scope=request.scope(),
-        env=database_env(provider, username, context.mount_dir),
+        env=database_env(engines, username, context.mount_dir),
     )
     if not lease_id or not username or not len(password):
-        raise MintRejected(f"vault {provider.name}: {path} returned no lease, user name or password", minted)
+        raise MintRejected(f"vault {engines.name}: {path} returned no lease, user name or password", minted)
     return minted
 
 
@@ -185,10 +200,10 @@ def _pgpass_field(value: str) -> str:
 
 
 def database_files(
-    provider: VaultProvider, username: str, password: Secret, mount_dir: PurePosixPath
+    engines: Engines, username: str, password: Secret, mount_dir: PurePosixPath
 ) -> dict[str, Secret | str]:
     """``username``, ``password``, a one-line ``pgpass`` and a ``dsn`` that names it (no password in the dsn)."""
-    hints = provider.database_hints
+    hints = engines.database_hints
     host, port, dbname = hints.get("PGHOST", "*"), hints.get("PGPORT", "*"), hints.get("PGDATABASE", "*")
     line = ":".join(_pgpass_field(part) for part in (host, port, dbname, username))
     pgpass = Secret(f"{line}:{_pgpass_field(password.reveal())}\n")
@@ -199,21 +214,21 @@ def database_files(
     return {"username": username + "\n", "password": password, "pgpass": pgpass, "dsn": " ".join(parts) + "\n"}
 
 
-def database_env(provider: VaultProvider, username: str, mount_dir: PurePosixPath) -> dict[str, str]:
+def database_env(engines: Engines, username: str, mount_dir: PurePosixPath) -> dict[str, str]:
     """What libpq clients read: the passfile and the configured host, port and database; never PGPASSWORD."""
-    return {**provider.database_hints, "PGUSER": username, "PGPASSFILE": str(mount_dir / "pgpass")}
+    return {**engines.database_hints, "PGUSER": username, "PGPASSFILE": str(mount_dir / "pgpass")}
 
 
 def _mint_pki(
-    provider: VaultProvider, holder: Secret, accessor: str, request: PkiRequest, context: MintContext
+    engines: Engines, holder: Secret, accessor: str, request: PkiRequest, context: MintContext
 ) -> MintedCredential:
-    path = f"{provider.mounts['pki']}/issue/{request.role}"
+    path = f"{engines.mounts['pki']}/issue/{request.role}"
     ttl = remaining_ttl(context)
     body: dict[str, Any] = {"common_name": request.common_name, "ttl": f"{ttl}s", "format": "pem"}
     if request.alt_names:
         body["alt_names"] = ",".join(request.alt_names)
-    with provider._errors(f"write {path}"):
-        response = as_holder(provider, holder).write_data(path, data=body)
+    with engines.vault.errors(f"write {path}"):
+        response = as_holder(engines, holder).write_data(path, data=body)
     data = (response or {}).get("data") or {}
     lease_id = str((response or {}).get("lease_id") or "")
     serial = str(data.get("serial_number") or "")
@@ -234,7 +249,7 @@ def _mint_pki(
     if not lease_id or not serial or not data.get("certificate"):
         # Without a lease (role generate_lease=false) or a stored serial (no_store) it could not be revoked.
         raise MintRejected(
-            f"vault {provider.name}: {path} returned a certificate without a lease or serial"
+            f"vault {engines.name}: {path} returned a certificate without a lease or serial"
             " (the role needs generate_lease=true and no_store=false)",
             minted,
         )
@@ -252,7 +267,7 @@ def pki_env(name: str, mount_dir: PurePosixPath) -> dict[str, str]:
     }
 
 
-def _mint_ssh(provider: VaultProvider, request: SshRequest, context: MintContext) -> MintedCredential:
+def _mint_ssh(engines: Engines, request: SshRequest, context: MintContext) -> MintedCredential:
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -263,7 +278,7 @@ def _mint_ssh(provider: VaultProvider, request: SshRequest, context: MintContext
         ).decode()
     )
     public = key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH).decode()
-    path = f"{provider.mounts['ssh']}/sign/{request.role}"
+    path = f"{engines.mounts['ssh']}/sign/{request.role}"
     ttl = remaining_ttl(context)
     body = {
         "public_key": public,
@@ -272,24 +287,24 @@ def _mint_ssh(provider: VaultProvider, request: SshRequest, context: MintContext
         "cert_type": "user",
         "key_id": f"broker-{context.session_id}-{request.name}",
     }
-    client = provider.client()
+    client = engines.vault.client()
     import hvac.exceptions
 
-    with provider._errors(f"write {path}"):
+    with engines.vault.errors(f"write {path}"):
         try:
             response = client.write_data(path, data=body)
         except hvac.exceptions.InvalidRequest as exc:
             if any(KEY_ID_REFUSED in str(error) for error in exc.errors or ()):
                 raise ProviderError(
-                    f"vault {provider.name}: ssh role {request.role!r} does not set allow_user_key_ids;"
-                    f" {key_id_fix(provider, request.role)}",
+                    f"vault {engines.name}: ssh role {request.role!r} does not set allow_user_key_ids;"
+                    f" {key_id_fix(engines, request.role)}",
                     retryable=False,
                 ) from None
             raise
     data = (response or {}).get("data") or {}
     signed, serial = str(data.get("signed_key") or "").strip(), str(data.get("serial_number") or "")
     if not signed or not serial:
-        raise ProviderError(f"vault {provider.name}: {path} returned no signed key", retryable=False)
+        raise ProviderError(f"vault {engines.name}: {path} returned no signed key", retryable=False)
     directory = context.mount_dir
     config = (
         "Host *\n"
@@ -307,7 +322,7 @@ def _mint_ssh(provider: VaultProvider, request: SshRequest, context: MintContext
     )
 
 
-def revoke_dynamic(provider: VaultProvider, target: RevokeTarget, now: datetime) -> RevokeOutcome:
+def revoke_dynamic(engines: Engines, target: RevokeTarget, now: datetime) -> RevokeOutcome:
     """Revoke the lease, then its holder; SSH certificates cannot be revoked and stay valid until they expire."""
     reference: Mapping[str, str] = target.reference
     expired = target.expires_at is not None and target.expires_at <= now
@@ -317,15 +332,15 @@ def revoke_dynamic(provider: VaultProvider, target: RevokeTarget, now: datetime)
         return RevokeOutcome.EXPIRED if expired else RevokeOutcome.REVOKED
     lease_id, accessor = reference.get("lease_id", ""), reference.get("accessor", "")
     if not lease_id and not accessor:
-        raise ProviderError(f"vault {provider.name}: no lease recorded for {target.name}", retryable=False)
-    client = provider.client()
+        raise ProviderError(f"vault {engines.name}: no lease recorded for {target.name}", retryable=False)
+    client = engines.vault.client()
     if lease_id:
-        with provider._errors("lease revoke"):
+        with engines.vault.errors("lease revoke"):
             # 204 also for a lease already revoked or expired: both mean gone.
             client.adapter.put("/v1/sys/leases/revoke", json={"lease_id": lease_id, "sync": True})
     elif reference.get("kind") == "pki" and reference.get("serial"):
-        with provider._errors("certificate revoke"):
-            client.write_data(f"{provider.mounts['pki']}/revoke", data={"serial_number": reference["serial"]})
+        with engines.vault.errors("certificate revoke"):
+            client.write_data(f"{engines.mounts['pki']}/revoke", data={"serial_number": reference["serial"]})
     if accessor:
-        provider._revoke_accessor(accessor)
+        engines.vault.revoke_accessor(accessor)
     return RevokeOutcome.EXPIRED if expired else RevokeOutcome.REVOKED

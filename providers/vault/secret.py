@@ -27,10 +27,10 @@ from broker.vocab.globs import any_match
 from broker.vocab.secret import Secret
 from providers.base import MintContext, MintedCredential
 from providers.delivery import ProxyDelivery
-from providers.vault_dynamic import DynamicRequest
+from providers.vault.dynamic import DynamicRequest
 
 if TYPE_CHECKING:
-    from providers.vault import VaultProvider
+    from providers.vault.leases import Engines
 
 #: A KV path: segments of letters, digits, ``_ . -``; no ``..``, no leading or trailing ``/``.
 SECRET_PATH = re.compile(r"(?!.*(^|/)\.\.?(/|$))[A-Za-z0-9_.-]{1,128}(/[A-Za-z0-9_.-]{1,128}){0,15}")
@@ -118,17 +118,17 @@ def compile_secret_grant(fields: Fields) -> SecretGrant:
     return SecretGrant(paths=paths or (), hosts=hosts or ())
 
 
-def read_secret(provider: VaultProvider, request: SecretRequest, context: MintContext) -> MintedCredential:
+def read_secret(engines: Engines, request: SecretRequest, context: MintContext) -> MintedCredential:
     """The field's current value and the KV version it came from; nothing is created at Vault."""
-    mount = provider.mounts["secret"]
-    with provider._errors(f"read {mount}/data/{request.path}"):
-        response = provider.client().secrets.kv.v2.read_secret_version(
+    mount = engines.mounts["secret"]
+    with engines.vault.errors(f"read {mount}/data/{request.path}"):
+        response = engines.vault.client().secrets.kv.v2.read_secret_version(
             path=request.path, mount_point=mount, raise_on_deleted_version=True
         )
     data = (response or {}).get("data") or {}
     value = (data.get("data") or {}).get(request.field)
     version = str((data.get("metadata") or {}).get("version") or "")
-    where = f"vault {provider.name}: {mount}/{request.path}"
+    where = f"vault {engines.name}: {mount}/{request.path}"
     if not isinstance(value, str) or not value:
         raise ProviderError(f"{where} has no text field {request.field!r}", retryable=False)
     if len(value) > MAX_VALUE or not value.isprintable() or any(c.isspace() for c in value):

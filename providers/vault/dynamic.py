@@ -6,7 +6,7 @@ certificate); ``token`` stays the default. The manifest names the engine's
 role and, for certificates, the names it wants; a grant lists the roles
 (``database_roles``, ``pki_roles``, ``ssh_roles``) and, for certificates, the
 names they may carry (``common_names``, ``principals``). Anything a grant
-does not list is denied. Minting lives in ``providers.vault_leases``.
+does not list is denied. Minting lives in ``providers.vault.leases``.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from broker.vocab.globs import any_match, glob_match
 from providers.base import CredentialRequest
 
 KINDS = ("token", "database", "pki", "ssh", "secret")
+DYNAMIC_KINDS = KINDS[1:]  # each read or minted through its own secrets engine (``providers.vault.leases``)
 ROLE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 ROLE_GLOB = re.compile(r"[A-Za-z0-9_.*?-]{1,128}")
 _LABEL = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
@@ -42,6 +43,9 @@ class DynamicRequest(CredentialRequest):
 
     def scope(self) -> dict[str, Any]:
         return {"kind": self.kind, "role": self.role}
+
+    def proxy_refusal(self) -> str | None:
+        return "only a Vault token (kind: token) can be put in by the proxy"
 
 
 @dataclass(frozen=True)

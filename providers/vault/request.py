@@ -1,10 +1,10 @@
 """What a Vault manifest entry, a Vault grant and the engine keys of a ``[providers.*]`` table say, parsed and checked.
 
-Nothing here talks to Vault: ``providers.vault`` mints and revokes with what
-these return. Policy names are compared lower-cased, as Vault and OpenBao
+Nothing here talks to Vault: ``providers.vault.provider`` mints and revokes
+with what these return. Policy names are compared lower-cased, as Vault and OpenBao
 compare them (``ROOT`` is root), and the root policy is never issued. The
-dynamic-secret kinds are parsed in ``providers.vault_dynamic``, ``kind:
-secret`` (a KV v2 field only the proxy holds) in ``providers.vault_secret``.
+dynamic-secret kinds are parsed in ``providers.vault.dynamic``, ``kind:
+secret`` (a KV v2 field only the proxy holds) in ``providers.vault.secret``.
 """
 
 from __future__ import annotations
@@ -17,15 +17,15 @@ from broker.vocab.errors import ManifestError
 from broker.vocab.fields import Fields
 from broker.vocab.globs import any_match
 from providers.base import CredentialRequest, Grant
-from providers.vault_dynamic import (
+from providers.vault.dynamic import (
+    DYNAMIC_KINDS,
     DynamicGrant,
     DynamicRequest,
     compile_dynamic_grant,
     parse_dynamic_request,
     parse_kind,
 )
-from providers.vault_leases import DYNAMIC_KINDS
-from providers.vault_secret import SecretGrant, SecretRequest, compile_secret_grant, parse_secret_request
+from providers.vault.secret import SecretGrant, SecretRequest, compile_secret_grant, parse_secret_request
 
 POLICY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 POLICY_GLOB = re.compile(r"[A-Za-z0-9_.*?-]{1,128}")

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from broker.vocab.checks import Check
 from broker.vocab.errors import BrokerError
-from providers.base import FIX_MARK, HealthCheck
 
 
 def minted_problems(facts: dict[str, Any], policies: tuple[str, ...]) -> list[str]:
@@ -35,29 +35,30 @@ def minted_problems(facts: dict[str, Any], policies: tuple[str, ...]) -> list[st
 
 def entity_check(
     self_facts: dict[str, Any], token_role: str | None, read_role: Callable[[str], dict[str, Any]]
-) -> HealthCheck:
+) -> Check:
     """Whether session tokens would inherit the entity of the broker's login (``self_facts``: its lookup-self)."""
     entity = str(self_facts.get("entity_id") or "")
     if not entity:
-        return ("entity", True, "the broker's login has no entity for session tokens to inherit")
+        return Check("entity", True, "the broker's login has no entity for session tokens to inherit")
     identity = ", ".join(sorted(str(p) for p in self_facts.get("identity_policies") or [])) or "none"
     held = f"the broker's login has entity {entity[:64]!r} (identity policies {identity})"
     if not token_role:
-        return ("entity", True, f"{held}; session tokens are orphans from create-orphan and do not inherit it")
+        return Check("entity", True, f"{held}; session tokens are orphans from create-orphan and do not inherit it")
     try:
         role = read_role(token_role)
     except BrokerError as exc:
-        return (
+        return Check(
             "entity",
             False,
-            f"{held}; cannot tell whether token_role {token_role} makes orphans ({exc.message}){FIX_MARK}"
+            f"{held}; cannot tell whether token_role {token_role} makes orphans ({exc.message})",
             f"grant read on auth/token/roles/{token_role} in the broker's Vault policy",
         )
     if role.get("orphan") is True:
-        return ("entity", True, f"{held}; token role {token_role} makes orphans, which do not inherit it")
-    return (
+        return Check("entity", True, f"{held}; token role {token_role} makes orphans, which do not inherit it")
+    return Check(
         "entity",
         False,
         f"{held} and token role {token_role} is not orphan=true: session tokens would inherit it,"
-        f" and the broker refuses them (every issue fails){FIX_MARK}set orphan=true on token role {token_role}",
+        " and the broker refuses them (every issue fails)",
+        f"set orphan=true on token role {token_role}",
     )

@@ -18,47 +18,46 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from broker.vocab.checks import Check
 from broker.vocab.errors import BrokerError
 from broker.vocab.globs import any_match
-from providers.base import FIX_MARK, HealthCheck
-from providers.vault_dynamic import DynamicGrant
-from providers.vault_leases import as_holder, create_holder, key_id_fix
+from providers.vault.dynamic import DynamicGrant
+from providers.vault.leases import Engines, as_holder, create_holder, key_id_fix
 
 if TYPE_CHECKING:
     import hvac
 
-    from providers.vault import VaultProvider
-
 #: Per kind: the engine path under its mount, the capability it needs, whether the lease holder asks.
 PATHS = {"database": ("creds", "read", True), "pki": ("issue", "update", True), "ssh": ("sign", "update", False)}
 PROBE_TTL = 60
-#: What Vault answered per path, or why it could not be asked (with a fix).
-Answer = dict[str, set[str]] | str
+#: What Vault answered per path, or why it could not be asked and what to do (a fix, or "").
+Answer = dict[str, set[str]] | tuple[str, str]
 
 
-def dynamic_checks(provider: VaultProvider, grants: Sequence[DynamicGrant]) -> list[HealthCheck]:
+def dynamic_checks(engines: Engines, grants: Sequence[DynamicGrant]) -> list[Check]:
     paths = {}
     for kind, (under, _, _) in PATHS.items():
         roles = sorted({role for grant in grants for role in getattr(grant, f"{kind}_roles")})
         if roles:
-            paths[kind] = [f"{provider.mounts[kind]}/{under}/{role}" for role in roles]
+            paths[kind] = [f"{engines.mounts[kind]}/{under}/{role}" for role in roles]
     held = [path for kind, found in paths.items() if PATHS[kind][2] for path in found]
-    holder: Answer = _ask_holder(provider, held) if held else {}
-    broker: Answer = _ask(provider, provider.client(), paths["ssh"], "the broker's token") if "ssh" in paths else {}
-    lines = [_line(provider, kind, found, holder if PATHS[kind][2] else broker) for kind, found in paths.items()]
+    holder: Answer = _ask_holder(engines, held) if held else {}
+    broker: Answer = _ask(engines, engines.vault.client(), paths["ssh"], "the broker's token") if "ssh" in paths else {}
+    lines = [_line(engines, kind, found, holder if PATHS[kind][2] else broker) for kind, found in paths.items()]
     ssh_roles = sorted({role for grant in grants for role in grant.ssh_roles})
-    return [_key_ids(provider, line, ssh_roles) if line[0] == "dynamic.ssh" and line[1] else line for line in lines]
+    return [_key_ids(engines, line, ssh_roles) if line.name == "dynamic.ssh" and line.ok else line for line in lines]
 
 
-def _key_ids(provider: VaultProvider, line: HealthCheck, roles: list[str]) -> HealthCheck:
+def _key_ids(engines: Engines, line: Check, roles: list[str]) -> Check:
     """The SSH line, failed when a granted role does not set allow_user_key_ids (or noting what was unreadable)."""
-    mount, client = provider.mounts["ssh"], provider.client()
+    mount, client = engines.mounts["ssh"], engines.vault.client()
     names, unread = [role for role in roles if not any(c in role for c in "*?")], []
     if len(names) < len(roles):  # globs: the roles they match
         try:
-            with provider._errors(f"list {mount}/roles"):
+            with engines.vault.errors(f"list {mount}/roles"):
                 listed = ((client.list(f"{mount}/roles") or {}).get("data") or {}).get("keys") or []
             names += [str(name) for name in listed if any_match(tuple(roles), str(name))]
         except BrokerError:
@@ -66,7 +65,7 @@ def _key_ids(provider: VaultProvider, line: HealthCheck, roles: list[str]) -> He
     lacking = []
     for name in sorted(set(names)):
         try:
-            with provider._errors(f"read {mount}/roles/{name}"):
+            with engines.vault.errors(f"read {mount}/roles/{name}"):
                 role = (client.read(f"{mount}/roles/{name}") or {}).get("data")
         except BrokerError:
             unread.append(f"{mount}/roles/{name}")
@@ -75,58 +74,60 @@ def _key_ids(provider: VaultProvider, line: HealthCheck, roles: list[str]) -> He
             lacking.append(name)
     paths = ", ".join(f"{mount}/roles/{name}" for name in (lacking or sorted(set(names))))
     if lacking:
-        return (line[0], False, f"allow_user_key_ids is not set on {paths}{FIX_MARK}{key_id_fix(provider, lacking[0])}")
+        return Check(line.name, False, f"allow_user_key_ids is not set on {paths}", key_id_fix(engines, lacking[0]))
     if unread:
         detail = f"allow_user_key_ids not checked: the broker's token may not read {', '.join(unread)}"
-        return (line[0], True, f"{line[2]}; {detail}")
-    return (line[0], True, f"{line[2]}; allow_user_key_ids is set on {paths}" if names else line[2])
+        return replace(line, detail=f"{line.detail}; {detail}")
+    return replace(line, detail=f"{line.detail}; allow_user_key_ids is set on {paths}") if names else line
 
 
-def _ask_holder(provider: VaultProvider, paths: list[str]) -> Answer:
-    if not provider.dynamic_policies:
+def _ask_holder(engines: Engines, paths: list[str]) -> Answer:
+    if not engines.dynamic_policies:
         return (
-            f"dynamic_policies is not set{FIX_MARK}set dynamic_policies in [providers.{provider.name}]:"
-            " the Vault policies of the token that holds the leases"
+            "dynamic_policies is not set",
+            f"set dynamic_policies in [providers.{engines.name}]:"
+            " the Vault policies of the token that holds the leases",
         )
     try:
-        holder, accessor = create_holder(provider, {"broker_probe": "doctor"}, PROBE_TTL, "broker-doctor", probe=True)
+        holder, accessor = create_holder(engines, {"broker_probe": "doctor"}, PROBE_TTL, "broker-doctor", probe=True)
     except BrokerError as exc:
-        role = f"token role {provider.token_role!r}" if provider.token_role else "the broker's token"
+        token_role = engines.vault.token_role
+        role = f"token role {token_role!r}" if token_role else "the broker's token"
         return (
-            f"the lease holder cannot be created ({exc.message}){FIX_MARK}let {role} grant"
-            f" {', '.join(provider.dynamic_policies)} (allowed_policies), as issue needs"
+            f"the lease holder cannot be created ({exc.message})",
+            f"let {role} grant {', '.join(engines.dynamic_policies)} (allowed_policies), as issue needs",
         )
     try:
-        return _ask(provider, as_holder(provider, holder), paths, "the lease holder")
+        return _ask(engines, as_holder(engines, holder), paths, "the lease holder")
     finally:
         with contextlib.suppress(BrokerError):  # otherwise it dies within PROBE_TTL seconds, holding no lease
-            provider._revoke_accessor(accessor)
+            engines.vault.revoke_accessor(accessor)
 
 
-def _ask(provider: VaultProvider, client: hvac.Client, paths: list[str], who: str) -> Answer:
+def _ask(engines: Engines, client: hvac.Client, paths: list[str], who: str) -> Answer:
     try:
-        with provider._errors(f"capabilities-self of {who}"):
+        with engines.vault.errors(f"capabilities-self of {who}"):
             answer = client.sys.get_capabilities(paths=paths)
     except BrokerError as exc:
-        return exc.message
+        return exc.message, ""
     table = answer.get("data") if isinstance(answer.get("data"), dict) else answer
     return {path: set(table.get(path) or []) for path in paths}
 
 
-def _line(provider: VaultProvider, kind: str, paths: list[str], answer: Answer) -> HealthCheck:
+def _line(engines: Engines, kind: str, paths: list[str], answer: Answer) -> Check:
     name = f"dynamic.{kind}"
-    if isinstance(answer, str):
-        return (name, False, answer)
+    if isinstance(answer, tuple):
+        return Check(name, False, *answer)
     _, capability, held = PATHS[kind]
     missing = [path for path in paths if "deny" in answer[path] or not answer[path] & {capability, "root"}]
     owner = "the lease holder (dynamic_policies)" if held else "the broker's token"
     if not missing:
-        return (name, True, f"{owner} may {capability} {', '.join(paths)}")
-    where = f"dynamic_policies ({', '.join(provider.dynamic_policies)})" if held else "the broker's policy"
-    return (
+        return Check(name, True, f"{owner} may {capability} {', '.join(paths)}")
+    where = f"dynamic_policies ({', '.join(engines.dynamic_policies)})" if held else "the broker's policy"
+    return Check(
         name,
         False,
-        f"{owner} lacks {capability} on {', '.join(missing)}{FIX_MARK}add"
-        f' path "{missing[0]}" {{ capabilities = ["{capability}"] }} (and any other named) to {where},'
+        f"{owner} lacks {capability} on {', '.join(missing)}",
+        f'add path "{missing[0]}" {{ capabilities = ["{capability}"] }} (and any other named) to {where},'
         " or take the role out of the policy's grants",
     )

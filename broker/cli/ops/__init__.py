@@ -1,0 +1,1 @@
+"""``broker init | doctor | serve``: the operator's set-up, health-check and daemon commands, one module each."""

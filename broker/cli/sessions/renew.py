@@ -1,0 +1,24 @@
+"""``broker renew``: credentials that end before their session re-minted, the files swapped, the old ones revoked."""
+
+from __future__ import annotations
+
+from broker.cli.context import Invocation, echo, print_json
+from broker.cli.opening import open_broker
+from broker.cli.render import RENEW_PENDING, renew_lines
+from broker.core.renewing import renew_session
+from broker.vocab.errors import RevokeIncomplete
+from broker.vocab.session_ids import check_session_id
+
+
+def renew(run: Invocation, session: str, as_json: bool) -> None:
+    check_session_id(session)
+    config = run.load_config()
+    with open_broker(config) as broker:
+        renewals = renew_session(broker, session)
+    if as_json:
+        print_json([r.to_json() for r in renewals])
+        return
+    for line in renew_lines([r.to_json() for r in renewals]):
+        echo(line)
+    if any(r.old_outcome == "pending" for r in renewals):
+        raise RevokeIncomplete(RENEW_PENDING)

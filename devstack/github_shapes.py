@@ -2,7 +2,7 @@
 
 Each builder fills every field the contract's schema requires (``integration``,
 ``installation``, ``installation-token``, ``repository``, ``simple-user``,
-``basic-error``, ``validation-error``); ``tests/test_github_emulator.py``
+``basic-error``, ``validation-error``); ``tests/providers/github/test_emulator.py``
 validates them against ``tests/contracts/github-app-api.json``.
 """
 

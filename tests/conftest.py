@@ -9,5 +9,6 @@ pytest_plugins = [
     "tests.fixtures.stack",
     "tests.fixtures.postgres",
     "tests.fixtures.vault_engines",
+    "tests.fixtures.install",
     "tests.fixtures.otlp",
 ]

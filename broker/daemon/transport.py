@@ -9,7 +9,7 @@ writes requests and reads that one framing itself, and refuses anything else
 head over 16 KiB, a body over 64 MiB) as a daemon that did not answer
 (exit 7). h11 with its dataclasses and typing would cost the thin client more
 than Python's own start (SPEC.md, "Operators at scale": a light client); a
-test holds this side and h11 to the same bytes both ways (tests/test_transport.py).
+test holds this side and h11 to the same bytes both ways (tests/unit/daemon/test_transport.py).
 Standard library only, and only ``socket`` and ``json`` of it: the client's
 cold path.
 """

@@ -1,0 +1,70 @@
+"""The issuance log in process: hash chain, signed checkpoints, the audit key's file, a torn last record, and
+fingerprints that are keyed and never the secret.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from broker.audit.keys import load_or_create_keys
+from broker.audit.log import IssuanceLog, checkpoint_message
+from broker.vocab.errors import ConfigError, LogVerificationError
+from broker.vocab.secret import Secret
+from tests.fixtures.logchain import assert_chain
+
+
+def test_records_chain_and_checkpoints_verify_with_the_public_key(tmp_path: Path) -> None:
+    keys = load_or_create_keys(tmp_path / "audit.key", tmp_path / "fingerprint.key")
+    log = IssuanceLog(tmp_path, keys)
+    log.append("session.denied", session=None, task="t", requester="ci", reasons=["x"])
+    log.append("session.issued", session="s-1", task="t", requester="ci")
+    checkpoint = log.checkpoint("ci")
+    assert checkpoint is not None and log.checkpoint("ci") is None  # nothing new to sign
+    items = assert_chain(tmp_path / "issuance.jsonl")
+    assert [r["event"] for r in items] == ["session.denied", "session.issued", "checkpoint"]
+    for field in ("seq", "time", "event", "session", "task", "requester", "prev", "hash"):
+        assert field in items[0]
+    assert str(items[0]["time"]).endswith("Z")
+    public_raw = base64.b64decode(keys.public_key_lines()[0].removeprefix("ed25519:"))
+    public = Ed25519PublicKey.from_public_bytes(public_raw)
+    public.verify(base64.b64decode(str(checkpoint["signature"])), checkpoint_message(2, str(items[1]["hash"])))
+    assert checkpoint["key_id"] == keys.key_id
+
+
+def test_audit_key_file_is_created_once_with_mode_0400(tmp_path: Path) -> None:
+    path = tmp_path / "keys" / "audit.key"
+    fingerprint = tmp_path / "keys" / "fingerprint.key"
+    first = load_or_create_keys(path, fingerprint)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o400
+    assert stat.S_IMODE(os.stat(fingerprint).st_mode) == 0o400
+    again = load_or_create_keys(path, fingerprint)
+    assert (again.key_id, again.fingerprints.key_id) == (first.key_id, first.fingerprints.key_id)
+    path.chmod(0o644)
+    with pytest.raises(ConfigError, match="readable only by its owner"):
+        load_or_create_keys(path, fingerprint)
+
+
+def test_a_torn_last_record_stops_appends(tmp_path: Path) -> None:
+    log = IssuanceLog(tmp_path, load_or_create_keys(tmp_path / "audit.key", tmp_path / "fingerprint.key"))
+    log.append("session.issued", session="s-1", task="t", requester="ci")
+    with open(tmp_path / "issuance.jsonl", "ab") as handle:
+        handle.write(b'{"seq": 2, "ev')
+    with pytest.raises(LogVerificationError, match="torn record"):
+        log.append("session.issued", session="s-2", task="t", requester="ci")
+
+
+def test_fingerprint_is_keyed_and_never_the_secret(tmp_path: Path) -> None:
+    keys = load_or_create_keys(tmp_path / "audit.key", tmp_path / "fingerprint.key")
+    secret = Secret("s.canary-token-value")
+    fingerprint = keys.fingerprint(secret)
+    assert fingerprint.startswith("hmac-sha256:") and "canary" not in fingerprint
+    assert fingerprint != "hmac-sha256:" + hashlib.sha256(b"s.canary-token-value").hexdigest()
+    other = load_or_create_keys(tmp_path / "other.key", tmp_path / "other-fingerprint.key")
+    assert other.fingerprint(secret) != fingerprint

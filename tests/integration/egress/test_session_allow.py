@@ -19,12 +19,13 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.brokerenv import BrokerEnv, make_env
+from tests.fixtures.crash import broker_process
+from tests.fixtures.daemon import Daemon, daemon
 from tests.fixtures.openbao import VAULT_TASK, OpenBao, add_vault_provider
 from tests.fixtures.recording_api import RecordingAPI
 from tests.fixtures.sandbox import sandbox_unavailable
-from tests.test_daemon import Daemon, daemon
-from tests.test_daemon_exec import _client_process, _workspace
-from tests.test_exec import broker_process, workspace
+from tests.integration.daemon.test_exec import _client_process, _workspace
+from tests.integration.host.test_exec import workspace
 
 __all__ = ["daemon"]  # fixture
 pytestmark = [

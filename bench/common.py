@@ -42,6 +42,7 @@ FIGURES = (
     "fleet",
     "operations",
     "terminated",
+    "rotation",
     "metrics",
 )
 #: egress, dynamic and daemon start what they need themselves (a proxy, OpenBao + PostgreSQL, OpenBao + a daemon).

@@ -44,6 +44,7 @@ FIGURES = (
     "terminated",
     "rotation",
     "metrics",
+    "approvals",
 )
 #: egress, dynamic and daemon start what they need themselves (a proxy, OpenBao + PostgreSQL, OpenBao + a daemon).
 NEEDS_STACK = {

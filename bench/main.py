@@ -25,6 +25,7 @@ median over repeated runs, both sides of a ratio interleaved in the same run:
               the log's cost per record), a 50 MiB git push through the proxy vs direct over a modelled
               40 ms, 1 Gbit/s link and on loopback
   metrics     a /metrics scrape with 10,000 live sessions in a real SQLite store; span() with tracing off and on
+  approvals   through ``broker serve``: approve-to-session, a child session against an issue, 100 pending listed
 
 The fleet figure starts a PostgreSQL of its own beside the stack (bench/fleet.py); egress, dynamic,
 daemon and terminated start what they need themselves (bench/egress.py, bench/vault_dynamic.py,
@@ -52,6 +53,7 @@ from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
+from bench.approvals import figure_approvals
 from bench.audit import figure_audit
 from bench.cold import figure_cold
 from bench.common import (
@@ -298,6 +300,8 @@ def main(argv: Sequence[str]) -> int:
                 steps.append(("dynamic", lambda: figure_dynamic(settings, report)))
             if "daemon" in selected:
                 steps.append(("daemon", lambda: figure_daemon(settings, report)))
+            if "approvals" in selected:
+                steps.append(("approvals", lambda: figure_approvals(settings, report)))
             if "latency" in selected:
                 steps.append(("latency", lambda: figure_latency(settings, report, need(stack))))
             if "fleet" in selected:

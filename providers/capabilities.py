@@ -18,6 +18,9 @@ nothing to register.
   ``state_dir/locks``) and with a fleet's (the shared store's ``FleetState``).
 * ``ChecksGrants``: ``doctor`` checks what the policy's grants on the instance need.
 * ``Refreshing``: a long-lived broker keeps its own login valid.
+* ``Narrowing``: says whether one of its credentials is at most as wide as
+  another, so a session's sandbox may be given narrower child sessions
+  (``broker.core.delegation``); without it, none of its credentials is delegated.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ __all__ = [
     "DenyRecord",
     "FindsMinted",
     "FleetState",
+    "Narrowing",
     "Refreshing",
     "Reserving",
     "SharesLocks",
@@ -203,5 +207,16 @@ class Refreshing(Protocol):
         login's TTL. Never raises for a provider problem: the next call that needs the login reports it."""
 
 
+@runtime_checkable
+class Narrowing(Protocol):
+    """Says whether a request is covered by another of the same provider: what a delegated session may ask of
+    its parent's credential. Only the provider type knows what narrower means for its credentials (repositories
+    and permission levels, Vault policies and roles, an AWS session policy's statements)."""
+
+    def narrower(self, child: Any, parent: Any) -> list[str]:
+        """Why ``child`` is wider than ``parent`` (both requests of this provider), one reason per widening key,
+        each starting with that key of ``child`` (``repositories[1]: ...``); empty when ``child`` is covered."""
+
+
 #: Every capability, in the order this module describes them.
-CAPABILITIES = (Warming, FindsMinted, Reserving, SharesLocks, ChecksGrants, Refreshing)
+CAPABILITIES = (Warming, FindsMinted, Reserving, SharesLocks, ChecksGrants, Refreshing, Narrowing)

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import os
 
-from broker.cli.table import ARGUMENT, CHOICE, COMMANDS, FLAG, GLOBAL_OPTIONS, MANY, REST, WORD, Command, Option
+from broker.cli.declaring import ARGUMENT, CHOICE, FLAG, MANY, REST, WORD, Command, Option
+from broker.cli.table import COMMANDS, GLOBAL_OPTIONS
 from broker.vocab.errors import UsageError
 
 
@@ -112,7 +113,7 @@ def _read(
 
 
 def _positionals(command: Command, values: dict[str, object], words: list[str]) -> None:
-    """The command's positional values from ``words``: exec's command, policy lint's directory."""
+    """The command's positional values from ``words``: exec's command, policy lint's directory, approve's request."""
     declared = [option for option in command.options if option.positional]
     if words[:1] == ["--"]:
         words = words[1:]

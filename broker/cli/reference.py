@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from broker.cli.reference_env import render_hints
-from broker.egress.operations.keys import SECTIONS as OPERATIONS_SECTIONS
+from broker.egress.operations.parsing import SECTIONS as OPERATIONS_SECTIONS
 from broker.vocab.reference import Key, Section
 from providers.base import Provider
 from providers.registry import provider_classes
@@ -23,7 +23,7 @@ DURATION = "duration"
 
 
 def operations_sections(title: str, path: str) -> tuple[Section, ...]:
-    """The ``operations`` tables (``broker.egress.operations.keys``) as read at ``path``."""
+    """The ``operations`` tables (``broker.egress.operations.parsing.SECTIONS``) as read at ``path``."""
     return tuple(
         Section(f"{title}: {suffix}", path + below, tuple(Key(*key) for key in keys), intro)
         for suffix, below, keys, intro in OPERATIONS_SECTIONS
@@ -236,9 +236,40 @@ CORE_POLICY = (
             Key("allow_root_sandbox", "boolean", False, "Allow a sandbox uid/gid of 0.", "false"),
             Key("network", "list", False, f"Destinations sessions may ask for: {DESTINATION}.", "none"),
             Key("operations", "table", False, "What sessions may do on their hosts (git, github_api, http)."),
+            Key(
+                "approval",
+                "table",
+                False,
+                "A person approves each session first: nothing is minted until then (see rules[].approval).",
+                "none",
+            ),
+            Key(
+                "delegate",
+                "boolean",
+                False,
+                "broker exec sessions get broker.sock, where their sandbox may ask for child sessions covered by"
+                " theirs (exit 3 naming the key that widens).",
+                "false",
+            ),
+            Key("delegate_depth", "integer", False, "Levels of children (1 to 8): 1 = children cannot delegate.", "1"),
             Key("grants", "list", True, "What the rule allows, per provider instance."),
         ),
         "Deny by default: every credential must be covered by a grant of a rule matching task and requester.",
+    ),
+    Section(
+        "Policy file: rules[].approval",
+        "rules[].approval",
+        (
+            Key(
+                "approvers",
+                "list",
+                True,
+                'uids (or "uid:N") and "group:NAME" (the caller\'s gid or supplementary groups, as the kernel'
+                " has them); never the requester itself. A session drawing on several such rules needs an"
+                " approver named by each.",
+            ),
+            Key("timeout", DURATION, False, "To decide, and then to collect the approved session (at most 7d).", "15m"),
+        ),
     ),
     Section(
         "Policy file: rules[].grants[]",

@@ -6,6 +6,7 @@ through these functions, so both print the same thing for the same answer.
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Any
 
@@ -142,3 +143,66 @@ def operations_lines(operations: dict[str, Any]) -> list[str]:
         if applies("http", [entry["host"]]):
             lines.append(f"    http on {entry['host']}: {_listed(entry['methods'])} on {_listed(entry['paths'])}")
     return lines
+
+
+def approval_lines(requests: list[dict[str, Any]], now: datetime) -> list[str]:
+    """``broker approvals``: each open request with what it would mint, who may approve, and its digest."""
+    if not requests:
+        return ["no approval requests waiting"]
+    lines: list[str] = []
+    for item in requests:
+        uid = f" (uid {item['requester_uid']})" if item.get("requester_uid") is not None else ""
+        state = "approved, not collected" if item["state"] == "granted" else item["state"]
+        lines.append(
+            f"request {item['request']}  task {item['task']}  requester {item['requester']}{uid}"
+            f"  {state}, expires {time_left(parse_iso(item['expires_at']), now)}"
+        )
+        lines.append(f"  approvers: {' and '.join(' or '.join(group) for group in item['approvers'])}")
+        lines += _approval_summary(item.get("summary") or {})
+        lines.append(f"  digest: {item['digest']}")
+    return lines
+
+
+def _approval_summary(summary: dict[str, Any]) -> list[str]:
+    """What the request would mint: each credential as asked, with its rule and capped TTL, and the network."""
+    manifest = summary.get("manifest") or {}
+    document = manifest.get("document") or {}
+    decision = summary.get("decision") or {}
+    decided = {c.get("name"): c for c in decision.get("credentials") or [] if isinstance(c, dict)}
+    sandbox = manifest.get("sandbox") or {}
+    session_ttl = decision.get("session_ttl")
+    ttl = format_duration(session_ttl) if isinstance(session_ttl, int) else "?"
+    lines = [f"  session ttl {ttl}, sandbox uid/gid {sandbox.get('uid')}/{sandbox.get('gid')}"]
+    for credential in document.get("credentials") or []:
+        if not isinstance(credential, dict):
+            continue
+        name = credential.get("name")
+        verdict = decided.get(name) or {}
+        asked = {k: v for k, v in credential.items() if k not in ("name", "provider")}
+        credential_ttl = verdict.get("ttl")
+        shown_ttl = format_duration(credential_ttl) if isinstance(credential_ttl, int) else "?"
+        lines.append(
+            f"  {name}: {credential.get('provider')} by rule {verdict.get('rule')}, ttl {shown_ttl}:"
+            f" {json.dumps(asked, sort_keys=True, default=str)}"
+        )
+    network = (document.get("network") or {}).get("allow") if isinstance(document.get("network"), dict) else None
+    if network:
+        lines.append(f"  network: {', '.join(str(entry) for entry in network)}")
+    return lines
+
+
+def decided_line(item: dict[str, Any], action: str) -> str:
+    """``broker approve`` / ``broker deny``: what was decided."""
+    if action == "approve":
+        return (
+            f"approved request {item['request']} (task {item['task']}, requester {item['requester']});"
+            f" its session can be collected until {item['expires_at']}"
+        )
+    because = f": {item['reason']}" if item.get("reason") else ""
+    return f"denied request {item['request']} (task {item['task']}, requester {item['requester']}){because}"
+
+
+def waiting_line(message: str, wait: float | None) -> str:
+    """What a waiting ``issue`` says on stderr while it waits for the decision."""
+    limit = "until the request expires" if wait is None else f"up to {format_duration(max(int(wait), 0))}"
+    return f"broker: {message}; waiting {limit} (interrupting leaves it pending)"

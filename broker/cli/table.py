@@ -8,96 +8,13 @@ any command line the small parser leaves to it). A command names its handler
 (``broker.cli.app``). ``daemon`` marks the commands a configured ``broker
 serve`` answers (``broker.client``).
 
-This module is on the thin client's cold path: plain classes with slots and
-the standard library's nothing (no dataclasses, no typing, no enum).
+This module is on the thin client's cold path: plain values of the classes
+``broker.cli.declaring`` defines, and the standard library's nothing.
 """
 
 from __future__ import annotations
 
-FLAG = "flag"  # --json: True when given
-TEXT = "text"  # --task VALUE
-PATH = "path"  # --session-file VALUE, handed to the command as a pathlib.Path
-CHOICE = "choice"  # --format VALUE, one of ``choices``
-MANY = "many"  # --ro-bind VALUE, repeatable: a list
-ARGUMENT = "argument"  # an optional positional path (policy lint DIR)
-WORD = "word"  # a required positional text (session allow HOST:PORT)
-REST = "rest"  # everything after the options or after --: exec's command
-
-
-class Option:
-    """One option or argument: ``dest`` is the handler's parameter, ``flags`` what the command line spells."""
-
-    __slots__ = ("choices", "default", "dest", "envvar", "flags", "help", "kind", "metavar", "required", "show_default")
-
-    def __init__(
-        self,
-        dest: str,
-        *flags: str,
-        kind: str = TEXT,
-        help: str,
-        default: object = None,
-        required: bool = False,
-        choices: tuple[str, ...] = (),
-        envvar: str | None = None,
-        metavar: str | None = None,
-        show_default: bool = True,
-    ) -> None:
-        self.dest = dest
-        self.flags = flags
-        self.kind = kind
-        self.help = help
-        self.default = False if kind == FLAG else default
-        self.required = required
-        self.choices = choices
-        self.envvar = envvar
-        self.metavar = metavar
-        self.show_default = show_default
-
-    @property
-    def takes_value(self) -> bool:
-        return self.kind in (TEXT, PATH, CHOICE, MANY)
-
-    @property
-    def positional(self) -> bool:
-        return self.kind in (ARGUMENT, REST, WORD)
-
-
-class Command:
-    """One command: its words (``("audit", "list")``), handler, help (summary line, blank line, body), options."""
-
-    __slots__ = ("daemon", "handler", "help", "interspersed", "options", "words")
-
-    def __init__(
-        self,
-        words: tuple[str, ...],
-        handler: str,
-        help: str,
-        options: tuple[Option, ...] = (),
-        *,
-        daemon: bool = False,
-        interspersed: bool = True,
-    ) -> None:
-        self.words = words
-        self.handler = handler
-        self.help = help
-        self.options = options
-        self.daemon = daemon
-        self.interspersed = interspersed  # False: the first positional ends the options (exec's command)
-
-    @property
-    def name(self) -> str:
-        return " ".join(self.words)
-
-
-class Group:
-    """A command word with commands under it (``policy``, ``audit``)."""
-
-    __slots__ = ("help", "word")
-
-    def __init__(self, word: str, help: str) -> None:
-        self.word = word
-        self.help = help
-
+from broker.cli.declaring import ARGUMENT, CHOICE, FLAG, MANY, PATH, REST, WORD, Command, Group, Option
 
 PROGRAM_HELP = "Scoped-credential broker: short-lived, narrow credentials for sandboxed agents."
 CONFIG_ENV = "BROKER_CONFIG"
@@ -131,10 +48,26 @@ def _session(what: str, *, required: bool = False) -> Option:
     return Option("session", "--session", required=required, help=what)
 
 
+def _request() -> Option:
+    return Option(
+        "request", kind=WORD, required=True, metavar="REQUEST", help="The request id (broker approvals lists them)."
+    )
+
+
+def _waiting() -> tuple[Option, Option]:
+    """--wait and --no-wait: what issue and exec do when a person must approve the session first."""
+    return (
+        Option("wait", "--wait", help="When an approval is needed: how long to wait for it [default: its timeout]."),
+        _flag("no_wait", "--no-wait", "When an approval is needed: exit 8 with the request id at once."),
+    )
+
+
 def _network(verb: str, summary: str) -> Command:
     """``session allow`` or ``session disallow``: one destination of a running session's allow-list."""
     example = f"Example: broker session {verb} --session s-4k2j9x7q3m1p pypi.org:443"
-    destination = Option("destination", kind=WORD, help="HOST:PORT, *.SUFFIX:PORT or [IPv6]:PORT.")
+    destination = Option(
+        "destination", kind=WORD, required=True, metavar="HOST:PORT", help="HOST:PORT, *.SUFFIX:PORT or [IPv6]:PORT."
+    )
     session = _session("Session id (its exec must be running).", required=True)
     options = (session, destination, _json("Print the change as JSON."))
     return Command(("session", verb), f"{SESSIONS}.network:{verb}", f"{summary}\n\n{example}", options, daemon=True)
@@ -189,12 +122,16 @@ COMMANDS = (
         ("issue",),
         f"{SESSIONS}.issue:issue",
         "Decide, mint, inject and log the credentials a task manifest asks for.\n\n"
+        "A rule may need a person's approval first: issue shows the request id and digest and waits (exit 8 with\n"
+        "--no-wait, or when the wait ends first; issue --resume REQUEST collects it once approved).\n"
         "Example: broker issue --task task.yaml --format docker --session-file /tmp/session",
         (
-            Option("task", "--task", required=True, help="Task manifest (YAML or JSON; - for stdin)."),
+            Option("task", "--task", help="Task manifest (YAML or JSON; - for stdin)."),
             _json("Print the session document as JSON."),
             Option("fmt", "--format", kind=CHOICE, choices=FORMATS, help="What to print for the launcher."),
             Option("session_file", "--session-file", kind=PATH, help="Also write the session id to this file."),
+            *_waiting(),
+            Option("resume", "--resume", help="Collect the session of an approved request (instead of --task)."),
         ),
         daemon=True,
     ),
@@ -258,6 +195,7 @@ COMMANDS = (
             ),
             _path("workspace", "--workspace", "Directory bound read-write at /workspace [default: a tmpfs]."),
             Option("read_only", "--ro-bind", kind=MANY, help="Extra host path bound read-only at the same path."),
+            *_waiting(),
         ),
         daemon=True,
         interspersed=False,
@@ -273,6 +211,39 @@ COMMANDS = (
         "Run it every minute (scripts/systemd/broker-sweep.timer). Exit 5 while something stays pending.\n"
         "Example: broker sweep --json",
         (_json("Print what was done as JSON."),),
+    ),
+    Command(
+        ("approvals",),
+        f"{SESSIONS}.approvals:approvals",
+        "List the approval requests waiting for a decision: what each would mint, who may approve, its digest.\n\n"
+        "Example: broker approvals",
+        (_json("Print the requests as JSON."),),
+        daemon=True,
+    ),
+    Command(
+        ("approve",),
+        f"{SESSIONS}.approvals:approve",
+        "Approve a request with the digest you were shown: the approval binds to exactly that request.\n\n"
+        "You must be one of its approvers (by uid or group) and not its requester.\n"
+        "Example: broker approve s-4k2j9x7q3m1p --digest 3f5e...",
+        (
+            _request(),
+            Option("digest", "--digest", required=True, help="The request's SHA-256 digest, as you were shown it."),
+            _json("Print the decided request as JSON."),
+        ),
+        daemon=True,
+    ),
+    Command(
+        ("deny",),
+        f"{SESSIONS}.approvals:deny",
+        "Deny a request (or, as its requester, withdraw it): nothing is minted for it.\n\n"
+        'Example: broker deny s-4k2j9x7q3m1p --reason "not during the freeze"',
+        (
+            _request(),
+            Option("reason", "--reason", help="Why, for the requester and the log."),
+            _json("Print the decided request as JSON."),
+        ),
+        daemon=True,
     ),
     Command(
         ("policy", "check"),

@@ -19,23 +19,9 @@ from typing import Annotated, Any, Literal
 import typer
 
 from broker import __version__
+from broker.cli.declaring import ARGUMENT, CHOICE, FLAG, MANY, PATH, REST, WORD, Command, Option
 from broker.cli.parsing import Parsed
-from broker.cli.table import (
-    ARGUMENT,
-    CHOICE,
-    COMMANDS,
-    FLAG,
-    GLOBAL_OPTIONS,
-    GROUPS,
-    MANY,
-    PATH,
-    PROGRAM_HELP,
-    REST,
-    VERSION_HELP,
-    WORD,
-    Command,
-    Option,
-)
+from broker.cli.table import COMMANDS, GLOBAL_OPTIONS, GROUPS, PROGRAM_HELP, VERSION_HELP
 
 Run = Callable[[Parsed], int]
 _GLOBALS = "broker.global_options"  # where the group's callback keeps the global options (``ctx.meta``)
@@ -122,7 +108,7 @@ def _parameter(option: Option) -> inspect.Parameter:
         info = typer.Argument(help=option.help)
         return _keyword(option.dest, Annotated[Path | None, info], None)
     if option.kind == WORD:
-        info = typer.Argument(help=option.help, metavar="HOST:PORT")
+        info = typer.Argument(help=option.help, metavar=option.metavar)
         return _keyword(option.dest, Annotated[str, info], inspect.Parameter.empty)
     kind: Any = {FLAG: bool, PATH: Path, MANY: list[str]}.get(option.kind, str)
     if option.kind == CHOICE:

@@ -1,4 +1,5 @@
-"""``broker issue | revoke | status | renew | exec | session | policy check`` through the daemon: same output, codes.
+"""``broker issue | revoke | status | renew | exec | session | approvals | approve | deny | policy check``
+through the daemon: same arguments, output, codes.
 
 ``route`` is asked about every command line the command table's parser
 understood (``broker.cli.parsing``): a command the daemon answers
@@ -80,6 +81,10 @@ def daemon_socket(path: str, table: dict[str, Any]) -> str | None:
 def _run(command: str, args: dict[str, object], socket: str) -> int:
     if command == "issue":
         return _issue(args, socket)
+    if command in ("approvals", "approve", "deny"):
+        from broker.client.approving import run_approvals
+
+        return run_approvals(command, args, socket)
     if command == "policy check":
         answer = call(socket, "POST", "/v1/policy/check", _manifest(str(args["task"])))
         decision = answer.document.get("decision", answer.document) if answer.status == 403 else answer.document
@@ -136,14 +141,33 @@ def _status(args: dict[str, object], socket: str) -> int:
 def _issue(args: dict[str, object], socket: str) -> int:
     from pathlib import Path
 
-    from broker.cli.launch_formats import SessionFile, emit, render
     from broker.cli.render import issue_text
+    from broker.cli.sessions.launch_formats import SessionFile, emit, render
+    from broker.vocab.durations import wait_seconds
 
-    body = _manifest(str(args["task"]))
+    if (args["task"] is None) == (args["resume"] is None):
+        raise UsageError("issue needs exactly one of --task FILE or --resume REQUEST")
+    wait = wait_seconds(None if args["wait"] is None else str(args["wait"]), bool(args["no_wait"]))
+    body = _manifest(str(args["task"])) if args["task"] is not None else None
     target = SessionFile.open(Path(str(args["session_file"]))) if args["session_file"] is not None else None
     try:
-        answer = checked(call(socket, "POST", "/v1/sessions", body))
-        document: dict[str, object] = answer.document
+        answer = call(socket, "POST", "/v1/sessions", body) if body is not None else None
+        document: dict[str, object]
+        if answer is None or answer.status == 202:  # --resume, or nothing minted yet: a person decides first
+            from broker.client import approving
+
+            request = None if args["resume"] is None else _session(args["resume"])
+            if answer is not None:
+                waiting = approving.pending(answer)
+                approving.announce(socket, waiting, wait, bool(args["as_json"]))
+                if wait == 0:
+                    raise waiting
+                request = _session(waiting.request)
+            assert request is not None
+            approving.settle(socket, request, wait)
+            document = approving.collect(socket, request)
+        else:
+            document = checked(answer).document
         try:
             if target is not None:
                 target.write(str(document["session"]))

@@ -16,6 +16,7 @@ forwarder in front of the command when there is a proxy.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -24,12 +25,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from broker.client import approving
 from broker.client.answers import checked
 from broker.daemon.transport import Answer, Connection
 from broker.egress.bridge import forwarder_argv
 from broker.host.sandbox import EGRESS_SOCKET, check_sandbox_available
 from broker.host.spawning import Launch, launch, stop
+from broker.vocab.durations import wait_seconds
 from broker.vocab.errors import BrokerError, UsageError
+from broker.vocab.session_ids import check_session_id
 
 PASSED_TO_DAEMON = ("PATH", "LANG", "TERM")  # what direct exec takes from its own environment
 
@@ -48,8 +52,15 @@ def run_exec(args: dict[str, Any], socket: str, manifest: Any) -> int:
         "workspace": workspace or (os.getcwd() if args["sandbox"] == "none" else None),
         "parent_env": {name: os.environ[name] for name in PASSED_TO_DAEMON if name in os.environ},
     }
-    with Connection(socket) as connection:
-        started = checked(connection.request("POST", "/v1/exec", body))
+    wait = wait_seconds(args["wait"], bool(args["no_wait"]))
+    with contextlib.ExitStack() as stack:
+        connection = stack.enter_context(Connection(socket))
+        answer = connection.request("POST", "/v1/exec", body)
+        if answer.status == 202:  # nothing minted: a person decides first
+            request = _await(socket, answer, wait)
+            connection = stack.enter_context(Connection(socket))  # the first one idled past the daemon's limit
+            answer = connection.request("POST", "/v1/exec", {**body, "resume": request})
+        started = checked(answer)
         session = str(started.document["session"]["session"])
         holder = _Holder(connection, session)
         status = _run(started.document, command, args, workspace, holder.attach)
@@ -59,6 +70,18 @@ def run_exec(args: dict[str, Any], socket: str, manifest: Any) -> int:
     elif report.exit_code:
         _warn(f"session {session}: revocation incomplete; pending credentials stay for broker sweep")
     return status
+
+
+def _await(socket: str, answer: Answer, wait: float | None) -> str:
+    """The exec's session needs an approval: wait for it (exit 8 with ``--no-wait`` or when the wait ends first);
+    the request id, checked, once approved."""
+    waiting = approving.pending(answer)
+    approving.announce(socket, waiting, wait, False)
+    if wait == 0:
+        raise waiting
+    request = check_session_id(waiting.request, "request id")
+    approving.settle(socket, request, wait)
+    return request
 
 
 class _Holder:

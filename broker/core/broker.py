@@ -45,24 +45,26 @@ def new_session_id() -> str:
 
 @dataclass(frozen=True)
 class Requester:
-    """The caller of the broker: OS user name and uid (what policy rules name in ``requesters``)."""
+    """The caller of the broker: OS user name and uid (what policy rules name in ``requesters``), and the groups
+    the kernel counts it in (its gid and supplementary groups: what an approver's ``group:NAME`` is checked on)."""
 
     name: str
     uid: int
+    groups: frozenset[int] = frozenset()
 
     @classmethod
-    def of_uid(cls, uid: int) -> Requester:
+    def of_uid(cls, uid: int, groups: frozenset[int] = frozenset()) -> Requester:
         """The user ``uid`` (no name when it has no account)."""
         try:
             name = pwd.getpwuid(uid).pw_name
         except KeyError:
             name = ""
-        return cls(name=name, uid=uid)
+        return cls(name=name, uid=uid, groups=groups)
 
     @classmethod
     def current(cls) -> Requester:
-        """This process's user."""
-        return cls.of_uid(os.getuid())
+        """This process's user, with this process's groups."""
+        return cls.of_uid(os.getuid(), frozenset((os.getgid(), *os.getgroups())))
 
     def __str__(self) -> str:
         return self.name or f"uid:{self.uid}"

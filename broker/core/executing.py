@@ -22,13 +22,20 @@ the hosts of ``inject: proxy`` credentials and the hosts the session's
 operations limit; each request to them is an ``egress.request`` record,
 written while the command runs (``broker.egress.terminate.writer``) and all
 in the log before the session's revocation is.
+
+A session whose rules need an approval is waited for (``wait`` seconds,
+default its rule's timeout; ``on_pending`` is told the request first) and
+then issued as approved. A session whose rules allow children gets its
+``broker.sock``, served here while the command runs
+(``broker.core.session_socket``) and closed before the session is revoked,
+children first.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,13 +43,16 @@ from broker.core.broker import Broker
 from broker.core.credential.proxied import session_interceptor
 from broker.core.halting import Halt
 from broker.core.inputs.manifest import Manifest
-from broker.core.issuing import issue
+from broker.core.issuing import DelegationSocket, issue
+from broker.core.resuming import settle
 from broker.core.revoking import RevokeReport, revoke_locked
 from broker.core.rotating import Rotator
 from broker.core.session_document import SessionDocument
+from broker.core.session_socket import SessionSocket
 from broker.egress.bridge import forwarder_argv, proxy_hints
 from broker.egress.records import log_denials
 from broker.egress.running import RunningProxy, running_proxy
+from broker.egress.terminate.plan import Interceptor
 from broker.egress.terminate.writer import EvidenceWriter
 from broker.host.control import ControlSocket
 from broker.host.egress_socket import EgressSocket, egress_root
@@ -50,7 +60,7 @@ from broker.host.sandbox import EGRESS_SOCKET, SANDBOX_PATH, WORKSPACE
 from broker.host.sandbox import check_sandbox_available as check_host_sandbox
 from broker.host.signals import signals_blocked
 from broker.host.spawning import Launch, launch
-from broker.vocab.errors import BadInput
+from broker.vocab.errors import AwaitingApproval, BadInput
 
 PASSED_THROUGH = ("LANG", "TERM")
 
@@ -109,13 +119,45 @@ def child_environment(
     return env
 
 
-def execute(broker: Broker, manifest: Manifest, options: ExecOptions) -> ExecResult:
+def issue_or_wait(
+    broker: Broker,
+    manifest: Manifest,
+    interceptor: Interceptor | None,
+    delegation: DelegationSocket,
+    *,
+    wait: float | None,
+    on_pending: Callable[[AwaitingApproval], None] | None,
+) -> SessionDocument:
+    """Issue; a session that needs an approval is waited for (up to ``wait`` seconds, None: its timeout; 0: not at
+    all, exit 8) and issued once approved."""
+    try:
+        return issue(broker, manifest, interceptor=interceptor, delegation=delegation)
+    except AwaitingApproval as pending:
+        if wait == 0:
+            raise
+        if on_pending is not None:
+            on_pending(pending)
+        approved = settle(broker, pending.request, wait=wait)
+        return issue(broker, manifest, interceptor=interceptor, approved=approved, delegation=delegation)
+
+
+def execute(
+    broker: Broker,
+    manifest: Manifest,
+    options: ExecOptions,
+    *,
+    wait: float | None = None,
+    on_pending: Callable[[AwaitingApproval], None] | None = None,
+) -> ExecResult:
     """Issue, run the command, revoke; returns the command's exit status as a shell reports it."""
     check_sandbox_available(options, manifest)
     mode = network_mode(options, manifest)
     check_proxied(manifest, mode)
     interceptor = session_interceptor(broker.config, manifest) if mode == "allowlist" else None
-    document = issue(broker, manifest, interceptor=interceptor)
+    # Inside, the sandbox user; without root, the broker's own user (a user namespace maps the one to the other).
+    owner = (manifest.sandbox.uid, manifest.sandbox.gid) if os.geteuid() == 0 else (os.geteuid(), os.getegid())
+    delegation = DelegationSocket(owner)
+    document = issue_or_wait(broker, manifest, interceptor, delegation, wait=wait, on_pending=on_pending)
     session_id = document.id
     lock = broker.session_lock(session_id)
     lock.acquire()  # held while the command runs: if this broker dies, sweep revokes the session
@@ -125,11 +167,13 @@ def execute(broker: Broker, manifest: Manifest, options: ExecOptions) -> ExecRes
         halt = Halt()
         try:
             with contextlib.ExitStack() as stack:
+                if delegation.listener is not None:  # closed before the revocation below: no child comes after it
+                    stack.enter_context(SessionSocket(broker, session_id, delegation.listener, owner[0]))
                 stack.enter_context(ControlSocket(broker.config.state_dir, session_id, halt, halt.network))
                 proxy = None
                 if mode == "allowlist":
-                    owner = (manifest.sandbox.uid, manifest.sandbox.gid) if os.geteuid() == 0 else None
-                    unix = EgressSocket(egress_root(broker.runtime), session_id, owner, passable=False)
+                    sandbox = (manifest.sandbox.uid, manifest.sandbox.gid) if os.geteuid() == 0 else None
+                    unix = EgressSocket(egress_root(broker.runtime), session_id, sandbox, passable=False)
                     evidence = session_evidence(broker, session_id, manifest.task)
                     proxy = stack.enter_context(
                         running_proxy(manifest.network, unix=unix, interceptor=interceptor, evidence=evidence)

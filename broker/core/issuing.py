@@ -21,6 +21,16 @@ revoked at once, or kept ``pending`` for ``sweep``. Before all that, each
 provider reserves room to revoke what it will mint
 (``broker.core.credential.reserving``); without room the issue is denied like
 a policy denial.
+
+A decision that needs a person's approval mints nothing: the session is
+stored ``awaiting-approval`` with its request (``broker.core.approvals``) and
+``issuing`` raises ``AwaitingApproval`` (exit 8); once approved,
+``broker.core.resuming`` issues that very session (``approved``), if the
+policy still decides the same. A delegated session (``delegated``) is issued
+on the coverage decision ``broker.core.delegating`` made, into a directory
+inside its parent's. With ``delegation``, a session whose rules allow
+children gets its socket (``broker.sock``) in its directory before it is
+sealed.
 """
 
 from __future__ import annotations
@@ -32,8 +42,10 @@ from collections.abc import Iterator
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from datetime import timedelta
 from pathlib import PurePosixPath
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
+from broker.core.approvals.digest import digest_of, same_digest
+from broker.core.approvals.ticket import awaiting, open_request, summary
 from broker.core.broker import Broker, new_session_id, preload_providers
 from broker.core.credential.mint import Minting
 from broker.core.credential.proxied import ca_files, ca_hints, hold_in_proxy, limit_operations, require_proxy
@@ -43,10 +55,10 @@ from broker.core.credential.withholding import cause_text
 from broker.core.inputs.manifest import Manifest
 from broker.core.inputs.policy import Decision, decide
 from broker.core.session_document import IssuedCredential, SessionDocument
-from broker.core.store.interface import SessionRecord
+from broker.core.store.interface import ApprovalRecord, SessionRecord
 from broker.core.store.states import SETTLED_CREDENTIAL_STATES, CredentialState, SessionState
 from broker.egress.terminate.plan import Interceptor
-from broker.host.sessiondir import SessionDirectory
+from broker.host.sessiondir import SOCKET_NAME, SessionDirectory
 from broker.host.signals import signals_blocked
 from broker.vocab.errors import (
     BadInput,
@@ -56,10 +68,16 @@ from broker.vocab.errors import (
     IssueRolledBack,
     PolicyDenied,
     ProviderError,
+    UnknownRequest,
 )
 from broker.vocab.logs import event
 from broker.vocab.time import iso
 from providers.base import CredentialRequest, MintedCredential
+
+if TYPE_CHECKING:
+    import socket
+
+    from broker.core.delegation.coverage import Delegated
 
 LOG = logging.getLogger("broker.issue")
 
@@ -79,24 +97,47 @@ def check(broker: Broker, manifest: Manifest) -> Decision:
     return decision
 
 
+class DelegationSocket:
+    """Asks ``issuing`` for the session's ``broker.sock`` (when its rules allow children), owned by ``owner``;
+    holds the listening socket once it is bound."""
+
+    def __init__(self, owner: tuple[int, int] | None) -> None:
+        self.owner = owner
+        self.listener: socket.socket | None = None
+
+
 @contextlib.contextmanager
-def issuing(broker: Broker, manifest: Manifest, interceptor: Interceptor | None = None) -> Iterator[SessionDocument]:
+def issuing(
+    broker: Broker,
+    manifest: Manifest,
+    interceptor: Interceptor | None = None,
+    *,
+    approved: ApprovalRecord | None = None,
+    delegated: Delegated | None = None,
+    delegation: DelegationSocket | None = None,
+) -> Iterator[SessionDocument]:
     """Issue a session for ``manifest``; the block receives its document and commits it by ending cleanly.
 
     An exception raised in the block, or a signal arriving, revokes every
     credential again (exit 4, its message naming what became of them).
     ``interceptor`` (the session proxy's) takes the secrets of ``inject: proxy``
     credentials and the effective operations (``broker.core.credential.proxied``).
+    A decision that needs an approval raises ``AwaitingApproval`` once the
+    request is stored, unless it is the ``approved`` request's own (same digest).
     """
     require_proxy(manifest, interceptor)
-    decision = check(broker, manifest)
+    decision = delegated.decision if delegated is not None else check(broker, manifest)
     if not decision.allowed:
         log_denial(broker, manifest, decision, decision.reasons)
         raise PolicyDenied(decision.denial_message(), decision.reasons)
     limit_operations(interceptor, decision)
     _check_sandbox_owner(manifest)
     broker.log.head()  # a log that cannot take records (torn, unreadable) fails the issue before anything is minted
-    transaction = Issuing(broker, manifest, decision, interceptor)
+    if approved is not None:
+        _still_as_approved(broker, manifest, decision, approved)
+    elif decision.approval is not None and delegated is None:
+        raise awaiting(open_request(broker, manifest, decision, new_session_id()))
+    transaction = Issuing(broker, manifest, decision, interceptor, approved, delegated, delegation)
     with reserved(transaction, transaction.contexts, transaction.now) as reservation:
         lock = broker.session_lock(transaction.session_id)
         lock.acquire()  # held until the session is complete or rolled back: sweep leaves it alone
@@ -110,22 +151,55 @@ def issuing(broker: Broker, manifest: Manifest, interceptor: Interceptor | None 
             lock.release()
 
 
-def issue(broker: Broker, manifest: Manifest, interceptor: Interceptor | None = None) -> SessionDocument:
+def issue(
+    broker: Broker,
+    manifest: Manifest,
+    interceptor: Interceptor | None = None,
+    *,
+    approved: ApprovalRecord | None = None,
+    delegation: DelegationSocket | None = None,
+) -> SessionDocument:
     """Issue and commit at once, for a caller with nothing to deliver while the session can be rolled back."""
-    with issuing(broker, manifest, interceptor) as session:
+    with issuing(broker, manifest, interceptor, approved=approved, delegation=delegation) as session:
         return session
+
+
+def _still_as_approved(broker: Broker, manifest: Manifest, decision: Decision, approved: ApprovalRecord) -> None:
+    """The approval binds to its digest: deciding the stored manifest now must give the same one."""
+    if not same_digest(digest_of(summary(manifest, decision)), approved.digest):
+        reason = (
+            f"request {approved.request} was approved, but the policy no longer decides it as it was approved"
+            " (the digest differs); nothing was minted: ask again"
+        )
+        log_denial(broker, manifest, decision, (reason,))
+        raise PolicyDenied(reason, (reason,))
 
 
 class Issuing(Minting):
     """One issue: its session's credentials minted, recorded, written, and delivered or rolled back."""
 
-    def __init__(self, broker: Broker, manifest: Manifest, decision: Decision, interceptor: Interceptor | None) -> None:
+    def __init__(
+        self,
+        broker: Broker,
+        manifest: Manifest,
+        decision: Decision,
+        interceptor: Interceptor | None,
+        approved: ApprovalRecord | None = None,
+        delegated: Delegated | None = None,
+        delegation: DelegationSocket | None = None,
+    ) -> None:
         runtime = broker.runtime
         now = broker.clock().replace(microsecond=0)
-        super().__init__(broker, manifest, decision, new_session_id(), now + timedelta(seconds=decision.session_ttl))
+        session_id = approved.request if approved else delegated.session_id if delegated else new_session_id()
+        super().__init__(broker, manifest, decision, session_id, now + timedelta(seconds=decision.session_ttl))
         self.now = now
         self.interceptor = interceptor
-        self.directory = SessionDirectory(runtime, self.session_id, manifest.sandbox.uid, manifest.sandbox.gid)
+        self.approved = approved
+        self.delegated = delegated
+        self.delegation = delegation if decision.delegate_depth > 0 else None
+        ancestors = delegated.ancestors if delegated is not None else ()
+        sandbox = manifest.sandbox
+        self.directory = SessionDirectory(runtime, self.session_id, sandbox.uid, sandbox.gid, ancestors)
         #: Made once: the reservation and the mint tell each provider the same.
         self.contexts = {request.name: self.context(request) for request in manifest.credentials}
         self.pool: ThreadPoolExecutor | None = None
@@ -134,25 +208,29 @@ class Issuing(Minting):
         """The session in the store, ``issuing``, before anything is minted (sweep finds it if this broker
         dies); the providers' SDKs loaded here, before the minting threads use them."""
         manifest = self.manifest
-        self.broker.store.create_session(
-            SessionRecord(
-                id=self.session_id,
-                task=manifest.task,
-                requester=str(self.broker.requester),
-                state=SessionState.ISSUING,
-                created_at=self.now,
-                expires_at=self.expires_at,
-                dir=str(self.directory.path),
-                mount_path=str(manifest.sandbox.mount_path),
-                uid=manifest.sandbox.uid,
-                gid=manifest.sandbox.gid,
-                mounted=self.directory.runtime.mount_per_session,
-                document=None,
-                manifest={"json": manifest.source_is_json, "text": manifest.source},
-                host=self.broker.config.host,
-                requester_uid=self.broker.requester.uid,
-            )
+        record = SessionRecord(
+            id=self.session_id,
+            task=manifest.task,
+            requester=str(self.broker.requester),
+            state=SessionState.ISSUING,
+            created_at=self.now,
+            expires_at=self.expires_at,
+            dir=str(self.directory.path),
+            mount_path=str(manifest.sandbox.mount_path),
+            uid=manifest.sandbox.uid,
+            gid=manifest.sandbox.gid,
+            mounted=self.directory.runtime.mount_per_session and not self.directory.ancestors,
+            document=None,
+            manifest={"json": manifest.source_is_json, "text": manifest.source},
+            host=self.broker.config.host,
+            requester_uid=self.broker.requester.uid,
+            parent=self.delegated.parent.id if self.delegated is not None else None,
+            delegate_depth=self.decision.delegate_depth,
         )
+        if self.approved is None:
+            self.broker.store.create_session(record)
+        elif not self.broker.store.collect_approval(record):  # one collector wins; the others change nothing
+            raise UnknownRequest(f"request {self.session_id} was collected already, or is no longer approved")
         preload_providers(self.broker, {request.provider for request in manifest.credentials})
         self.pool = ThreadPoolExecutor(max_workers=len(manifest.credentials), thread_name_prefix="mint")
 
@@ -168,6 +246,8 @@ class Issuing(Minting):
         reservation.release()
         wait(futures, return_when=FIRST_EXCEPTION)
         results = [future.result() for future in futures]  # the first failure raises here
+        if self.delegation is not None:  # while the directory is the broker's alone: nothing in it can be swapped
+            self.delegation.listener = self.directory.bind_socket(self.delegation.owner)
         document = self.document(results)
         self.directory.write_file("session.json", document.file_content())
         self.directory.seal()
@@ -181,6 +261,7 @@ class Issuing(Minting):
             expires_at=iso(self.expires_at),
             credentials=[request.name for request, _, _ in results],
             dir=str(self.directory.path),
+            **self.lineage(),
         )
         broker.checkpoint()
         return document
@@ -188,7 +269,7 @@ class Issuing(Minting):
     def provide(self, request: CredentialRequest) -> tuple[CredentialRequest, MintedCredential, list[str]]:
         """One credential's whole path: record, mint, record again, log, write its files (or their placeholder)."""
         credential = self.mint(request, self.contexts[request.name])
-        self.record(request, credential)
+        self.record(request, credential, **self.lineage())
         if self.interceptor is not None and request.name in self.manifest.proxied:
             credential = hold_in_proxy(self.broker.config, request, credential, self.interceptor)
         return request, credential, self.directory.write_credential(request.name, credential.files)
@@ -212,6 +293,8 @@ class Issuing(Minting):
             for key, value in credential.env.items():
                 env.setdefault(key, value)
         env["BROKER_SESSION"] = self.session_id
+        if self.delegation is not None:  # the thin client in the sandbox asks this session's socket for children
+            env["BROKER_SOCKET"] = str(PurePosixPath(manifest.sandbox.mount_path) / SOCKET_NAME)
         if self.interceptor is not None and self.interceptor.terminates:
             for name, data in ca_files(self.interceptor).items():
                 self.directory.write_file(name, data)
@@ -225,10 +308,18 @@ class Issuing(Minting):
             credentials=tuple(credentials),
             env=env,
             host=broker.config.host if broker.store.shared else None,  # only this host touches the directory
+            parent=self.delegated.parent.id if self.delegated is not None else None,
         )
+
+    def lineage(self) -> dict[str, str]:
+        """``parent`` in the log records of a delegated session."""
+        return {"parent": self.delegated.parent.id} if self.delegated is not None else {}
 
     def abort(self, cause: BaseException) -> NoReturn:
         """Roll back with the stop signals held, then fail: exit 4 once anything was minted."""
+        if self.delegation is not None and self.delegation.listener is not None:
+            self.delegation.listener.close()  # its directory goes with the rollback
+            self.delegation.listener = None
         with signals_blocked():
             if self.pool is not None:
                 self.pool.shutdown(wait=True, cancel_futures=True)  # nothing may still be minting while we roll back
@@ -271,6 +362,7 @@ class Issuing(Minting):
             requester=requester,
             reason=f"issue failed: {reason}",
             pending=pending,
+            **self.lineage(),
         )
         return any(r.state != CredentialState.FAILED for r in records), pending
 

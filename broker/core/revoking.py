@@ -9,6 +9,11 @@ credential's own revocation is ``broker.core.credential.revoke``. A session
 a running ``exec`` holds is not waited for: that process is asked (its
 control socket) to refuse at once and revoke, and the report follows once
 its lock is free.
+
+A session's children (sessions delegated from it) are revoked with it, before
+it, whatever ends it (``revoke``, ``sweep``, the end of its ``exec``). A
+session still awaiting approval has nothing to revoke: its request is
+withdrawn.
 """
 
 from __future__ import annotations
@@ -18,21 +23,23 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from broker.core.approvals.deciding import withdraw
 from broker.core.broker import Broker, preload_providers
 from broker.core.credential.revoke import revoke_credential
+from broker.core.delegation.lineage import ancestors
 from broker.core.store.interface import CredentialRecord, SessionRecord
 from broker.core.store.locks import try_lock
 from broker.core.store.states import (
     ENDED_SESSION_STATES,
-    LIVE_SESSION_STATES,
     SETTLED_CREDENTIAL_STATES,
+    SHOWN_SESSION_STATES,
     UNSETTLED_CREDENTIAL_STATES,
     CredentialState,
     SessionState,
 )
 from broker.host.control import ask_to_revoke
-from broker.host.sessiondir import remove_session_path
-from broker.vocab.errors import StoreError, UnknownSession
+from broker.host.sessiondir import remove_child_path, remove_session_path
+from broker.vocab.errors import BrokerError, StoreError, UnknownSession
 from broker.vocab.holding import holding
 
 LOG = logging.getLogger("broker.revoke")
@@ -77,8 +84,9 @@ def revoke_session(broker: Broker, session_id: str, *, reason: str = "revoke") -
 
 
 def revoke_task(broker: Broker, task: str, *, requester: str | None = None) -> list[RevokeReport]:
-    """Revoke every live session of ``task``; with ``requester``, only the ones that requester asked for."""
-    found = broker.store.sessions(states=LIVE_SESSION_STATES, task=task)
+    """Revoke every live session of ``task`` (and withdraw its requests awaiting approval); with ``requester``,
+    only the ones that requester asked for."""
+    found = broker.store.sessions(states=SHOWN_SESSION_STATES, task=task)
     sessions = [s for s in found if requester is None or s.requester == requester]
     if not sessions:
         raise UnknownSession(f"no live session for task {task[:64]!r}")
@@ -98,9 +106,12 @@ def _revoke(broker: Broker, session: SessionRecord, *, reason: str) -> RevokeRep
 
 
 def revoke_locked(broker: Broker, session: SessionRecord, *, reason: str) -> RevokeReport:
-    """Revoke ``session``; the caller holds its session lock."""
+    """Revoke ``session`` (its children first); the caller holds its session lock."""
     requester = str(broker.requester)
+    _revoke_children(broker, session, reason)
     already_ended = session.state in ENDED_SESSION_STATES
+    if session.state == SessionState.AWAITING_APPROVAL:
+        withdraw(broker, session.id)  # nothing was minted; nobody may approve or collect it any more
     if not already_ended:
         broker.store.set_session_state(session.id, SessionState.REVOKING)
     dir_removed = _remove_directory(broker, session)
@@ -113,7 +124,9 @@ def revoke_locked(broker: Broker, session: SessionRecord, *, reason: str) -> Rev
     preload_providers(broker, {r.provider for r in unsettled}, minting=finding)
     with ThreadPoolExecutor(max_workers=max(1, len(unsettled)), thread_name_prefix="revoke") as pool:
         futures = {
-            r.name: pool.submit(revoke_credential, broker, session.id, session.task, r, now, reason=reason)
+            r.name: pool.submit(
+                revoke_credential, broker, session.id, session.task, r, now, reason=reason, parent=session.parent
+            )
             for r in unsettled
         }
     outcomes = [
@@ -134,8 +147,20 @@ def revoke_locked(broker: Broker, session: SessionRecord, *, reason: str) -> Rev
             requester=requester,
             credentials=report.to_json()["credentials"],
             dir_removed=dir_removed,
+            **({"parent": session.parent} if session.parent is not None else {}),
         )
     return report
+
+
+def _revoke_children(broker: Broker, session: SessionRecord, reason: str) -> None:
+    """Every live child of ``session`` (and theirs), revoked before it: no child outlives its parent."""
+    for child in broker.store.children(session.id):
+        if child.state in ENDED_SESSION_STATES:
+            continue
+        with holding(broker.session_lock(child.id), f"session {child.id}"):
+            current = broker.store.get_session(child.id) or child
+            if current.state not in ENDED_SESSION_STATES:
+                revoke_locked(broker, current, reason=f"parent {reason}")
 
 
 def _outcome(future: Future[CredentialState], session_id: str, record: CredentialRecord) -> CredentialState:
@@ -164,6 +189,8 @@ def _remove_directory(broker: Broker, session: SessionRecord) -> bool:
     if _held_elsewhere(broker, session):
         return False
     try:
+        if session.parent is not None:  # inside its topmost ancestor's directory
+            return remove_child_path(broker.config.runtime_dir, ancestors(broker.store, session), session.id)
         return remove_session_path(broker.config.runtime_dir, session.id)
-    except OSError:
+    except (OSError, BrokerError):
         return False

@@ -60,6 +60,7 @@ class SessionDocument:
     credentials: tuple[IssuedCredential, ...]
     env: Mapping[str, str]
     host: str | None = None  # a fleet's store: the host holding the directory (only it touches it)
+    parent: str | None = None  # a delegated session: the session it was delegated from (revoked with it)
 
     def to_json(self) -> dict[str, Any]:
         document: dict[str, Any] = {
@@ -73,6 +74,8 @@ class SessionDocument:
         }
         if self.host is not None:
             document["host"] = self.host
+        if self.parent is not None:
+            document["parent"] = self.parent
         return document
 
     def file_content(self) -> bytes:
@@ -82,7 +85,7 @@ class SessionDocument:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> SessionDocument:
         """The document as the store keeps it."""
-        host = data.get("host")
+        host, parent = data.get("host"), data.get("parent")
         return cls(
             id=str(data["session"]),
             task=str(data["task"]),
@@ -92,6 +95,7 @@ class SessionDocument:
             credentials=tuple(IssuedCredential.from_json(c) for c in data["credentials"]),
             env=dict(data["env"]),
             host=str(host) if host is not None else None,
+            parent=str(parent) if parent is not None else None,
         )
 
     def renewed(self, expiry: Mapping[str, str]) -> SessionDocument:

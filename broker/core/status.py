@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from broker.core.store.interface import LIVE_SESSION_STATES, CredentialRecord, Credentials, Records, SessionRecord
-from broker.core.store.states import CredentialState, SessionState
+from broker.core.store.interface import CredentialRecord, Credentials, Records, SessionRecord
+from broker.core.store.states import SHOWN_SESSION_STATES, CredentialState, SessionState
 from broker.vocab.time import iso
 from providers.base import Provider, RevokeTarget
 from providers.capabilities import DenyBudget, Reserving
@@ -51,6 +51,7 @@ class SessionStatus:
     expires_at: datetime
     credentials: tuple[CredentialStatus, ...]
     host: str | None = None  # a fleet's store: the host holding its directory
+    parent: str | None = None  # a delegated session: the session it was delegated from
 
     def to_json(self) -> dict[str, Any]:
         entry: dict[str, Any] = {
@@ -64,6 +65,8 @@ class SessionStatus:
         }
         if self.host is not None:
             entry["host"] = self.host
+        if self.parent is not None:
+            entry["parent"] = self.parent
         return entry
 
 
@@ -76,7 +79,7 @@ def session_status(
     owned: Callable[[SessionRecord], bool] | None = None,
 ) -> list[SessionStatus]:
     """Every session, or with ``owned`` only those it says are the caller's."""
-    states = None if include_ended else LIVE_SESSION_STATES
+    states = None if include_ended else SHOWN_SESSION_STATES
     found = [s for s in store.sessions(states=states) if owned is None or owned(s)]
     sessions = [(session, store.credentials(session.id)) for session in found]
     budgets: dict[tuple[str, str], DenyBudget] = {}
@@ -92,6 +95,7 @@ def session_status(
             expires_at=session.expires_at,
             credentials=tuple(_credential_status(c, providers or {}, budgets) for c in records),
             host=session.host if store.shared else None,
+            parent=session.parent,
         )
         for session, records in sessions
     ]

@@ -16,7 +16,9 @@ is working on are skipped (their session lock is held). In order:
    directory proves it (see ``is_broker_session_dir``). Every other entry is
    reported as ``foreign`` and left alone, since ``runtime_dir`` may be shared
    with something the broker knows nothing about;
-6. checkpoints the witness has not received yet (an outage): sent again.
+6. checkpoints the witness has not received yet (an outage): sent again;
+7. approval requests past their time: expired (``approval.expired``); a
+   delegated session whose parent has ended: revoked with it (in step 3).
 
 A row of the store that fails its checks (``broker.core.store.rows``: a
 session id that is no session id, a state or host no broker writes) is
@@ -32,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from broker.core.approvals.deciding import expire_overdue
 from broker.core.broker import Broker
 from broker.core.credential.revoke import revoke_credential
 from broker.core.revoking import RevokeReport, revoke_locked
@@ -58,6 +61,7 @@ class SweepReport:
     foreign: list[str] = field(default_factory=list)
     malformed: list[dict[str, Any]] = field(default_factory=list)
     witness_pending: int = 0
+    approvals_expired: list[str] = field(default_factory=list)
 
     @property
     def complete(self) -> bool:
@@ -74,6 +78,7 @@ class SweepReport:
             "foreign": self.foreign,
             "malformed": self.malformed,
             "witness_pending": self.witness_pending,
+            "approvals_expired": self.approvals_expired,
         }
 
 
@@ -101,6 +106,7 @@ def sweep(broker: Broker, progress: Progress | None = None) -> SweepReport:
             if progress:
                 progress(done, total)
         _remove_orphans(broker, report)
+        report.approvals_expired = expire_overdue(broker)
         _report_malformed(broker, broker.store.malformed.since(mark), report)
         witnessed = broker.witness()
         report.witness_pending = witnessed.pending if witnessed is not None else 0
@@ -129,6 +135,9 @@ def _sweep_session(broker: Broker, session: SessionRecord, now: Any, report: Swe
         elif current.state == SessionState.ACTIVE and current.expires_at <= now:
             result = revoke_locked(broker, current, reason="expired")
             report.expired.append(current.id)
+        elif current.state == SessionState.ACTIVE and _orphaned_child(broker, current):
+            result = revoke_locked(broker, current, reason="parent ended")
+            report.recovered.append(current.id)
         elif current.state == SessionState.ACTIVE:
             _revoke_expired_credentials(broker, current, now)
             return
@@ -140,6 +149,14 @@ def _sweep_session(broker: Broker, session: SessionRecord, now: Any, report: Swe
             remove_session_lock(broker.config.state_dir, current.id)
     finally:
         lock.release()
+
+
+def _orphaned_child(broker: Broker, session: SessionRecord) -> bool:
+    """A delegated session whose parent ended (or is gone) without it: a child never outlives its parent."""
+    if session.parent is None:
+        return False
+    parent = broker.store.get_session(session.parent)
+    return parent is None or parent.state not in LIVE_SESSION_STATES
 
 
 def _revoke_expired_credentials(broker: Broker, session: SessionRecord, now: Any) -> None:

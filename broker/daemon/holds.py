@@ -15,7 +15,11 @@ listens on the same control socket as a direct ``exec``
 (``broker.host.control``), so a direct-mode ``broker revoke`` on this host
 asks the daemon instead of waiting on the lock: the proxy refuses at once
 (``broker.core.halting``), and the hold ends the session, which answers the
-client, which stops the command.
+client, which stops the command. A session whose rules allow children has its
+``broker.sock`` served here too (``broker.core.session_socket``), closed
+before the session ends. A session that needs an approval answers 202 with
+its request (exit 8); the client waits for the decision and asks again with
+``resume``, and the session is issued as approved (the digest binds it).
 """
 
 from __future__ import annotations
@@ -34,9 +38,12 @@ from broker.core.credential.proxied import session_interceptor
 from broker.core.executing import ExecOptions, check_proxied, child_environment, network_mode, session_evidence
 from broker.core.halting import Halt
 from broker.core.inputs.manifest import Manifest
-from broker.core.issuing import issue
+from broker.core.issuing import DelegationSocket, issue
+from broker.core.resuming import granted
 from broker.core.revoking import RevokeReport, revoke_locked
 from broker.core.rotating import Rotator
+from broker.core.session_socket import SessionSocket
+from broker.daemon.access import owned_session
 from broker.daemon.peer import Peer
 from broker.egress.bridge import proxy_hints
 from broker.egress.proxy import EgressProxy
@@ -80,6 +87,7 @@ class Held:
     halt: Halt = field(default_factory=Halt)  # an outside revoke through the control socket
     control: ControlSocket | None = None
     rotator: Rotator | None = None  # renews its proxied credentials behind their placeholders
+    session_socket: SessionSocket | None = None  # its broker.sock, when its rules allow children
     ended: threading.Event = field(default_factory=threading.Event)
     mutex: threading.Lock = field(default_factory=threading.Lock)
 
@@ -103,7 +111,10 @@ class Holds:
         check_proxied(manifest, mode)
         owner = _socket_owner(peer, manifest) if mode == "allowlist" else None
         interceptor = session_interceptor(broker.config, manifest) if mode == "allowlist" else None
-        document = issue(broker, manifest, interceptor=interceptor)
+        inside = _sandbox_peer(peer, manifest)
+        delegation = DelegationSocket(inside)
+        approved = _approved(broker, peer, body)
+        document = issue(broker, manifest, interceptor=interceptor, approved=approved, delegation=delegation)
         record = broker.store.get_session(document.id)
         assert record is not None
         held = Held(record.id, record.task, broker.session_lock(record.id), record.expires_at, interceptor=interceptor)
@@ -112,6 +123,9 @@ class Holds:
             self._held[held.session] = held
         link.sessions.append(held.session)  # from here on, the connection's end revokes the session
         try:
+            if delegation.listener is not None:
+                held.session_socket = SessionSocket(broker, held.session, delegation.listener, inside[0])
+                held.session_socket.start()
             held.control = ControlSocket(broker.config.state_dir, held.session, held.halt, held.halt.network)
             broker.store.mark_exec_bound(held.session)
             broker.checkpoint()
@@ -161,6 +175,8 @@ class Holds:
             if held.halt.requested:
                 reason = "revoke"  # asked through the control socket, as a direct exec is
             try:
+                if held.session_socket is not None:
+                    held.session_socket.close()  # no child after this; the revocation below takes the children
                 if held.control is not None:
                     held.control.close()  # never from its own thread: a revoke there only halts
                 if held.rotator is not None:
@@ -216,6 +232,26 @@ def _request(broker: Broker, peer: Peer, body: Any) -> tuple[Manifest, ExecOptio
 
 def _path(value: str | None) -> Path | None:
     return Path(value) if value else None
+
+
+def _approved(broker: Broker, peer: Peer, body: Any) -> Any:
+    """The approved request an exec resumes (``resume``), the peer's own; None for a new exec."""
+    request = body.get("resume")
+    if request is None:
+        return None
+    if not isinstance(request, str):
+        raise BadInput("exec: resume is a request id")
+    owned_session(broker, peer, request, "collect")
+    approval = broker.store.get_approval(request)
+    if approval is None:
+        raise BadInput(f"unknown approval request {request[:64]!r}")
+    return granted(approval)
+
+
+def _sandbox_peer(peer: Peer, manifest: Manifest) -> tuple[int, int]:
+    """Who connects from inside the sandbox: the sandbox user when the client is root (setpriv), else the client
+    (a user namespace maps the sandbox user to it)."""
+    return (manifest.sandbox.uid, manifest.sandbox.gid) if peer.uid == 0 else (peer.uid, peer.gid)
 
 
 def _socket_owner(peer: Peer, manifest: Manifest) -> tuple[int, int]:

@@ -6,7 +6,7 @@ import socket
 from dataclasses import dataclass
 
 from broker.core.broker import Requester
-from broker.host.peercred import peer_credentials
+from broker.host.peercred import peer_credentials, peer_groups
 
 
 @dataclass(frozen=True)
@@ -14,11 +14,12 @@ class Peer:
     pid: int
     uid: int
     gid: int
+    groups: frozenset[int] = frozenset()  # its supplementary groups (``SO_PEERGROUPS``)
 
     def requester(self) -> Requester:
-        return Requester.of_uid(self.uid)
+        return Requester.of_uid(self.uid, frozenset((self.gid, *self.groups)))
 
 
 def peer_of(connection: socket.socket) -> Peer:
     found = peer_credentials(connection)
-    return Peer(pid=found.pid, uid=found.uid, gid=found.gid)
+    return Peer(pid=found.pid, uid=found.uid, gid=found.gid, groups=peer_groups(connection))

@@ -21,8 +21,16 @@ from broker.core.revoking import RevokeReport
 from broker.daemon.access import operators_only, owned_session, owner_filter
 from broker.daemon.holds import Holds, Link
 from broker.daemon.peer import Peer
-from broker.daemon.wire import Request, Send, error_body
-from broker.vocab.errors import REPORT_URL, BrokerError, PolicyDenied, RevokeIncomplete, UnknownSession, UsageError
+from broker.host.wire import HTTP_STATUS, Request, Send, error_body
+from broker.vocab.errors import (
+    REPORT_URL,
+    AwaitingApproval,
+    BrokerError,
+    PolicyDenied,
+    RevokeIncomplete,
+    UnknownSession,
+    UsageError,
+)
 from broker.vocab.logs import event
 
 LOG = logging.getLogger("broker.daemon")
@@ -30,7 +38,6 @@ SESSION_PATH = re.compile(r"/v1/sessions/([^/]{1,64})")
 RENEW_PATH = re.compile(r"/v1/sessions/([^/]{1,64})/renew")
 HOLD_PATH = re.compile(r"/v1/sessions/([^/]{1,64})/hold")
 NETWORK_PATH = re.compile(r"/v1/sessions/([^/]{1,64})/network")
-HTTP_STATUS = {1: 500, 2: 400, 3: 403, 4: 502, 5: 200, 6: 500, 7: 503}
 
 
 class Routes:
@@ -53,6 +60,9 @@ class Routes:
         broker = dataclasses.replace(self.base, requester=peer.requester())
         try:
             self._dispatch(broker, peer, request, send, link)
+        except AwaitingApproval as exc:  # nothing minted yet: the request, for the client to wait on or resume
+            body = {**error_body(exc.message, exc.exit_code), "request": exc.request, "digest": exc.digest}
+            _answer(send, 202, body, exc.exit_code)
         except BrokerError as exc:
             status = 404 if isinstance(exc, UnknownSession) else HTTP_STATUS.get(exc.exit_code, 500)
             _answer(send, status, error_body(exc.message, exc.exit_code))
@@ -90,6 +100,10 @@ class Routes:
             send(200, *_renew(broker, peer, match.group(1)))
         elif request.method == "POST" and (match := NETWORK_PATH.fullmatch(url.path)):
             send(200, _network(broker, peer, match.group(1), _json_body(request)))
+        elif url.path == "/v1/approvals" or url.path.startswith("/v1/approvals/"):
+            from broker.daemon import approval_routes
+
+            approval_routes.dispatch(broker, peer, request, send, self.stopping)
         else:
             _answer(send, 404, error_body(f"no endpoint {request.method[:10]} {url.path[:80]}", 2))
 
@@ -118,14 +132,14 @@ class Routes:
 
     def _revoke_task(self, broker: Broker, peer: Peer, query: dict[str, str]) -> tuple[Any, int, str]:
         """Every live session of the task that the peer may act on (its own; all of them for root)."""
-        from broker.core.store.states import LIVE_SESSION_STATES
+        from broker.core.store.states import SHOWN_SESSION_STATES
         from broker.vocab.errors import UsageError
 
         task = query.get("task")
         if not task:
             raise UsageError("revoke needs a task (DELETE /v1/sessions?task=NAME) or a session id")
         owned = owner_filter(broker, peer)
-        found = broker.store.sessions(states=LIVE_SESSION_STATES, task=task)
+        found = broker.store.sessions(states=SHOWN_SESSION_STATES, task=task)
         sessions = [s.id for s in found if owned is None or owned(s)]
         if not sessions:
             raise UnknownSession(f"no live session for task {task[:64]!r}")

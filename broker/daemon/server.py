@@ -5,7 +5,7 @@ The accept loop never waits for a connection to end: each peer uid but root
 (and the daemon's own uid) holds at most ``[daemon] max_connections_per_uid``
 connections and all of them together ``DAEMON_MAX_CONNECTIONS``; a
 connection over either limit is answered 503 and closed at once, and root is
-always served. With the head deadline of ``broker.daemon.wire`` an idle peer
+always served. With the head deadline of ``broker.host.wire`` an idle peer
 cannot keep the daemon from root, nor from the other users of its socket for
 long.
 
@@ -35,7 +35,7 @@ from broker.core.inputs.config import DAEMON_MAX_CONNECTIONS, DEFAULT_MAX_CONNEC
 from broker.daemon.holds import Link
 from broker.daemon.peer import Peer, peer_of
 from broker.daemon.routes import Routes
-from broker.daemon.wire import busy, serve_connection
+from broker.host.wire import busy, serve_connection
 from broker.vocab.errors import BrokerError, ConfigError, DaemonUnreachable
 from broker.vocab.logs import event
 from providers.capabilities import Refreshing

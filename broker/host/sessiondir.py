@@ -14,6 +14,7 @@ import contextlib
 import json
 import logging
 import os
+import socket
 import stat
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -30,6 +31,9 @@ SESSION_TMPFS_MODE = 0o700
 SESSION_TMPFS_FLAGS = frozenset({"nosuid", "nodev", "noexec"})
 MAX_SESSION_DOCUMENT_BYTES = 64 * 1024
 DIR_OPEN = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+CHILDREN = "children"  # a delegated session's directory: <parent's>/children/<child>, inside the parent's tmpfs
+SOCKET_NAME = "broker.sock"  # a delegating session's socket, in its directory
+CHILDREN_MODE = 0o711  # the broker's own: the sandbox passes through to its children's directories, lists nothing
 LOG = logging.getLogger("broker.sessiondir")
 
 
@@ -95,17 +99,75 @@ def open_dir(path: str | Path, dir_fd: int | None = None) -> Iterator[int]:
         os.close(fd)
 
 
-class SessionDirectory:
-    """One session's directory: create, write files, seal, wipe."""
+@contextlib.contextmanager
+def open_children(runtime_dir: Path, ancestors: tuple[str, ...], *, make: bool = False) -> Iterator[int]:
+    """``runtime_dir/A/children/B/children/...``: the ``children`` directory of the last of ``ancestors``.
 
-    def __init__(self, runtime: RuntimeDir, session_id: str, uid: int, gid: int) -> None:
+    Opened one component at a time through directory descriptors, none of
+    them a symbolic link (a parent's directory belongs to its sandbox user, who
+    could swap what is in it), each ``children`` checked to be the broker's own
+    (so nothing is ever written into a directory a sandbox made). ``make``
+    creates the last ``children`` when it is missing.
+    """
+    with contextlib.ExitStack() as stack:
+        fd = stack.enter_context(open_dir(runtime_dir))
+        for index, name in enumerate(ancestors):
+            fd = stack.enter_context(open_dir(name, dir_fd=fd))
+            if make and index == len(ancestors) - 1:
+                _make_children(fd)
+            fd = stack.enter_context(open_dir(CHILDREN, dir_fd=fd))
+            info = os.fstat(fd)
+            if info.st_uid != os.geteuid() or info.st_mode & 0o022:
+                raise RuntimeDirError(f"{CHILDREN} of session {name} is not the broker's own; refusing to use it")
+        yield fd
+
+
+def _make_children(parent: int) -> None:
+    """``children`` in a sealed directory (0500): root writes there anyway; another broker user opens it a moment."""
+    if os.geteuid() != 0:
+        os.fchmod(parent, 0o700)
+    try:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(CHILDREN, CHILDREN_MODE, dir_fd=parent)
+    finally:
+        if os.geteuid() != 0:
+            os.fchmod(parent, 0o500)
+
+
+class SessionDirectory:
+    """One session's directory: create, write files, seal, wipe.
+
+    A delegated session's (``ancestors``: the sessions above it, the topmost
+    first) is ``<parent's directory>/children/<id>``, inside its topmost
+    ancestor's tmpfs, so the sandbox that holds the parent's directory sees it.
+    """
+
+    def __init__(self, runtime: RuntimeDir, session_id: str, uid: int, gid: int, ancestors: tuple[str, ...] = ()):
         self.runtime = runtime
         self.session_id = session_id
-        self.path = runtime.path / session_id
+        self.ancestors = ancestors
+        self.path = runtime.path.joinpath(*(f"{a}/{CHILDREN}" for a in ancestors), session_id)
         self.uid = uid
         self.gid = gid
 
+    @contextlib.contextmanager
+    def _top(self) -> Iterator[int]:
+        """The session's own directory, opened without following a link on the way."""
+        if not self.ancestors:
+            with open_dir(self.path) as top:
+                yield top
+            return
+        with open_children(self.runtime.path, self.ancestors) as children, open_dir(self.session_id, children) as top:
+            yield top
+
     def create(self) -> None:
+        if self.ancestors:
+            with open_children(self.runtime.path, self.ancestors, make=True) as children:
+                try:
+                    os.mkdir(self.session_id, 0o700, dir_fd=children)
+                except FileExistsError:
+                    raise RuntimeDirError(f"session directory {self.path} already exists") from None
+            return
         with open_dir(self.runtime.path) as parent:
             try:
                 os.mkdir(self.session_id, 0o700, dir_fd=parent)
@@ -126,7 +188,7 @@ class SessionDirectory:
     def write_credential(self, name: str, files: Mapping[str, Secret | str]) -> list[str]:
         """Write ``name/<file>`` for every file; returns the relative paths written."""
         written = []
-        with open_dir(self.path) as top:
+        with self._top() as top:
             with contextlib.suppress(FileExistsError):
                 os.mkdir(name, 0o700, dir_fd=top)
             with open_dir(name, dir_fd=top) as sub:
@@ -137,8 +199,29 @@ class SessionDirectory:
         return written
 
     def write_file(self, file_name: str, data: bytes) -> None:
-        with open_dir(self.path) as top:
+        with self._top() as top:
             self._write_atomic(top, file_name, data)
+
+    def bind_socket(self, owner: tuple[int, int] | None) -> socket.socket:
+        """``broker.sock`` (a delegating session's), mode 0600, owned by ``owner``: made before ``seal``, while the
+        directory is still the broker's alone, so nothing in it can be swapped under the chmod and chown."""
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        try:
+            with self._top() as top:
+                listener.bind(f"/proc/self/fd/{top}/{SOCKET_NAME}")  # any length of runtime_dir
+                if not stat.S_ISSOCK(os.stat(SOCKET_NAME, dir_fd=top, follow_symlinks=False).st_mode):
+                    raise RuntimeDirError(f"{SOCKET_NAME} is not the socket the broker bound")
+                os.chmod(SOCKET_NAME, 0o600, dir_fd=top)
+                if owner is not None and os.geteuid() == 0:
+                    os.chown(SOCKET_NAME, *owner, dir_fd=top, follow_symlinks=False)
+            listener.listen(16)
+        except OSError as exc:
+            listener.close()
+            raise RuntimeDirError(f"session socket {self.path / SOCKET_NAME}: {exc.strerror or exc}") from None
+        except BaseException:
+            listener.close()
+            raise
+        return listener
 
     def _write_atomic(self, dir_fd: int, file_name: str, data: bytes) -> None:
         owner = (self.uid, self.gid) if os.geteuid() == 0 else None
@@ -146,7 +229,7 @@ class SessionDirectory:
 
     def seal(self) -> None:
         """Final modes and owners: directories 0500, owned by the sandbox uid/gid."""
-        with open_dir(self.path) as top:
+        with self._top() as top:
             for entry in os.scandir(top):
                 if entry.is_dir(follow_symlinks=False):
                     with open_dir(entry.name, dir_fd=top) as sub:
@@ -160,7 +243,7 @@ class SessionDirectory:
 
     def unseal(self) -> None:
         """Make the directories writable by the broker again (for replacing files)."""
-        with open_dir(self.path) as top:
+        with self._top() as top:
             os.fchmod(top, 0o700)
             for entry in os.scandir(top):
                 if entry.is_dir(follow_symlinks=False):
@@ -169,6 +252,8 @@ class SessionDirectory:
 
     def remove(self) -> bool:
         """Wipe and unmount; True when nothing is left. Safe to call again."""
+        if self.ancestors:
+            return remove_child_path(self.runtime.path, self.ancestors, self.session_id)
         return remove_session_path(self.runtime.path, self.session_id)
 
 
@@ -218,6 +303,24 @@ def remove_session_path(runtime_dir: Path, name: str) -> bool:
         except NotADirectoryError:
             os.unlink(name, dir_fd=parent)
     return not os.path.lexists(path)
+
+
+def remove_child_path(runtime_dir: Path, ancestors: tuple[str, ...], name: str) -> bool:
+    """Wipe a delegated session's directory; True when nothing is left (its parent's gone already counts)."""
+    try:
+        with open_children(runtime_dir, ancestors) as children:
+            try:
+                info = os.stat(name, dir_fd=children, follow_symlinks=False)
+            except FileNotFoundError:
+                return True
+            if stat.S_ISDIR(info.st_mode):
+                _empty_dir(children, name)
+                os.rmdir(name, dir_fd=children)
+            else:
+                os.unlink(name, dir_fd=children)
+            return True
+    except (FileNotFoundError, NotADirectoryError):
+        return True  # the parent's directory (its tmpfs) is gone, and this one with it
 
 
 def _wipe_tree(parent_path: Path, name: str) -> None:

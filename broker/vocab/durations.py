@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from broker.vocab.errors import BadInput
+from broker.vocab.errors import BadInput, UsageError
 
 _DURATION = re.compile(r"([1-9][0-9]{0,8})([smh]?)")
 _UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600}
@@ -40,3 +40,13 @@ def format_duration(seconds: int) -> str:
     if seconds % 60 == 0:
         return f"{seconds // 60}m"
     return f"{seconds}s"
+
+
+def wait_seconds(wait: str | None, no_wait: bool) -> float | None:
+    """``issue``'s and ``exec``'s ``--wait DURATION`` in seconds, 0 with ``--no-wait``, None (until the request
+    expires) without either; both commands lines read them here."""
+    if wait is not None and no_wait:
+        raise UsageError("--wait and --no-wait exclude each other")
+    if no_wait:
+        return 0.0
+    return float(parse_duration(wait, "--wait", UsageError)) if wait is not None else None

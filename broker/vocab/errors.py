@@ -53,6 +53,10 @@ class UnknownSession(BadInput):
     """No session with that id (or no live session for that task)."""
 
 
+class UnknownRequest(BadInput):
+    """No approval request with that id, or none that can take this decision any more."""
+
+
 class StateError(BrokerError):
     """The broker's own state cannot be used: its session store, or a directory it keeps state or secrets in.
 
@@ -119,6 +123,22 @@ class DaemonUnreachable(BrokerError):
     """The daemon named by ``[daemon] socket`` or ``BROKER_SOCKET`` cannot be reached (exit 7; never a fallback)."""
 
     exit_code = 7
+
+
+class AwaitingApproval(BrokerError):
+    """The session waits for a person's approval: nothing is minted yet (exit 8).
+
+    ``request`` is what ``broker approve`` and ``broker issue --resume`` take;
+    ``digest`` is what the approver must give back, so that an approval binds
+    to exactly the request it was shown.
+    """
+
+    exit_code = 8
+
+    def __init__(self, message: str, request: str, digest: str) -> None:
+        super().__init__(message)
+        self.request = request
+        self.digest = digest
 
 
 class DaemonReported(BrokerError):

@@ -29,12 +29,12 @@ from providers.aws.clients import AwsClients
 from providers.aws.deny import ROLE_INLINE_BUDGET, DenyEntry, DenyList, entries_for, policy_size
 from providers.aws.locks import RoleLocks
 from providers.aws.names import generation_names
-from providers.aws.overlap import together
 from providers.aws.request import AWS_MAX_TTL, AwsStsRequest
 from providers.aws.revoke import DenyPolicyWriter
 from providers.aws.roles import Roles
 from providers.base import MintContext, RevokeTarget
 from providers.capabilities import DenyBudget
+from providers.overlap import together
 
 #: How much later than at the check the new credentials may start (their expiry, and so their bucket, moves).
 MINT_SLACK = timedelta(minutes=10)

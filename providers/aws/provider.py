@@ -52,6 +52,7 @@ from providers.aws.request import (
     ROLE_ARN,
     AwsStsGrant,
     AwsStsRequest,
+    aws_narrower,
     compile_aws_grant,
     parse_aws_request,
 )
@@ -78,9 +79,10 @@ REVOKE_MODES = ("deny-policy", "expire")
 
 
 class AwsStsProvider(Provider[AwsStsRequest]):
-    """Capabilities: ``Warming``, ``FindsMinted`` (by name), ``Reserving``, ``SharesLocks``."""
+    """Capabilities: ``Warming``, ``FindsMinted`` (by name), ``Reserving``, ``SharesLocks``, ``Narrowing``."""
 
     type_name = "aws_sts"
+    narrower = staticmethod(aws_narrower)
     reserved_env = frozenset({"AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE", "AWS_REGION"})
     ca_env = ("AWS_CA_BUNDLE",)
     sdk = Sdk(("botocore.session", "botocore.config", "botocore.exceptions", "filelock"))

@@ -24,7 +24,9 @@ from providers.aws.session_policy import (
     RESOURCE,
     SessionPolicy,
     parse_session_policy,
+    refused,
     variables_as_wildcards,
+    widening,
 )
 from providers.base import CredentialRequest, Grant
 
@@ -184,3 +186,32 @@ def compile_aws_grant(fields: Fields, *, provider: str, max_ttl: int | None) -> 
         require_session_policy=require,
         policy_arns=policy_arns or (),
     )
+
+
+def aws_narrower(child: AwsStsRequest, parent: AwsStsRequest) -> list[str]:
+    """Why ``child`` may do more than ``parent`` (delegation's Narrowing), each reason naming the widening key.
+
+    STS credentials carry the role's permissions intersected with the session policies (the inline one and the
+    managed ``policy_arns``): a child is at most as wide as its parent when it assumes the same role with managed
+    policies among the parent's and an inline policy within the parent's (``session_policy.widening``). A parent
+    limited by ``policy_arns`` alone (whose contents the broker does not read) covers only children limited by a
+    subset of them."""
+    if child.role_arn != parent.role_arn:
+        return [f"role_arn: {child.role_arn} is not the parent's role {parent.role_arn}"]
+    reasons = [
+        f"policy_arns[{index}]: {arn} is not one of the parent's policy_arns"
+        for index, arn in enumerate(child.policy_arns)
+        if arn not in parent.policy_arns
+    ]
+    if child.session_policy is not None:
+        reasons += refused(child.session_policy)
+    if parent.session_policy is None and not parent.policy_arns:
+        return reasons  # the parent holds the role's full permissions: any session policy narrows them
+    if child.session_policy is None:
+        if not child.policy_arns:
+            reasons.append("session_policy: none, so the role's full permissions, wider than the parent's")
+        return reasons
+    if parent.session_policy is None:
+        reasons.append("session_policy: the parent is limited by its policy_arns alone; name a subset of them instead")
+        return reasons
+    return reasons + widening(child.session_policy, parent.session_policy)

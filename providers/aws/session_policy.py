@@ -9,7 +9,13 @@ the attempt reaches the issuance log. Its compact JSON is exactly what
 ``AssumeRole`` receives and what the policy digest covers.
 
 Whether a requested glob lies within a granted one is ``broker.vocab.globs.glob_within``
-(the same containment the egress operations use).
+(the same containment the egress operations use). ``widening`` says why a
+child's session policy is wider than its parent's (delegation's Narrowing):
+each action and resource of each child Allow within one parent Allow, under
+at least that statement's conditions; every Deny of the parent kept; no
+``NotAction`` or ``NotResource``. A resource with a policy variable is taken
+as a wildcard in a child and covers nothing in a parent (its value differs
+from session to session).
 """
 
 from __future__ import annotations
@@ -20,7 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from broker.vocab.fields import Fields, describe
+from broker.vocab.fields import Fields, describe, shown
+from broker.vocab.globs import glob_within
 
 VERSIONS = ("2012-10-17", "2008-10-17")
 MAX_STATEMENTS = 100
@@ -188,3 +195,57 @@ def _condition_scalar(body: Fields, where: str, value: object) -> str | int | bo
 def variables_as_wildcards(pattern: str) -> str:
     """A resource with policy variables (``${aws:username}``) as a glob: a variable may expand to anything."""
     return POLICY_VARIABLE.sub("*", pattern)
+
+
+def refused(policy: SessionPolicy) -> list[str]:
+    """The parts of a child's session policy delegation refuses outright (NotAction, NotResource)."""
+    reasons = []
+    for index, statement in enumerate(policy.statements):
+        if statement.not_actions:
+            reasons.append(f"session_policy.Statement[{index}]: NotAction is refused")
+        if statement.not_resources:
+            reasons.append(f"session_policy.Statement[{index}]: NotResource is refused")
+    return reasons
+
+
+def widening(child: SessionPolicy, parent: SessionPolicy) -> list[str]:
+    """Why ``child`` allows more than ``parent``, each reason naming the statement that widens."""
+    reasons = []
+    kept = [statement.document() for statement in child.statements]
+    for index, statement in enumerate(parent.statements):
+        if statement.effect == "Deny" and statement.document() not in kept:
+            reasons.append(f"session_policy: the parent's Deny statement [{index}] is missing")
+    allows = [s for s in parent.statements if s.effect == "Allow" and not s.not_actions and not s.not_resources]
+    for index, statement in enumerate(child.statements):
+        if statement.effect != "Allow" or statement.not_actions or statement.not_resources:
+            continue  # a Deny only narrows; NotAction/NotResource are refused above
+        for action in statement.actions:
+            for resource in statement.resources:
+                if not any(_covers(parent_statement, statement, action, resource) for parent_statement in allows):
+                    reasons.append(
+                        f"session_policy.Statement[{index}]: {action} on {shown(resource, 120)} is outside the"
+                        " parent's session policy"
+                    )
+    return reasons
+
+
+def _covers(parent: Statement, child: Statement, action: str, resource: str) -> bool:
+    if not any(glob_within(action, granted, ignore_case=True) for granted in parent.actions):
+        return False
+    wanted = variables_as_wildcards(resource)
+    if not any(not POLICY_VARIABLE.search(granted) and glob_within(wanted, granted) for granted in parent.resources):
+        return False
+    return _conditions_kept(parent.condition_json, child.condition_json)
+
+
+def _conditions_kept(parent: str | None, child: str | None) -> bool:
+    """Every condition of the parent's statement is in the child's, with the same values (more only narrows)."""
+    if parent is None:
+        return True
+    if child is None:
+        return False
+    wanted, given = json.loads(parent), json.loads(child)
+    return all(
+        operator in given and all(given[operator].get(key) == value for key, value in keys.items())
+        for operator, keys in wanted.items()
+    )

@@ -43,6 +43,7 @@ from providers.base import (
 from providers.clock import clock_check
 from providers.github.git import check_api_url, git_host, gitconfig
 from providers.github.http import ApiResponse, GitHubApi
+from providers.github.narrowing import github_narrower
 from providers.github.permissions import IMPLICIT_PERMISSION
 from providers.github.request import GitHubGrant, GitHubRequest, compile_grant, parse_request
 from providers.warm import Sdk
@@ -54,9 +55,11 @@ TOKEN = re.compile(r"[\x21-\x7e]{8,8192}")  # opaque, any length, but printable 
 
 
 class GitHubAppProvider(Provider[GitHubRequest]):
-    """Capabilities: ``Warming``. It cannot search for tokens (``FindsMinted``): they die within the hour."""
+    """Capabilities: ``Warming``, ``Narrowing``. It cannot search for tokens (``FindsMinted``): they die within
+    the hour."""
 
     type_name = "github_app"
+    narrower = staticmethod(github_narrower)
     max_ttl = 3600  # GitHub's installation tokens live one hour
     fixed_lifetime = 3600  # and cannot be shortened: revoking is the only way to end one early
     proxy = ProxyFacts(label="GitHub", reference="github_app")

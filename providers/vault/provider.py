@@ -46,11 +46,11 @@ from providers.vault.dynamic import DYNAMIC_KINDS, DynamicRequest
 from providers.vault.health import dynamic_checks
 from providers.vault.identity import entity_check, minted_problems
 from providers.vault.leases import Engines
+from providers.vault.narrowing import vault_narrower
 from providers.vault.request import (
     POLICY_NAME,
     AnyVaultRequest,
     VaultGrant,
-    VaultRequest,
     compile_vault_grant,
     dynamic_config,
     parse_vault_request,
@@ -68,9 +68,11 @@ _UNSEEN = "it cannot be looked up (the broker needs update on auth/token/lookup-
 
 
 class VaultProvider(Provider[AnyVaultRequest]):
-    """Capabilities: ``Warming``, ``FindsMinted`` (a search of token metadata), ``ChecksGrants``, ``Refreshing``."""
+    """Capabilities: ``Warming``, ``FindsMinted`` (a search of token metadata), ``ChecksGrants``, ``Refreshing``,
+    ``Narrowing`` (what a delegated session may ask of a parent's credential)."""
 
     type_name = "vault"
+    narrower = staticmethod(vault_narrower)
     proxy = ProxyFacts(
         "Vault",
         "vault token",
@@ -125,9 +127,7 @@ class VaultProvider(Provider[AnyVaultRequest]):
         return cls(vault, Engines.configured(vault, **dynamic_config(fields)))
 
     @classmethod
-    def parse_request(
-        cls, fields: Fields, *, name: str, provider: str, ttl: int | None
-    ) -> VaultRequest | DynamicRequest:
+    def parse_request(cls, fields: Fields, *, name: str, provider: str, ttl: int | None) -> AnyVaultRequest:
         return parse_vault_request(fields, name=name, provider=provider, ttl=ttl)
 
     @classmethod

@@ -19,9 +19,9 @@ TABLES: dict[str, dict[str, Any]] = {
     "github_app": {"type": "github_app", "app_id": "1", "private_key_file": "k.pem"},
 }
 EXPECTED = {
-    "vault": {"Warming", "FindsMinted", "ChecksGrants", "Refreshing"},
-    "aws_sts": {"Warming", "FindsMinted", "Reserving", "SharesLocks"},
-    "github_app": {"Warming"},
+    "vault": {"Warming", "FindsMinted", "ChecksGrants", "Refreshing", "Narrowing"},
+    "aws_sts": {"Warming", "FindsMinted", "Reserving", "SharesLocks", "Narrowing"},
+    "github_app": {"Warming", "Narrowing"},
 }
 
 

@@ -1,5 +1,10 @@
 """``broker issue``: decide, mint, inject and log; deliver the session document while it can still roll back.
 
+A session whose rule needs a person's approval is opened ``awaiting-approval``:
+issue waits for the decision on the store (``--wait``, by default until the
+request expires), or exits 8 with ``--no-wait``; ``--resume REQUEST``
+collects the session once approved.
+
 A cold path (docs/architecture.md): the providers' handshakes start as soon
 as the manifest names them, and the rest of the command (the transaction,
 the output formats) is imported while they run.
@@ -13,27 +18,65 @@ from broker.cli.context import Invocation
 from broker.cli.opening import open_broker
 from broker.core.inputs.manifest import load_manifest
 from broker.core.warming import warm_up
+from broker.vocab.durations import wait_seconds
+from broker.vocab.errors import UsageError
 
 
-def issue(run: Invocation, task: str, as_json: bool, fmt: str | None, session_file: Path | None) -> None:
+def issue(
+    run: Invocation,
+    task: str | None,
+    as_json: bool,
+    fmt: str | None,
+    session_file: Path | None,
+    wait: str | None,
+    no_wait: bool,
+    resume: str | None,
+) -> None:
+    if (task is None) == (resume is None):
+        raise UsageError("issue needs exactly one of --task FILE or --resume REQUEST")
+    seconds = wait_seconds(wait, no_wait)
     config = run.load_config()
-    manifest = load_manifest(task, config)
-    warm_up(config, {request.provider for request in manifest.credentials}, minting=True)  # handshakes meanwhile
-    from broker.cli.launch_formats import SessionFile, emit, render
-    from broker.cli.render import issue_text
+    manifest = None
+    if task is not None:
+        manifest = load_manifest(task, config)
+        warm_up(config, {request.provider for request in manifest.credentials}, minting=True)  # handshakes meanwhile
+    from broker.cli.sessions.launch_formats import SessionFile
+    from broker.cli.sessions.waiting import pending_notice
     from broker.core.issuing import issuing
+    from broker.core.resuming import resuming, settle
+    from broker.vocab.errors import AwaitingApproval
 
     target = SessionFile.open(session_file) if session_file is not None else None  # before anything is minted
     try:
-        with open_broker(config) as broker, issuing(broker, manifest) as session:
-            # While the session can still be rolled back: any failure here revokes it (exit 4).
-            if target is not None:
-                target.write(session.id)
-            document = session.to_json()
-            if as_json or fmt is not None:
-                emit(render(document, fmt or "json"))
-            else:
-                emit(issue_text(document))
+        with open_broker(config) as broker:
+            request = resume
+            if manifest is not None:
+                try:
+                    with issuing(broker, manifest) as session:
+                        _deliver(session.to_json(), target, as_json, fmt)  # a failure here revokes it (exit 4)
+                    return
+                except AwaitingApproval as pending:
+                    pending_notice(broker, pending, seconds, as_json)
+                    if seconds == 0:
+                        raise
+                    request = pending.request
+            assert request is not None
+            settle(broker, request, wait=seconds)
+            with resuming(broker, request) as session:
+                _deliver(session.to_json(), target, as_json, fmt)
     finally:
         if target is not None:
             target.close()
+
+
+def _deliver(document: dict[str, object], target: object, as_json: bool, fmt: str | None) -> None:
+    """Print the session document (or its launcher format), and write ``--session-file``."""
+    from broker.cli.render import issue_text
+    from broker.cli.sessions.launch_formats import SessionFile, emit, render
+
+    if isinstance(target, SessionFile):
+        target.write(str(document["session"]))
+    if as_json or fmt is not None:
+        emit(render(document, fmt or "json"))
+    else:
+        emit(issue_text(document))

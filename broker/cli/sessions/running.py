@@ -1,4 +1,7 @@
-"""``broker exec``: issue, run the command with only its credentials, revoke when it ends; its exit status."""
+"""``broker exec``: issue, run the command with only its credentials, revoke when it ends; its exit status.
+
+A session that needs a person's approval first waits for it as ``issue`` does (``--wait``, ``--no-wait``).
+"""
 
 from __future__ import annotations
 
@@ -6,8 +9,11 @@ from pathlib import Path
 
 from broker.cli.context import Invocation, print_error
 from broker.cli.opening import open_broker
+from broker.cli.sessions.waiting import pending_notice
 from broker.core.executing import ExecOptions, check_sandbox_available, execute
 from broker.core.inputs.manifest import load_manifest
+from broker.vocab.durations import wait_seconds
+from broker.vocab.errors import AwaitingApproval
 
 
 def run(
@@ -18,7 +24,10 @@ def run(
     network: str | None,
     workspace: Path | None,
     read_only: list[str],
+    wait: str | None,
+    no_wait: bool,
 ) -> int:
+    seconds = wait_seconds(wait, no_wait)
     options = ExecOptions(
         command=tuple(command),
         sandbox=sandbox,
@@ -30,7 +39,11 @@ def run(
     manifest = load_manifest(task, config)
     check_sandbox_available(options, manifest)
     with open_broker(config) as broker:
-        result = execute(broker, manifest, options)
+
+        def notice(pending: AwaitingApproval) -> None:
+            pending_notice(broker, pending, seconds, False)
+
+        result = execute(broker, manifest, options, wait=seconds, on_pending=notice)
     if not result.revoke.complete:
         print_error(f"session {result.session}: revocation incomplete; pending credentials stay for broker sweep")
     return result.status

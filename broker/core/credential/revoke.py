@@ -38,6 +38,7 @@ def revoke_credential(
     reason: str,
     revoke_secret: Secret | None = None,
     best_effort: bool = False,
+    parent: str | None = None,
 ) -> CredentialState:
     """Revoke one credential with bounded retries; store and log the outcome.
 
@@ -76,6 +77,7 @@ def revoke_credential(
         "type": record.type,
         "reference": dict(record.reference),
         "reason": reason,
+        **({"parent": parent} if parent is not None else {}),  # a delegated session's
     }
     try:
         broker.store.set_credential_state(session_id, record.name, outcome)

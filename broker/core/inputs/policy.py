@@ -13,13 +13,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from broker.core.inputs.approval import ApprovalNeed, ApprovalRule, read_approval, read_delegation
 from broker.core.inputs.config import Config
 from broker.core.inputs.manifest import Manifest
 from broker.core.inputs.strictdata import parse_document
 from broker.egress.destinations import Destination
-from broker.egress.operations import NO_OPERATIONS, Operations, check_network, narrow, read_operations
+from broker.egress.operations import NO_OPERATIONS, Operations, check_network, narrowed, read_operations
 from broker.egress.policy import NO_NETWORK, NetworkDecision, decide_network, read_destinations
-from broker.vocab.errors import PolicyDenied, PolicyFileError
+from broker.vocab.errors import PolicyFileError
 from broker.vocab.fields import Fields, shown
 from broker.vocab.files import read_regular_file
 from broker.vocab.globs import any_match
@@ -65,6 +66,8 @@ class Rule:
     sandbox_gids: IdSet = IdSet(())
     network: tuple[Destination, ...] = ()
     operations: Operations = NO_OPERATIONS  # what a session may do on its hosts (``broker.egress.operations``)
+    approval: ApprovalRule | None = None  # a person decides each session (broker.core.approvals)
+    delegate_depth: int = 0  # levels of child sessions its exec sessions may ask for (0: none)
 
     @property
     def allows_no_sandbox(self) -> bool:
@@ -123,6 +126,8 @@ class Decision:
     network: NetworkDecision = NO_NETWORK
     operations: Operations = NO_OPERATIONS  # the effective operations: the network rule's, narrowed by the manifest
     operations_reasons: tuple[str, ...] = ()  # each key by which the manifest widens them
+    approval: ApprovalNeed | None = None  # minted only once a person approved (broker.core.approvals)
+    delegate_depth: int = 0  # levels of children the session may ask for: every rule it draws on says delegate
 
     @property
     def reasons(self) -> tuple[str, ...]:
@@ -158,6 +163,8 @@ class Decision:
             "credentials": [c.to_json() for c in self.credentials],
             **({"network": self.network.to_json()} if self.network.requested else {}),
             **({"operations": self._operations_json()} if self._has_operations() else {}),
+            **({"approval": self.approval.to_json()} if self.approval is not None and self.allowed else {}),
+            **({"delegate_depth": self.delegate_depth} if self.delegate_depth and self.allowed else {}),
         }
 
     def _has_operations(self) -> bool:
@@ -225,10 +232,25 @@ def _compile_rule(fields: Fields, config: Config, source: str) -> Rule:
     network = read_destinations(fields, "network")
     operations = read_operations(fields.mapping("operations", required=False))
     check_network(fields, operations, network)
+    approval = read_approval(fields)
+    depth = read_delegation(fields)
     fields.done()
     assert tasks is not None
     return Rule(
-        rule_id, source, description, tasks, requesters, max_ttl, grants, allow_root, uids, gids, network, operations
+        rule_id,
+        source,
+        description,
+        tasks,
+        requesters,
+        max_ttl,
+        grants,
+        allow_root,
+        uids,
+        gids,
+        network,
+        operations,
+        approval,
+        depth,
     )
 
 
@@ -317,21 +339,27 @@ def decide(policy: Policy, manifest: Manifest, requester: Requester, config: Con
     network = decide_network(manifest.network, [(r.id, r.network) for r in rules])
     if root_reason and not network.allowed:
         network = NetworkDecision(network.requested, False, None, (root_reason,))
-    operations, widening = _operations(rules, network, manifest.operations)
+    # The rule whose network allows the destinations limits what the session does there (none: no proxy to limit).
+    asked = manifest.operations
+    limiting = next((r for r in rules if r.id == network.rule), None) if network.allowed else None
+    operations, widening = (NO_OPERATIONS, ()) if not limiting else narrowed(limiting.id, limiting.operations, asked)
     allowed = all(d.allowed for d in final) and network.allowed and not widening
-    return Decision(manifest.task, str(requester), allowed, session_ttl, tuple(final), network, operations, widening)
-
-
-def _operations(rules: list[Rule], network: NetworkDecision, asked: Operations) -> tuple[Operations, tuple[str, ...]]:
-    """The effective operations: those of the rule whose ``network`` allows the session's destinations, narrowed
-    by the manifest's (each widening key a reason). A session without destinations has no proxy to limit."""
-    if not network.allowed or network.rule is None:
-        return NO_OPERATIONS, ()
-    rule = next(r for r in rules if r.id == network.rule)
-    try:
-        return narrow(rule.id, rule.operations, asked), ()
-    except PolicyDenied as denied:  # each reason names the widening key (operations.git.push[0]: ...)
-        return NO_OPERATIONS, tuple(f"rule {rule.id}: {reason}" for reason in denied.reasons)
+    drawn = {rule.id: rule for rule in (*used_rules, *(r for r in rules if r.id == network.rule))}
+    needs = tuple((rule.id, rule.approval) for rule in drawn.values() if rule.approval is not None)
+    depth = min((rule.delegate_depth for rule in drawn.values()), default=0)
+    approval = ApprovalNeed(needs) if needs else None
+    return Decision(
+        manifest.task,
+        str(requester),
+        allowed,
+        session_ttl,
+        tuple(final),
+        network,
+        operations,
+        widening,
+        approval,
+        depth,
+    )
 
 
 def _decide_credential(

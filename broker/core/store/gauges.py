@@ -1,10 +1,11 @@
 """The session store's answer to a metrics scrape (``broker.telemetry.scrape.StoreGauges``), in one statement.
 
-One ``SELECT`` of three counting parts joined by ``UNION ALL``, the same
+One ``SELECT`` of four counting parts joined by ``UNION ALL``, the same
 SQL for SQLite and PostgreSQL: the live sessions (``COUNT`` over the state
 index), the pending revocations by provider (``GROUP BY`` over the
-credentials' state index) and the oldest checkpoint still waiting for the
-witness (``MIN``; in a fleet, this host's). No row is loaded, so a scrape
+credentials' state index), the approval requests waiting for a decision
+(``COUNT`` over the approvals' state index) and the oldest checkpoint still
+waiting for the witness (``MIN``; in a fleet, this host's). No row is loaded, so a scrape
 costs the same with ten sessions or ten thousand (docs/metrics.md has the
 figure). It runs on the store's own connection through ``run_step``, under
 the store's lock, as every other step does; a database error is the store's
@@ -17,7 +18,7 @@ from abc import abstractmethod
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from broker.core.store.states import LIVE_SESSION_STATES, CredentialState
+from broker.core.store.states import LIVE_SESSION_STATES, ApprovalState, CredentialState
 from broker.telemetry.scrape import StoreCounts
 from broker.vocab.errors import StoreError
 from broker.vocab.time import parse_iso
@@ -30,6 +31,7 @@ _COUNTS = (
     f"SELECT 'live', '', COUNT(*) FROM sessions WHERE state IN ({_LIVE})"  # noqa: S608 - constants only
     f" UNION ALL SELECT 'pending', provider, COUNT(*) FROM credentials WHERE state = '{CredentialState.PENDING}'"
     " GROUP BY provider"
+    f" UNION ALL SELECT 'approvals', '', COUNT(*) FROM approvals WHERE state = '{ApprovalState.PENDING}'"
     " UNION ALL SELECT 'witness', MIN(created_at), 0 FROM witness_pending"
 )
 _HOST = {"?": " WHERE host = ?", "%s": " WHERE host = %s"}
@@ -59,10 +61,12 @@ class StoreGaugeReader:
 
     def gauge_counts(self) -> StoreCounts:
         rows: list[Any] = self._store.run_step(lambda conn: list(conn.execute(self._sql, self._args).fetchall()))
-        live, pending, oldest = 0, dict[str, int](), None
+        live, pending, oldest, approvals = 0, dict[str, int](), None, 0
         for kind, key, count in rows:
             if kind == "live":
                 live = int(count)
+            elif kind == "approvals":
+                approvals = int(count)
             elif kind == "pending":
                 pending[str(key)] = int(count)
             elif kind == "witness" and key:
@@ -70,4 +74,6 @@ class StoreGaugeReader:
                     oldest = parse_iso(str(key))
                 except ValueError:
                     raise StoreError("session store: a witness checkpoint has a malformed time") from None
-        return StoreCounts(live_sessions=live, pending_revocations=pending, oldest_witness_pending=oldest)
+        return StoreCounts(
+            live_sessions=live, pending_revocations=pending, oldest_witness_pending=oldest, approvals_pending=approvals
+        )

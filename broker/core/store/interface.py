@@ -25,7 +25,13 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from broker.audit.witness import WitnessQueue
-from broker.core.store.states import LIVE_SESSION_STATES, UNSETTLED_CREDENTIAL_STATES, CredentialState, SessionState
+from broker.core.store.states import (
+    LIVE_SESSION_STATES,
+    UNSETTLED_CREDENTIAL_STATES,
+    ApprovalState,
+    CredentialState,
+    SessionState,
+)
 
 if TYPE_CHECKING:
     from broker.audit.keys import AuditKeys
@@ -36,7 +42,7 @@ if TYPE_CHECKING:
 
 SESSION_STATES = tuple(SessionState)
 CREDENTIAL_STATES = tuple(CredentialState)
-__all__ = ["LIVE_SESSION_STATES", "UNSETTLED_CREDENTIAL_STATES", "CredentialState", "SessionState"]
+__all__ = ["LIVE_SESSION_STATES", "UNSETTLED_CREDENTIAL_STATES", "ApprovalState", "CredentialState", "SessionState"]
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,8 @@ class SessionRecord:
     manifest: Mapping[str, Any] | None = None  # {"json": bool, "text": str}: the manifest it was issued for
     host: str = ""  # the broker host holding its directory (config ``host``); only it touches the directory
     requester_uid: int | None = None  # the requester's uid on ``host`` (None: a row an older broker wrote)
+    parent: str | None = None  # the session it was delegated from (revoked with it); None: issued by policy
+    delegate_depth: int = 0  # levels of children it may still ask for through its socket (0: none)
 
 
 @dataclass(frozen=True)
@@ -106,6 +114,75 @@ class Sessions(Protocol):
     ) -> list[SessionRecord]:
         """Sessions in ``states`` (all without); ``unknown_states``: rows in a state no broker writes are read
         too, so they are noted as malformed (``sweep`` reports them)."""
+
+
+@dataclass(frozen=True)
+class ApprovalRecord:
+    """An approval request: the session ``request`` (``awaiting-approval`` until it is decided) and its decision.
+
+    ``digest`` binds a decision to what was asked: the SHA-256 of the canonical
+    manifest and the policy's decision (``summary`` holds both, as the approver
+    sees them). ``expires_at`` is when it must be decided by (``pending``), or
+    collected by once ``granted``.
+    """
+
+    request: str
+    task: str
+    requester: str
+    requester_uid: int | None
+    state: ApprovalState
+    digest: str
+    summary: Mapping[str, Any]
+    approvers: tuple[tuple[str, ...], ...]  # per rule that asked: ``uid:N`` or ``group:NAME``
+    timeout: int  # seconds to decide, and then to collect
+    created_at: datetime
+    expires_at: datetime
+    host: str = ""
+    decided_at: datetime | None = None
+    decided_by: str | None = None  # the approver (or the requester who withdrew it), as ``str(Requester)``
+    decided_by_uid: int | None = None
+    reason: str | None = None  # a denial's reason as the approver gave it (one bounded line)
+
+
+class Approvals(Protocol):
+    """Approval requests, each with its ``awaiting-approval`` session: made together, decided once."""
+
+    @abstractmethod
+    def create_approval(self, session: SessionRecord, approval: ApprovalRecord) -> None:
+        """The session (``awaiting-approval``) and its request, in one transaction."""
+
+    @abstractmethod
+    def get_approval(self, request: str) -> ApprovalRecord | None: ...
+
+    @abstractmethod
+    def approvals(self, states: tuple[ApprovalState, ...]) -> list[ApprovalRecord]:
+        """The requests in ``states``, oldest first."""
+
+    @abstractmethod
+    def decide_approval(
+        self,
+        request: str,
+        *,
+        was: tuple[ApprovalState, ...],
+        now: ApprovalState,
+        at: datetime,
+        expires_at: datetime | None = None,
+        by: str | None = None,
+        by_uid: int | None = None,
+        reason: str | None = None,
+        session_state: SessionState | None = None,
+    ) -> bool:
+        """Move the request from one of ``was`` to ``now`` (and its session to ``session_state``) in one
+        transaction; False when another caller moved it first."""
+
+    @abstractmethod
+    def collect_approval(self, session: SessionRecord) -> bool:
+        """A ``granted`` request becomes ``collected`` and its session ``issuing`` as ``session`` says, in one
+        transaction; False when it was not ``granted`` (collected already, expired, withdrawn)."""
+
+    @abstractmethod
+    def children(self, parent: str) -> list[SessionRecord]:
+        """The sessions delegated from ``parent``, in any state."""
 
 
 class Credentials(Protocol):
@@ -198,7 +275,7 @@ class Fleet(Protocol):
         return None
 
 
-class SessionStore(Records, MalformedReports, LogHead, WitnessQueue, Fleet, Protocol):
+class SessionStore(Records, Approvals, MalformedReports, LogHead, WitnessQueue, Fleet, Protocol):
     """The whole store, as its implementations provide it and the ``Broker`` holds it."""
 
     def close(self) -> None:

@@ -25,8 +25,8 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from broker.core.inputs.config import HOST_NAME
-from broker.core.store.interface import CredentialRecord, SessionRecord
-from broker.core.store.states import CredentialState, SessionState
+from broker.core.store.interface import ApprovalRecord, CredentialRecord, SessionRecord
+from broker.core.store.states import ApprovalState, CredentialState, SessionState
 from broker.vocab.fields import describe, shown
 from broker.vocab.session_ids import is_session_id
 from broker.vocab.time import parse_iso
@@ -39,7 +39,7 @@ MAX_ID = 2**32 - 1
 SHOWN = 80  # characters of a bad row's key kept in reports and records
 MAX_NOTED = 256  # malformed rows one store keeps for its reports; more are skipped all the same
 
-Record = TypeVar("Record", SessionRecord, CredentialRecord)
+Record = TypeVar("Record", SessionRecord, CredentialRecord, ApprovalRecord)
 
 
 @dataclass(frozen=True)
@@ -146,11 +146,67 @@ def session_record(row: Mapping[str, Any], *, shared: bool) -> SessionRecord | M
             manifest=_json(row, "manifest"),
             host=host if isinstance(host, str) else "",
             requester_uid=None if row.get("requester_uid") is None else _number(row, "requester_uid"),
+            parent=_parent(row),
+            delegate_depth=_number(row, "delegate_depth") if row.get("delegate_depth") is not None else 0,
         )
     except Malformed as exc:
         problems.append(str(exc))
     if problems or record is None:
         return _malformed("sessions", key, problems, key if is_session_id(key) else None)
+    return record
+
+
+def _parent(row: Mapping[str, Any]) -> str | None:
+    value = row.get("parent")
+    if value is None:
+        return None
+    if not (isinstance(value, str) and is_session_id(value)):
+        raise Malformed(f"parent {_value(value)} is not a session id")
+    return value
+
+
+def approval_record(row: Mapping[str, Any], *, shared: bool) -> ApprovalRecord | MalformedRow:
+    """An ``approvals`` row as a record, or what is wrong with it (its request id names a session)."""
+    raw_id = row.get("id")
+    key = raw_id if isinstance(raw_id, str) else repr(raw_id)
+    problems = []
+    if not (isinstance(raw_id, str) and is_session_id(raw_id)):
+        problems.append(f"id {shown(key)} is not a session id")
+    state = _state(row.get("state"), ApprovalState, problems)
+    host = row.get("host")
+    if not (isinstance(host, str) and (HOST_NAME.fullmatch(host) or (host == "" and not shared))):
+        problems.append(f"host {_value(host)} is not a host name")
+    record = None
+    try:
+        approvers = json.loads(_text(row, "approvers"))
+        if not (
+            isinstance(approvers, list)
+            and all(isinstance(group, list) and all(isinstance(t, str) for t in group) for group in approvers)
+        ):
+            raise Malformed("approvers is not a list of lists of approvers")
+        decided = row.get("decided_at")
+        record = ApprovalRecord(
+            request=key,
+            task=_text(row, "task"),
+            requester=_text(row, "requester"),
+            requester_uid=None if row.get("requester_uid") is None else _number(row, "requester_uid"),
+            state=state or ApprovalState.EXPIRED,
+            digest=_text(row, "digest"),
+            summary=_json(row, "summary") or {},
+            approvers=tuple(tuple(group) for group in approvers),
+            timeout=_number(row, "timeout"),
+            created_at=_moment(row, "created_at"),
+            expires_at=_moment(row, "expires_at"),
+            host=host if isinstance(host, str) else "",
+            decided_at=None if decided is None else _moment(row, "decided_at"),
+            decided_by=None if row.get("decided_by") is None else _text(row, "decided_by"),
+            decided_by_uid=None if row.get("decided_by_uid") is None else _number(row, "decided_by_uid"),
+            reason=None if row.get("reason") is None else _text(row, "reason"),
+        )
+    except (Malformed, ValueError) as exc:
+        problems.append(str(exc) if isinstance(exc, Malformed) else "approvers is not JSON")
+    if problems or record is None:
+        return _malformed("approvals", key, problems, None)
     return record
 
 

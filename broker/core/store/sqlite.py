@@ -30,6 +30,7 @@ from broker.core.store.interface import (
     SessionStore,
 )
 from broker.core.store.rows import MalformedRows, credential_record, keep, session_record
+from broker.core.store.sqlite_approvals import APPROVALS_SCHEMA, SqliteApprovals, insert_session
 from broker.vocab.errors import StoreError
 from broker.vocab.time import iso, utcnow
 
@@ -97,7 +98,7 @@ CREATE TABLE IF NOT EXISTS malformed_reported (
 """
 
 
-class SqliteSessionStore(SessionStore):
+class SqliteSessionStore(SqliteApprovals, SessionStore):
     def __init__(self, path: Path) -> None:
         self.path = path
         self._lock = threading.Lock()
@@ -114,6 +115,7 @@ class SqliteSessionStore(SessionStore):
             self._conn.execute("PRAGMA foreign_keys=ON")
             self._conn.executescript(_SCHEMA)
             self._migrate()
+            self._conn.executescript(APPROVALS_SCHEMA)
         except sqlite3.Error as exc:
             raise StoreError(f"session store {path} is unusable: {exc}") from None
 
@@ -129,6 +131,7 @@ class SqliteSessionStore(SessionStore):
         if "requester_uid" not in columns:
             self._conn.execute("ALTER TABLE sessions ADD COLUMN requester_uid INTEGER")
             self._backfill_requester_uids()
+        self._migrate_delegation()
 
     def _backfill_requester_uids(self) -> None:
         """The uid of each session an older broker recorded by name: this store is one host's, so its names are."""
@@ -176,30 +179,7 @@ class SqliteSessionStore(SessionStore):
         return keep([dict(row) for row in self._query(sql, args)], credential_record, self.malformed)
 
     def create_session(self, record: SessionRecord) -> None:
-        with self._tx() as conn:
-            conn.execute(
-                "INSERT INTO sessions (id, task, requester, state, created_at, expires_at, dir, mount_path,"
-                " uid, gid, mounted, document, exec_bound, manifest, host, requester_uid)"
-                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (
-                    record.id,
-                    record.task,
-                    record.requester,
-                    record.state,
-                    iso(record.created_at),
-                    iso(record.expires_at),
-                    record.dir,
-                    record.mount_path,
-                    record.uid,
-                    record.gid,
-                    int(record.mounted),
-                    None if record.document is None else json.dumps(record.document),
-                    int(record.exec_bound),
-                    None if record.manifest is None else json.dumps(record.manifest),
-                    record.host,
-                    record.requester_uid,
-                ),
-            )
+        insert_session(self._tx, record)
 
     def set_session_state(self, session_id: str, state: SessionState) -> None:
         assert state in SESSION_STATES, state

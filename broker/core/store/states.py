@@ -19,10 +19,29 @@ class SessionState(enum.StrEnum):
     REVOKED = "revoked"
     EXPIRED = "expired"
     FAILED = "failed"  # the issue failed and was rolled back
+    AWAITING_APPROVAL = "awaiting-approval"  # nothing minted: a person decides first (its approval request)
+    DENIED = "denied"  # its approval request was denied; nothing was minted
 
 
 LIVE_SESSION_STATES = (SessionState.ISSUING, SessionState.ACTIVE, SessionState.REVOKING)
-ENDED_SESSION_STATES = (SessionState.REVOKED, SessionState.EXPIRED, SessionState.FAILED)
+ENDED_SESSION_STATES = (SessionState.REVOKED, SessionState.EXPIRED, SessionState.FAILED, SessionState.DENIED)
+#: What ``status`` lists without ``--all``: the live sessions and those still waiting for their approval.
+SHOWN_SESSION_STATES = (SessionState.AWAITING_APPROVAL, *LIVE_SESSION_STATES)
+
+
+class ApprovalState(enum.StrEnum):
+    """An approval request: waiting for a person, decided, or over."""
+
+    PENDING = "pending"
+    GRANTED = "granted"  # approved; its session is minted when the requester collects it
+    DENIED = "denied"
+    EXPIRED = "expired"  # not decided (or not collected) in time
+    COLLECTED = "collected"  # its session was issued
+    WITHDRAWN = "withdrawn"  # revoked before it was issued
+
+
+#: Approval requests that still await something: a decision, or the collection of an approved session.
+OPEN_APPROVAL_STATES = (ApprovalState.PENDING, ApprovalState.GRANTED)
 
 
 class CredentialState(enum.StrEnum):

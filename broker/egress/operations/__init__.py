@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from broker.egress.operations.decision import Answer, BodyCheck, Decision, Kind
 from broker.egress.operations.model import NO_OPERATIONS, Operations
-from broker.egress.operations.narrowing import narrow
+from broker.egress.operations.narrowing import narrow, narrowed
 from broker.egress.operations.parsing import check_network, read_operations
 
 __all__ = [
@@ -38,5 +38,6 @@ __all__ = [
     "Operations",
     "check_network",
     "narrow",
+    "narrowed",
     "read_operations",
 ]

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from broker.egress.destinations import Destination
-from broker.egress.operations.model import GithubApiOperations, GitOperations, HttpOperations, Operations
+from broker.egress.operations.model import NO_OPERATIONS, GithubApiOperations, GitOperations, HttpOperations, Operations
 from broker.egress.operations.parsing import overlap
 from broker.vocab.errors import PolicyDenied
 
@@ -128,3 +128,12 @@ def narrow(rule: str, granted: Operations, asked: Operations) -> Operations:
         github_api=api + granted.github_api,
         http=http + granted.http,
     )
+
+
+def narrowed(rule: str, granted: Operations, asked: Operations) -> tuple[Operations, tuple[str, ...]]:
+    """``narrow`` as a policy decision reads it: the effective operations and no reason, or none and each reason
+    (``rule R: operations.git.push[0]: ...``) by which ``asked`` widens ``granted``."""
+    try:
+        return narrow(rule, granted, asked), ()
+    except PolicyDenied as denied:
+        return NO_OPERATIONS, tuple(f"rule {rule}: {reason}" for reason in denied.reasons)

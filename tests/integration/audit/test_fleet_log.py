@@ -22,9 +22,9 @@ import pytest
 from broker.audit.keys import load_or_create_keys
 from broker.audit.log import canonical, checkpoint_message, record_hash
 from tests.fixtures.aws import WitnessBucket
-from tests.fixtures.brokerenv import BrokerEnv, make_env
-from tests.fixtures.fleet import FleetDb, create_fleet_db, join_fleet
-from tests.fixtures.openbao import VAULT_TASK, OpenBao, add_vault_provider
+from tests.fixtures.brokerenv import BrokerEnv
+from tests.fixtures.fleet import FleetDb, create_fleet_db, new_host
+from tests.fixtures.openbao import VAULT_TASK, OpenBao
 from tests.fixtures.postgres import Postgres
 
 pytestmark = pytest.mark.server
@@ -33,14 +33,6 @@ pytestmark = pytest.mark.server
 @pytest.fixture
 def fleet_db(postgres: Postgres, tmp_path: Path) -> FleetDb:
     return create_fleet_db(postgres, tmp_path)
-
-
-def new_host(tmp_path: Path, openbao: OpenBao, db: FleetDb, name: str) -> BrokerEnv:
-    folder = tmp_path / name
-    folder.mkdir()
-    env = make_env(folder)
-    add_vault_provider(env, openbao)
-    return join_fleet(env, db, name)
 
 
 @pytest.fixture

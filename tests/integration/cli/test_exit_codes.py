@@ -14,6 +14,7 @@ was made (its message and its code are final when it is raised).
     5       test_revoke_isolation, test_lifecycle
     6       test_audit, test_audit_strict, test_audit_witness
     7       test_daemon, test_exec
+    8       integration/daemon/test_approvals (issue --no-wait, and a wait that ends first)
     128+N   here: SIGTERM while the broker works (143); SIGINT (130, one line)
 """
 
@@ -54,7 +55,7 @@ def error_classes() -> list[type[errors.BrokerError]]:
 
 def test_every_error_class_carries_a_code_of_the_spec_table() -> None:
     codes = spec_codes()
-    assert codes == set(range(8))
+    assert codes == set(range(9))
     fixed = {c.__name__: c.exit_code for c in error_classes() if c not in ASSIGNED_PER_ERROR}
     assert {name: code for name, code in fixed.items() if code not in codes} == {}
     # the broker's own state is not the caller's input, though both exit 2

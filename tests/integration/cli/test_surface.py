@@ -41,6 +41,9 @@ COMMANDS = [
     ["audit", "active"],
     ["audit", "public-key"],
     ["audit", "rotate-key"],
+    ["approvals"],
+    ["approve"],
+    ["deny"],
 ]
 
 
@@ -55,7 +58,9 @@ def test_every_command_has_help_with_an_example(command: list[str]) -> None:
     ("args", "fragment"),
     [
         (["frobnicate"], "No such command 'frobnicate'"),
-        (["issue"], "Missing option '--task'"),
+        (["issue"], "issue needs exactly one of --task FILE or --resume REQUEST"),
+        (["issue", "--task", "t.yaml", "--wait", "5m", "--no-wait"], "--wait and --no-wait exclude each other"),
+        (["approve", "s-aaaaaaaaaaaa"], "Missing option '--digest'"),
         (["issue", "--task", "t.yaml", "--format", "xml"], "Invalid value for '--format'"),
         (["revoke"], "revoke needs exactly one of --session ID or --task NAME"),
         (["status", "--bogus"], "No such option: --bogus"),

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from broker.cli.declaring import ARGUMENT, CHOICE, FLAG, MANY, PATH, REST, TEXT, WORD, Command
 from broker.cli.parsing import Parsed, parse
-from broker.cli.table import ARGUMENT, CHOICE, COMMANDS, FLAG, MANY, PATH, REST, TEXT, WORD, Command
+from broker.cli.table import COMMANDS
 from broker.cli.typed import build_app
 from broker.vocab.errors import UsageError
 from tests.fixtures.brokerenv import BrokerEnv
@@ -57,7 +58,8 @@ def command_lines(command: Command) -> list[list[str]]:
         if option.kind == REST:
             rest = ["--", "make", "--jobs", "2", "--", "x"]
         elif option.kind == WORD:
-            rest = ["pypi.org:443"]  # a required positional: session allow HOST:PORT
+            # a required positional among the required options: approve REQUEST, session allow HOST:PORT
+            required.append("pypi.org:443" if option.metavar == "HOST:PORT" else "s-aaaaaaaaaaaa")
         elif option.required:
             required += [option.flags[0], value_for(option.kind, option.choices)]
     lines = [[*words, *required, *rest]]
@@ -116,7 +118,8 @@ UNUSUAL = [
     ["--config", "x", "--version"],
     ["status", "--bogus"],
     ["frobnicate"],
-    ["issue"],
+    ["approve", "--digest", "ab"],
+    ["deny", "s-aaaaaaaaaaaa", "s-bbbbbbbbbbbb"],
     ["revoke", "--session"],
     ["status", "--json=1"],
     ["status", "--json", "--json"],

@@ -19,7 +19,7 @@ import pytest
 
 from devstack.github_app import GitHubAppEmulator
 from devstack.openbao import ROOT_TOKEN, OpenBao
-from providers.aws.overlap import together
+from providers.overlap import together
 from providers.vault.client import VaultSession
 from providers.vault.provider import VaultProvider
 from tests.fixtures.aws import AwsRole, make_aws_provider

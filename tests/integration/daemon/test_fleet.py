@@ -19,10 +19,9 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.daemon import SOCKET_GID, Daemon
-from tests.fixtures.fleet import FleetDb, create_fleet_db
+from tests.fixtures.fleet import FleetDb, create_fleet_db, new_host
 from tests.fixtures.openbao import OpenBao
 from tests.fixtures.postgres import Postgres
-from tests.integration.core.store.test_fleet import new_host
 
 pytestmark = pytest.mark.server
 

@@ -252,7 +252,10 @@ def test_a_process_tracing_to_a_hanging_collector_exits_within_the_bound(tmp_pat
             for n in range(50):
                 with span("provider.mint", provider="vault", count=n):
                     pass
-            print("delivered" if tracing.close() else "not delivered")
+            import time
+            begin = time.monotonic()
+            delivered = tracing.close()
+            print("delivered" if delivered else "not delivered", time.monotonic() - begin)
             """
         )
         begin = time.monotonic()
@@ -261,10 +264,13 @@ def test_a_process_tracing_to_a_hanging_collector_exits_within_the_bound(tmp_pat
         )
         seconds = time.monotonic() - begin
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "not delivered"
+    verdict, closing = done.stdout.strip().rsplit(" ", 1)
+    assert verdict == "not delivered"
     # One warning line on the broker's logger, nothing of the SDK's own retries and tracebacks.
     assert done.stderr.count("traces not delivered") == 1 and "Traceback" not in done.stderr
-    assert seconds < BOUND + 3  # the interpreter's own start and the SDK's import on top
+    # The process's close waited the bound, not the SDK's 30 s; the whole run (the interpreter's start and the
+    # SDK's import on a loaded machine on top) ends well before the SDK alone would have let it.
+    assert float(closing) < BOUND and seconds < 30
 
 
 def test_without_the_extra_start_tracing_names_it() -> None:

@@ -106,6 +106,32 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE sessions ADD COLUMN requester_uid BIGINT;
     UPDATE sessions SET requester_uid = CAST(substr(requester, 5) AS BIGINT) WHERE requester ~ '^uid:[0-9]{1,10}$';
     """,
+    # 5: approval requests (each with its awaiting-approval session, durable across restarts and hosts), and
+    #    the session a delegated one came from, with the levels of children a session may still ask for.
+    """
+    ALTER TABLE sessions ADD COLUMN parent TEXT;
+    ALTER TABLE sessions ADD COLUMN delegate_depth INTEGER NOT NULL DEFAULT 0;
+    CREATE INDEX sessions_parent ON sessions(parent);
+    CREATE TABLE approvals (
+        id TEXT PRIMARY KEY REFERENCES sessions(id),
+        task TEXT NOT NULL,
+        requester TEXT NOT NULL,
+        requester_uid BIGINT,
+        state TEXT NOT NULL,
+        digest TEXT NOT NULL,
+        summary TEXT NOT NULL,
+        approvers TEXT NOT NULL,
+        timeout INTEGER NOT NULL,
+        created_at TIMESTAMPTZ NOT NULL,
+        expires_at TIMESTAMPTZ NOT NULL,
+        host TEXT NOT NULL,
+        decided_at TIMESTAMPTZ,
+        decided_by TEXT,
+        decided_by_uid BIGINT,
+        reason TEXT
+    );
+    CREATE INDEX approvals_state ON approvals(state);
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

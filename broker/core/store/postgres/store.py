@@ -34,6 +34,7 @@ from broker.core.store.interface import (
     SessionRecord,
     SessionStore,
 )
+from broker.core.store.postgres.approvals import SESSION_COLUMNS, SESSION_NAMES, PostgresApprovals, whole
 from broker.core.store.postgres.locks import AdvisoryLock, AdvisoryLocks, PostgresFleetState, first_line
 from broker.core.store.postgres.schema import SCHEMA_VERSION, current_version, migrate
 from broker.core.store.rows import MalformedRows, credential_record, keep, session_record
@@ -42,26 +43,6 @@ from broker.vocab.errors import StoreError
 from broker.vocab.holding import Lock
 
 CONNECT_TIMEOUT = 10
-_SESSION_NAMES = [
-    "id",
-    "host",
-    "task",
-    "requester",
-    "state",
-    "created_at",
-    "expires_at",
-    "dir",
-    "mount_path",
-    "uid",
-    "gid",
-    "mounted",
-    "document",
-    "exec_bound",
-    "manifest",
-    "requester_uid",
-]
-_SESSION_COLUMNS = ", ".join(_SESSION_NAMES)
-_SESSION_VALUES = ",".join(["%s"] * len(_SESSION_NAMES))
 _CREDENTIAL_NAMES = (
     "session_id",
     "name",
@@ -84,7 +65,7 @@ def shown_url(url: str) -> str:
     return f"{parts.scheme}://{user}{parts.hostname}{port}{parts.path}"
 
 
-class PostgresSessionStore(SessionStore):
+class PostgresSessionStore(PostgresApprovals, SessionStore):
     shared = True
 
     def __init__(self, url: str, *, host: str, passfile: Path | None = None) -> None:
@@ -171,7 +152,7 @@ class PostgresSessionStore(SessionStore):
             return list(self._call(lambda conn: _rows(conn.execute(sql.encode(), args))))
 
     def _sessions(self, sql: str, args: tuple[Any, ...]) -> list[SessionRecord]:
-        rows = [dict(zip(_SESSION_NAMES, row, strict=True)) for row in self._query(sql, args)]
+        rows = [dict(zip(SESSION_NAMES, row, strict=True)) for row in self._query(sql, args)]
         return keep(rows, session_record, self.malformed, shared=True)
 
     def _credentials(self, sql: str, args: tuple[Any, ...]) -> list[CredentialRecord]:
@@ -204,31 +185,6 @@ class PostgresSessionStore(SessionStore):
         return moment.astimezone(UTC)
 
     # -- sessions and credentials --------------------------------------------------------
-
-    def create_session(self, record: SessionRecord) -> None:
-        self._tx(
-            (
-                f"INSERT INTO sessions ({_SESSION_COLUMNS}) VALUES ({_SESSION_VALUES})",  # noqa: S608
-                (
-                    record.id,
-                    record.host or self.host,
-                    record.task,
-                    record.requester,
-                    record.state,
-                    _whole(record.created_at),
-                    _whole(record.expires_at),
-                    record.dir,
-                    record.mount_path,
-                    record.uid,
-                    record.gid,
-                    record.mounted,
-                    None if record.document is None else json.dumps(record.document),
-                    record.exec_bound,
-                    None if record.manifest is None else json.dumps(record.manifest),
-                    record.requester_uid,
-                ),
-            )
-        )
 
     def set_session_state(self, session_id: str, state: str) -> None:
         assert state in SESSION_STATES, state
@@ -268,7 +224,7 @@ class PostgresSessionStore(SessionStore):
             (
                 "UPDATE credentials SET state='active', reference=%s, scope=%s, expires_at=%s, fingerprint=%s"
                 " WHERE session_id=%s AND name=%s",
-                (json.dumps(dict(reference)), json.dumps(scope), _whole(expires_at), fingerprint, session_id, name),
+                (json.dumps(dict(reference)), json.dumps(scope), whole(expires_at), fingerprint, session_id, name),
             )
         )
 
@@ -277,7 +233,7 @@ class PostgresSessionStore(SessionStore):
         self._tx(("UPDATE credentials SET state=%s WHERE session_id=%s AND name=%s", (state, session_id, name)))
 
     def get_session(self, session_id: str) -> SessionRecord | None:
-        found = self._sessions(f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id=%s", (session_id,))  # noqa: S608
+        found = self._sessions(f"SELECT {SESSION_COLUMNS} FROM sessions WHERE id=%s", (session_id,))  # noqa: S608
         return found[0] if found else None
 
     def credentials(self, session_id: str) -> list[CredentialRecord]:
@@ -287,7 +243,7 @@ class PostgresSessionStore(SessionStore):
     def sessions(
         self, *, states: tuple[str, ...] | None = None, task: str | None = None, unknown_states: bool = False
     ) -> list[SessionRecord]:
-        sql = f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE TRUE"  # noqa: S608 - constant columns
+        sql = f"SELECT {SESSION_COLUMNS} FROM sessions WHERE TRUE"  # noqa: S608 - constant columns
         args: list[Any] = []
         if states is not None:
             unknown, unknown_args = unknown_states_sql("%s") if unknown_states else ("", [])
@@ -303,7 +259,7 @@ class PostgresSessionStore(SessionStore):
             f"SELECT {_CREDENTIAL_COLUMNS} FROM credentials"  # noqa: S608 - constant columns
             " WHERE provider=%s AND expires_at > %s AND state != 'failed' ORDER BY ord"
         )
-        return self._credentials(sql, (provider, _whole(now)))
+        return self._credentials(sql, (provider, whole(now)))
 
     def unsettled_credentials(self) -> list[CredentialRecord]:
         sql = f"SELECT {_CREDENTIAL_COLUMNS} FROM credentials WHERE state = ANY(%s) ORDER BY ord"  # noqa: S608
@@ -388,9 +344,3 @@ class PostgresSessionStore(SessionStore):
 
 def _rows(cursor: Any) -> list[Any]:
     return list(cursor.fetchall()) if cursor.description else []
-
-
-def _whole(moment: datetime) -> datetime:
-    """Whole seconds in UTC, as the SQLite store keeps them."""
-    aware = moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
-    return aware.astimezone(UTC).replace(microsecond=0)

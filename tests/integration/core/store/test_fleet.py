@@ -19,10 +19,10 @@ import pytest
 from broker.core.inputs.config import load_config
 from broker.core.store import open_config_store
 from broker.core.store.postgres.schema import SCHEMA_VERSION
-from tests.fixtures.brokerenv import BrokerEnv, make_env
+from tests.fixtures.brokerenv import BrokerEnv
 from tests.fixtures.crash import TWO_CREDENTIALS, add_slow_vault, issuing_session, start_issue, tokens_of, wait_for
-from tests.fixtures.fleet import FleetDb, create_fleet_db, join_fleet
-from tests.fixtures.openbao import VAULT_TASK, OpenBao, add_vault_provider
+from tests.fixtures.fleet import FleetDb, create_fleet_db, join_fleet, new_host
+from tests.fixtures.openbao import VAULT_TASK, OpenBao
 from tests.fixtures.postgres import Postgres
 from tests.fixtures.slowproxy import slow_proxy
 
@@ -42,15 +42,6 @@ def store_env(request: pytest.FixtureRequest, vault_env: BrokerEnv, tmp_path: Pa
     if request.param == "postgresql":
         join_fleet(vault_env, create_fleet_db(request.getfixturevalue("postgres"), tmp_path), "host-a")
     return vault_env
-
-
-def new_host(tmp_path: Path, openbao: OpenBao, db: FleetDb, name: str) -> BrokerEnv:
-    """Another broker host: its own folder, runtime dir and audit key; the same store and providers."""
-    folder = tmp_path / name
-    folder.mkdir()
-    env = make_env(folder)
-    add_vault_provider(env, openbao)
-    return join_fleet(env, db, name)
 
 
 @pytest.fixture

@@ -251,7 +251,7 @@ def test_the_shipped_policy_files_lint(tmp_path: Path) -> None:
     }
     config = parse_config(table, tmp_path / "broker.toml")
     policy = load_policy(shipped, config)
-    assert [r.id for r in policy.rules] == ["ci-read-only", "agents-widgets", "nightly-docs"]
+    assert [r.id for r in policy.rules] == ["ci-read-only", "agents-widgets", "nightly-docs", "deploy-production"]
 
 
 def test_a_root_sandbox_needs_a_rule_that_allows_it(tmp_path: Path) -> None:

@@ -12,7 +12,16 @@ from tests.fixtures.brokerenv import BrokerEnv
 
 
 def test_the_state_strings_are_the_documented_ones() -> None:
-    assert [s.value for s in SessionState] == ["issuing", "active", "revoking", "revoked", "expired", "failed"]
+    assert [s.value for s in SessionState] == [
+        "issuing",
+        "active",
+        "revoking",
+        "revoked",
+        "expired",
+        "failed",
+        "awaiting-approval",
+        "denied",
+    ]
     assert [s.value for s in CredentialState] == [
         "minting",
         "active",

@@ -1,4 +1,7 @@
-"""HTTP/1.1 on one accepted connection, parsed by h11 (no hand-written parser), JSON in and out.
+"""HTTP/1.1 on one accepted Unix-socket connection, parsed by h11 (no hand-written parser), JSON in and out.
+
+The daemon (``broker.daemon``) and a delegating session's socket
+(``broker.core.session_socket``) both serve their peers with it.
 
 Keep-alive is supported; a request that h11 cannot parse, or whose body is
 too large, gets 400/413 with the usual ``{"error", "exit_code"}`` body and the
@@ -53,6 +56,10 @@ class Send(Protocol):
 
 
 Handler = Callable[[Request, Send], None]
+
+
+#: The HTTP status that says what an exit code says (a revoke left pending, 5, is still a 200; 8 waits: 202).
+HTTP_STATUS = {1: 500, 2: 400, 3: 403, 4: 502, 5: 200, 6: 500, 7: 503, 8: 202}
 
 
 def error_body(message: str, exit_code: int) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.cli.launch_formats import render
+from broker.cli.sessions.launch_formats import render
 
 DOCUMENT = {
     "session": "s-4k2j9x7q3m1p",
@@ -60,7 +60,7 @@ def test_values_are_quoted_for_the_shell() -> None:
 
 
 def test_the_session_file_is_written_but_never_through_a_symlink(tmp_path: Path) -> None:
-    from broker.cli.launch_formats import write_session_file
+    from broker.cli.sessions.launch_formats import write_session_file
     from broker.vocab.errors import BadInput
 
     path = tmp_path / "session"

@@ -1,0 +1,207 @@
+"""A delegating session's ``broker.sock``: the one session it answers for, served to its sandbox alone.
+
+``broker exec`` (direct, or the daemon holding an exec session) serves it in
+threads of its own while the command runs. It speaks the daemon's HTTP/1.1
+and JSON (``broker.host.wire``), so the thin client in the sandbox
+(``BROKER_SOCKET`` points at it) and ``curl --unix-socket`` both work, but it
+answers only for its session:
+
+* ``POST /v1/sessions``: a child session (``broker.core.delegating``), 201;
+* ``POST /v1/policy/check``: whether a child manifest is covered, minting nothing;
+* ``GET /v1/sessions``: its children; ``DELETE /v1/sessions/ID``: revoke one of them;
+* ``GET /v1/health``: which session this is.
+
+Nothing else of the broker is reachable through it (every other request is
+404), and only its owner connects: the socket is 0600, owned by the sandbox
+user (or the launcher whose user namespace maps it), and a peer of any
+other uid (``SO_PEERCRED``) is closed at once. A connection that sends no
+request head in time is closed (as the daemon's), and at most
+``MAX_CONNECTIONS`` are served at once. A child that may delegate further
+gets a socket of its own, served here too and closed with this one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import socket
+import threading
+from typing import Any
+from urllib.parse import urlsplit
+
+from broker.core.broker import Broker
+from broker.core.delegating import check_child, child_manifest, delegating, describe_parent, parent_session
+from broker.core.revoking import RevokeReport, revoke_session
+from broker.core.status import session_status
+from broker.host.peercred import peer_credentials
+from broker.host.wire import HTTP_STATUS, Request, Send, busy, error_body, serve_connection
+from broker.vocab.errors import REPORT_URL, BrokerError, DaemonUnreachable, RevokeIncomplete, UnknownSession
+from broker.vocab.logs import event
+from broker.vocab.session_ids import check_session_id
+
+LOG = logging.getLogger("broker.delegation")
+CHILD_PATH = re.compile(r"/v1/sessions/([^/]{1,64})")
+MAX_CONNECTIONS = 8
+ACCEPT_POLL = 0.5
+
+
+class SessionSocket:
+    """Serves one session's ``broker.sock`` (``listener``) to the uid ``owner`` until ``close``."""
+
+    def __init__(self, broker: Broker, session_id: str, listener: socket.socket, owner: int) -> None:
+        self.broker = broker
+        self.session_id = session_id
+        self.listener = listener
+        self.owner = owner
+        self.stopping = threading.Event()
+        self._mutex = threading.Lock()
+        self._threads: set[threading.Thread] = set()
+        self._children: dict[str, SessionSocket] = {}
+        self._acceptor = threading.Thread(target=self._accept, name="session-socket", daemon=True)
+
+    def start(self) -> SessionSocket:
+        self._acceptor.start()
+        return self
+
+    def close(self) -> None:
+        """No more children: stop accepting, finish the requests in flight, close the children's sockets too."""
+        self.stopping.set()
+        if self._acceptor.is_alive():
+            self._acceptor.join()
+        with self._mutex:
+            running, children = list(self._threads), list(self._children.values())
+        for thread in running:
+            thread.join()
+        for child in children:
+            child.close()
+
+    def __enter__(self) -> SessionSocket:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _accept(self) -> None:
+        self.listener.settimeout(ACCEPT_POLL)
+        try:
+            while not self.stopping.is_set():
+                try:
+                    connection, _ = self.listener.accept()
+                except TimeoutError:
+                    continue
+                except OSError:
+                    if self.stopping.is_set():
+                        return
+                    self.stopping.wait(ACCEPT_POLL)  # out of descriptors: let connections finish
+                    continue
+                self._admit(connection)
+        finally:
+            self.listener.close()
+
+    def _admit(self, connection: socket.socket) -> None:
+        try:
+            uid = peer_credentials(connection).uid
+        except OSError:
+            connection.close()
+            return
+        if uid != self.owner:
+            event(LOG, "refused a peer of another uid", session=self.session_id, uid=uid)
+            connection.close()
+            return
+        with self._mutex:
+            full = len(self._threads) >= MAX_CONNECTIONS
+            thread = threading.Thread(target=self._serve, args=(connection,), name="session-conn", daemon=True)
+            if not full:
+                self._threads.add(thread)
+        if full:
+            busy(connection, f"session {self.session_id}'s socket is busy; try again", DaemonUnreachable.exit_code)
+            return
+        thread.start()
+
+    def _serve(self, connection: socket.socket) -> None:
+        try:
+            serve_connection(connection, self._handle, self.stopping)
+        except Exception:  # a bug in one connection never stops the socket
+            LOG.exception("session socket connection failed")
+        finally:
+            connection.close()
+            with self._mutex:
+                self._threads.discard(threading.current_thread())
+
+    def _handle(self, request: Request, send: Send) -> None:
+        try:
+            self._dispatch(request, send)
+        except BrokerError as exc:
+            status = 404 if isinstance(exc, UnknownSession) else HTTP_STATUS.get(exc.exit_code, 500)
+            _answer(send, status, error_body(exc.message, exc.exit_code))
+        except Exception as exc:
+            LOG.exception("session socket request failed")
+            message = f"internal error ({type(exc).__name__}) in the broker; please report it at {REPORT_URL}"
+            _answer(send, 500, error_body(message, 1))
+        finally:
+            event(LOG, "request", session=self.session_id, method=request.method, path=urlsplit(request.target).path)
+
+    def _dispatch(self, request: Request, send: Send) -> None:
+        path = urlsplit(request.target).path
+        route = (request.method, path)
+        broker = self.broker
+        if route == ("GET", "/v1/health"):
+            record = broker.store.get_session(self.session_id)
+            if record is None:
+                raise UnknownSession(f"unknown session {self.session_id}")
+            send(200, {"status": "ok", **describe_parent(record)})
+        elif route == ("POST", "/v1/sessions"):
+            self._child(request.body, send)
+        elif route == ("POST", "/v1/policy/check"):
+            parent = parent_session(broker, self.session_id)
+            send(200, check_child(broker, parent, child_manifest(broker, parent, request.body)).to_json())
+        elif route == ("GET", "/v1/sessions"):
+            send(200, [s.to_json() for s in self._children_status()])
+        elif request.method == "DELETE" and (match := CHILD_PATH.fullmatch(path)):
+            report = self._revoke(match.group(1))
+            pending = "" if report.complete else report.session
+            send(200, report.to_json(), RevokeIncomplete.exit_code if pending else 0, pending)
+        else:
+            name = f"{request.method[:10]} {path[:80]}"
+            _answer(send, 404, error_body(f"no endpoint {name}: this socket answers only for {self.session_id}", 2))
+
+    def _child(self, body: bytes, send: Send) -> None:
+        broker = self.broker
+        owner = self._socket_owner()
+        with delegating(broker, self.session_id, body, owner) as (session, socket_request):
+            if socket_request.listener is not None:  # it may delegate further: its own socket, served here
+                child = SessionSocket(broker, session.id, socket_request.listener, self.owner)
+                with self._mutex:
+                    self._children[session.id] = child
+                child.start()
+            send(201, session.to_json())  # while it can still be rolled back: a peer that is gone gets nothing
+        broker.checkpoint()
+
+    def _socket_owner(self) -> tuple[int, int]:
+        record = self.broker.store.get_session(self.session_id)
+        assert record is not None
+        return (self.owner, record.gid)
+
+    def _children_status(self) -> list[Any]:
+        return session_status(
+            self.broker.store, include_ended=False, owned=lambda record: record.parent == self.session_id
+        )
+
+    def _revoke(self, child_id: str) -> RevokeReport:
+        broker = self.broker
+        record = broker.store.get_session(check_session_id(child_id))
+        if record is None or record.parent != self.session_id:
+            raise UnknownSession(f"session {child_id[:64]} is not a child of {self.session_id}")
+        with self._mutex:
+            socket_of_child = self._children.pop(record.id, None)
+        if socket_of_child is not None:
+            socket_of_child.close()
+        report = revoke_session(broker, record.id)
+        broker.checkpoint()
+        return report
+
+
+def _answer(send: Send, status: int, body: dict[str, Any]) -> None:
+    with contextlib.suppress(OSError):
+        send(status, body)

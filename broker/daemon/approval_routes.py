@@ -1,0 +1,95 @@
+"""The daemon's approval endpoints: list, approve, deny; and the requester's wait and collect.
+
+* ``GET /v1/approvals``: the open requests the peer may decide or asked for (root: all);
+* ``POST /v1/approvals/{id}/approve`` ``{"digest": ...}``, ``POST /v1/approvals/{id}/deny`` ``{"reason": ...}``:
+  decided as the peer (its uid and groups from ``SO_PEERCRED``/``SO_PEERGROUPS``);
+* ``POST /v1/approvals/{id}/wait?seconds=N`` (at most ``MAX_WAIT``): the request once decided, or as it is
+  after N seconds; a decision made through this daemon answers at once;
+* ``POST /v1/approvals/{id}/collect``: the approved request's session is issued (201, the session document).
+
+Waiting and collecting are the requester's (or root's), as its session is.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from broker.core.approvals.deciding import approve, deny, expire, visible
+from broker.core.approvals.ticket import request_json
+from broker.core.approvals.waiting import wait_for_decision
+from broker.core.broker import Broker
+from broker.core.resuming import resuming
+from broker.daemon.access import owned_session, sees_all
+from broker.daemon.peer import Peer
+from broker.host.wire import Request, Send, error_body
+from broker.vocab.errors import BadInput
+from broker.vocab.session_ids import check_session_id
+
+ACTION_PATH = re.compile(r"/v1/approvals/([^/]{1,64})/(approve|deny|wait|collect)")
+MAX_WAIT = 600.0
+
+
+def dispatch(broker: Broker, peer: Peer, request: Request, send: Send, stopping: threading.Event) -> None:
+    url = urlsplit(request.target)
+    if (request.method, url.path) == ("GET", "/v1/approvals"):
+        send(200, [request_json(a) for a in visible(broker, sees_all=sees_all(peer))])
+        return
+    match = ACTION_PATH.fullmatch(url.path)
+    if request.method != "POST" or match is None:
+        send(404, error_body(f"no endpoint {request.method[:10]} {url.path[:80]}", 2))
+        return
+    request_id, action = check_session_id(match.group(1), "request id"), match.group(2)
+    if action == "approve":
+        digest = _field(request, "digest")
+        if digest is None:
+            raise BadInput('approve needs the request\'s digest: {"digest": SHA256}')
+        send(200, request_json(approve(broker, request_id, digest)))
+    elif action == "deny":
+        send(200, request_json(deny(broker, request_id, _field(request, "reason"))))
+    elif action == "wait":
+        owned_session(broker, peer, request_id, "wait for")
+        seconds = _seconds(parse_qs(url.query).get("seconds", ["0"])[-1])
+        send(200, request_json(_wait(broker, request_id, seconds, stopping)))
+    else:
+        owned_session(broker, peer, request_id, "collect")
+        with resuming(broker, request_id) as session:
+            send(201, session.to_json())  # while it can still be rolled back: a peer that is gone gets nothing
+        broker.checkpoint()
+
+
+def _wait(broker: Broker, request: str, seconds: float, stopping: threading.Event) -> Any:
+    def expired(found: Any) -> bool:
+        done = expire(broker, found)
+        if done:
+            broker.checkpoint()
+        return done
+
+    return wait_for_decision(broker.store, request, until=time.monotonic() + seconds, stopping=stopping, expire=expired)
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise BadInput("wait: seconds is a number") from None
+    if not 0 <= value <= MAX_WAIT:
+        raise BadInput(f"wait: seconds is between 0 and {MAX_WAIT:.0f}")
+    return value
+
+
+def _field(request: Request, name: str) -> str | None:
+    if not request.body:
+        return None
+    try:
+        body = json.loads(request.body)
+    except ValueError:
+        raise BadInput("the request body is not JSON") from None
+    value = body.get(name) if isinstance(body, dict) else None
+    if value is not None and not isinstance(value, str):
+        raise BadInput(f"{name}: expected a string")
+    return value

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import WORK, Report, Row, Settings
-from broker.core.rotating import GRACE
+from broker.core.running.rotating import GRACE
 from broker.egress.ca import SessionCA
 from broker.egress.destinations import parse_destination
 from broker.egress.inject import Injection

@@ -9,7 +9,7 @@ is root, and the hints point at the host directory. SIGINT, SIGTERM and
 SIGHUP are forwarded to the command; whatever happens, the session is
 revoked when the command ends, and a killed broker leaves the session to
 ``sweep``. While the command runs, an outside ``broker revoke`` reaches this
-process through its control socket (``broker.core.halting``): the proxy
+process through its control socket (``broker.core.running.halting``): the proxy
 refuses at once, the command is stopped, and the teardown here revokes.
 
 With ``--network allowlist`` (the default when the manifest has a
@@ -41,12 +41,12 @@ from pathlib import Path
 
 from broker.core.broker import Broker
 from broker.core.credential.proxied import session_interceptor
-from broker.core.halting import Halt
 from broker.core.inputs.manifest import Manifest
 from broker.core.issuing import DelegationSocket, issue
 from broker.core.resuming import settle
 from broker.core.revoking import RevokeReport, revoke_locked
-from broker.core.rotating import Rotator
+from broker.core.running.halting import Halt
+from broker.core.running.rotating import Rotator
 from broker.core.session_document import SessionDocument
 from broker.core.session_socket import SessionSocket
 from broker.egress.bridge import forwarder_argv, proxy_hints

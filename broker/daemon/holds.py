@@ -14,7 +14,7 @@ its last ``egress.request`` records before the revocation is logged. Each held s
 listens on the same control socket as a direct ``exec``
 (``broker.host.control``), so a direct-mode ``broker revoke`` on this host
 asks the daemon instead of waiting on the lock: the proxy refuses at once
-(``broker.core.halting``), and the hold ends the session, which answers the
+(``broker.core.running.halting``), and the hold ends the session, which answers the
 client, which stops the command. A session whose rules allow children has its
 ``broker.sock`` served here too (``broker.core.session_socket``), closed
 before the session ends. A session that needs an approval answers 202 with
@@ -36,12 +36,12 @@ from typing import TYPE_CHECKING, Any
 from broker.core.broker import Broker
 from broker.core.credential.proxied import session_interceptor
 from broker.core.executing import ExecOptions, check_proxied, child_environment, network_mode, session_evidence
-from broker.core.halting import Halt
 from broker.core.inputs.manifest import Manifest
 from broker.core.issuing import DelegationSocket, issue
 from broker.core.resuming import granted
 from broker.core.revoking import RevokeReport, revoke_locked
-from broker.core.rotating import Rotator
+from broker.core.running.halting import Halt
+from broker.core.running.rotating import Rotator
 from broker.core.session_socket import SessionSocket
 from broker.daemon.access import owned_session
 from broker.daemon.peer import Peer

@@ -213,7 +213,7 @@ def _renew(broker: Broker, peer: Peer, session: str) -> tuple[Any, int]:
 
 def _network(broker: Broker, peer: Peer, session: str, body: Any) -> Any:
     """``session allow|disallow``: ``{"destination": "HOST:PORT", "allow": true}`` for a session the peer owns."""
-    from broker.core.allowing import change_network
+    from broker.core.running.allowing import change_network
 
     record = owned_session(broker, peer, _session_id(session), "change the network of")
     if (

@@ -5,7 +5,7 @@ from __future__ import annotations
 from broker.cli.context import Invocation, echo, print_json
 from broker.cli.opening import open_broker
 from broker.cli.render import network_lines
-from broker.core.allowing import change_network
+from broker.core.running.allowing import change_network
 from broker.vocab.session_ids import check_session_id
 
 

@@ -13,6 +13,14 @@ waits for it), and only once the proxy has it is it logged
 connection opened after this returns is decided on the new list. A session
 with no running proxy on this host is refused (exit 2): there is nothing to
 change, and nothing is logged.
+
+Neither changes the session's stored manifest: a child session is covered by
+its parent's manifest as issued (``broker.core.delegation.coverage``), so a
+destination allowed later is never a child's, and a child itself, which runs
+behind its parent's proxy, is refused (exit 2: change its parent's). An
+allow under a rule that asks for an approval is refused (exit 3): the
+approval was given for the manifest as it was, and a wider one needs a new
+session and a new approval.
 """
 
 from __future__ import annotations
@@ -51,6 +59,11 @@ def change_network(broker: Broker, session_id: str, text: str, *, allow: bool) -
         raise UnknownSession(f"unknown session {session_id!r}")
     if session.state != SessionState.ACTIVE or session.expires_at <= broker.clock():
         raise BadInput(f"session {session_id} is not active; only a running session's network changes")
+    if session.parent is not None:
+        raise BadInput(
+            f"session {session_id} is a child of {session.parent}: it runs behind its parent's proxy,"
+            " whose allow-list is the one to change"
+        )
     if session.manifest is None:
         raise BadInput(f"session {session_id} was issued by an older broker: its manifest is not stored")
     manifest = parse_manifest(
@@ -61,6 +74,12 @@ def change_network(broker: Broker, session_id: str, text: str, *, allow: bool) -
         decision = decide(broker.policy, wider, broker.requester, broker.config)
         if not decision.allowed:
             raise PolicyDenied(decision.denial_message(f"allowing {destination} denied by policy"), decision.reasons)
+        if decision.approval is not None:
+            rules = ", ".join(rule for rule, _ in decision.approval.rules)
+            raise PolicyDenied(
+                f"allowing {destination} denied: rule {rules} asks for an approval of the manifest as issued;"
+                " issue a new session with it in network.allow"
+            )
     applied = ask_network(broker.config.state_dir, session_id, allow, str(destination))
     if not applied:
         raise BadInput(

@@ -40,10 +40,12 @@ FIGURES = (
     "fleetlog",
     "latency",
     "fleet",
+    "fleetrevoke",
     "operations",
     "terminated",
     "rotation",
     "metrics",
+    "awsproxy",
     "approvals",
 )
 #: egress, dynamic and daemon start what they need themselves (a proxy, OpenBao + PostgreSQL, OpenBao + a daemon).
@@ -55,7 +57,8 @@ NEEDS_STACK = {
     "memory",
     "latency",
     "fleet",
-}  # fleet adds a PostgreSQL of its own
+    "fleetrevoke",
+}  # fleet and fleetrevoke add a PostgreSQL of their own
 
 BROKER_ROLE = ROLE_NAME  # the stack task's role
 FLOOR_ROLE = "agent-floor"  # the floor writes its deny policy here, so the two never share a document

@@ -19,18 +19,21 @@ median over repeated runs, both sides of a ratio interleaved in the same run:
   latency     the stack task through the daemon and the direct CLI vs the three-provider floor, on
               loopback and with every provider behind a 40 ms RTT proxy (bench/stack_rtt.py)
   fleet       3 hosts on one PostgreSQL store x N concurrent cycles; the store's cost per issue/revoke vs SQLite
+  fleetrevoke a revoke on host B of host A's GitHub session, confirmed by A's daemon (p95 of B's command)
   operations  the operations check's decision per request, in process (REST, GraphQL, reviews, git push and fetch)
   terminated  through a terminated host: the operations decision's added latency per request (keep-alive,
               with vs without operations), 1,000 requests/s with every request logged (backlog, records,
               the log's cost per record), a 50 MiB git push through the proxy vs direct over a modelled
               40 ms, 1 Gbit/s link and on loopback
   metrics     a /metrics scrape with 10,000 live sessions in a real SQLite store; span() with tracing off and on
+  awsproxy    SigV4 through the proxy: verify + re-sign added per small AWS request, a 256 MiB put_object
+              (aws-chunked) through the proxy vs direct on loopback and over the modelled link, the proxy's RSS
   approvals   through ``broker serve``: approve-to-session, a child session against an issue, 100 pending listed
 
 The fleet figure starts a PostgreSQL of its own beside the stack (bench/fleet.py); egress, dynamic,
-daemon and terminated start what they need themselves (bench/egress.py, bench/vault_dynamic.py,
-bench/daemon.py, bench/terminated.py with bench/gitpush.py and bench/proxychild.py; each also runs
-alone with ``python -m``).
+daemon, terminated and awsproxy start what they need themselves (bench/egress.py, bench/vault_dynamic.py,
+bench/daemon.py, bench/terminated.py with bench/gitpush.py and bench/proxychild.py, bench/aws_resign.py;
+each also runs alone with ``python -m``).
 
 Prints a table and writes ``bench-results/bench-<git short sha>.json`` and
 ``bench-results/latest.json``. ``--quick`` for a smoke run, ``--only a,b``
@@ -55,6 +58,7 @@ from pathlib import Path
 
 from bench.approvals import figure_approvals
 from bench.audit import figure_audit
+from bench.aws_resign import figure_awsproxy
 from bench.cold import figure_cold
 from bench.common import (
     BROKER,
@@ -76,6 +80,7 @@ from bench.daemon import figure_daemon
 from bench.egress import figure_egress
 from bench.fleet import figure_fleet
 from bench.fleet_log import figure_fleet_log
+from bench.fleet_revoke import figure_fleet_revoke
 from bench.local import BrokerSetup, Stack, base_env, floor_params, unmount_under
 from bench.memory import figure_memory
 from bench.metrics import figure_metrics
@@ -306,6 +311,8 @@ def main(argv: Sequence[str]) -> int:
                 steps.append(("latency", lambda: figure_latency(settings, report, need(stack))))
             if "fleet" in selected:
                 steps.append(("fleet", lambda: figure_fleet(settings, report, need(stack))))
+            if "fleetrevoke" in selected:
+                steps.append(("fleetrevoke", lambda: figure_fleet_revoke(settings, report, need(stack))))
             if "operations" in selected:
                 steps.append(("operations", lambda: figure_operations(settings, report)))
             if "terminated" in selected:
@@ -314,6 +321,8 @@ def main(argv: Sequence[str]) -> int:
                 steps.append(("rotation", lambda: figure_rotation(settings, report)))
             if "metrics" in selected:
                 steps.append(("metrics", lambda: figure_metrics(settings, report)))
+            if "awsproxy" in selected:
+                steps.append(("awsproxy", lambda: figure_awsproxy(settings, report)))
             for name, step in steps:
                 background = cpu_busy()
                 report.background[name] = round(background, 2)

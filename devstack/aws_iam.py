@@ -9,13 +9,15 @@ identities are made while nothing is checked, then moto's own
 ``/moto-api/reset-auth`` sets the count to 0 and every request from then on
 must be signed by a known key. What exists then:
 
-- the broker: IAM user ``broker`` with an access key (``AKIA...``), allowed only ``sts:AssumeRole``;
+- the broker: IAM user ``broker`` with an access key (``AKIA...``), allowed only what minting needs
+  (``BROKER_ACTIONS``; revoke with ``revoke = "expire"``: no deny policy written);
 - the role ``agent-s3``, trusting that user, allowed S3 and ``sts:GetCallerIdentity``;
 - the bucket ``agent-bucket``.
 
 ``assume`` returns a session's keys (``ASIA...``, secret, token) from moto's
 AssumeRole, signed with the broker's key. moto still enforces no session
-policy and checks no presigned-URL signature (devstack/aws.py says more).
+policy (devstack/aws.py says more); presigned S3 URLs are checked and served by
+``devstack.aws`` (its presigned-URL section) in front of it.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ USER = "broker"
 ROLE = "agent-s3"
 ROLE_ARN = f"arn:aws:iam::{ACCOUNT}:role/{ROLE}"
 BUCKET = "agent-bucket"
+#: What the broker itself does with its identity: mint (the role read, AssumeRole with tags) and its health check.
+BROKER_ACTIONS = ["sts:AssumeRole", "sts:TagSession", "sts:SetSourceIdentity", "sts:GetCallerIdentity", "iam:GetRole"]
 SETUP_IDENTITY = {"aws_access_key_id": "setup-before-auth", "aws_secret_access_key": "unchecked-until-reset-auth"}
 
 
@@ -71,16 +75,16 @@ def _statement(actions: list[str], **extra: Any) -> str:
 def start_iam_moto() -> IamMoto:
     """A moto process on a free loopback port, the identities above made, then IAM authentication on."""
     port = free_port()
-    process = subprocess.Popen([sys.executable, "-m", "devstack.aws", str(port)], stdout=subprocess.DEVNULL, cwd=ROOT)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "devstack.aws", str(port), "--presigned"], stdout=subprocess.DEVNULL, cwd=ROOT
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         wait_http(f"{url}/moto-api/")
         iam = _client("iam", url, **SETUP_IDENTITY)
         iam.create_user(UserName=USER)
         key = iam.create_access_key(UserName=USER)["AccessKey"]
-        iam.put_user_policy(
-            UserName=USER, PolicyName="assume", PolicyDocument=_statement(["sts:AssumeRole"], Resource="*")
-        )
+        iam.put_user_policy(UserName=USER, PolicyName="assume", PolicyDocument=_statement(BROKER_ACTIONS, Resource="*"))
         trust = {
             "Effect": "Allow",
             "Principal": {"AWS": f"arn:aws:iam::{ACCOUNT}:user/{USER}"},

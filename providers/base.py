@@ -166,6 +166,9 @@ class ProxyFacts:
     #: wrapping token, which unwraps anywhere to the secret); its JSON answers are held back and checked whole.
     refused_answer_key: str | None = None
     refused_answer_name: str = ""
+    #: The client signs each request itself (AWS SigV4): the proxy verifies the signature with the placeholder
+    #: keys and re-signs with the real ones (``broker.egress.sigv4``) instead of swapping a header.
+    resigns: bool = False
 
 
 class RevokeOutcome(enum.StrEnum):
@@ -220,6 +223,8 @@ class Provider(ABC, Generic[RequestT]):
     min_ttl: ClassVar[int] = 1
     #: A lifetime the provider gives every credential whatever the TTL asked (GitHub: one hour).
     fixed_lifetime: ClassVar[int | None] = None
+    #: Whether only a secret kept at minting revokes it (GitHub: the token itself), so only the host keeping it can.
+    revokes_with_kept_secret: ClassVar[bool] = False
     #: How the egress proxy puts its secrets in; None: its credentials cannot be ``inject: proxy``.
     proxy: ClassVar[ProxyFacts | None] = None
     #: Names a manifest's ``sandbox.env`` may not set: the ones its credentials set, or that would redirect them.
@@ -262,6 +267,11 @@ class Provider(ABC, Generic[RequestT]):
     @abstractmethod
     def revoke(self, target: RevokeTarget, now: datetime) -> RevokeOutcome:
         """Revoke at the provider; raise ``ProviderError`` when it cannot be done now."""
+
+    def default_proxy_hosts(self) -> tuple[str, ...]:
+        """``HOST:PORT`` the proxy puts this instance's secret in when the config names no ``proxy_hosts``
+        (AWS: its region's STS and S3 hosts); none by default."""
+        return ()
 
     def health(self) -> list[Check]:
         """``broker doctor``'s checks of this instance (named locally: ``login``, ``clock``); mints nothing.

@@ -5,6 +5,7 @@ pytest_plugins = [
     "tests.fixtures.openbao",
     "tests.fixtures.aws",
     "tests.fixtures.aws_iam",
+    "tests.fixtures.aws_proxied",
     "tests.fixtures.github",
     "tests.fixtures.stack",
     "tests.fixtures.postgres",

@@ -27,6 +27,7 @@ from filelock import FileLock, Timeout
 from broker.audit.keys import AuditKeys
 from broker.vocab.errors import BadInput, LogVerificationError, StoreError
 from broker.vocab.time import iso_precise, utcnow
+from broker.vocab.tracing import span
 
 GENESIS = "0" * 64
 LOG_NAME = "issuance.jsonl"
@@ -153,8 +154,10 @@ class IssuanceLog:
         **fields: Any,
     ) -> dict[str, Any]:
         try:
-            with self._lock:
-                return self._append_locked(event, session, task, requester, fields)
+            with span("log.append", event=event, session=session) as traced, self._lock:
+                record = self._append_locked(event, session, task, requester, fields)
+                traced.set(seq=record["seq"])
+                return record
         except Timeout:
             raise StoreError(f"issuance log {self.path} is locked by another process") from None
 

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 from broker.audit.keys import AuditKeys
 from broker.audit.log import GENESIS, Entry, canonical, checkpoint_fields, new_record
 from broker.vocab.errors import ConfigError, StoreError
+from broker.vocab.tracing import span
 
 T = TypeVar("T")
 
@@ -44,7 +45,9 @@ class PostgresIssuanceLog:
     def append(
         self, event: str, *, session: str | None, task: str | None, requester: str, **fields: Any
     ) -> dict[str, Any]:
-        record: dict[str, Any] = self._run(lambda conn: self._append(conn, event, session, task, requester, fields))
+        with span("log.append", event=event, session=session) as traced:
+            record: dict[str, Any] = self._run(lambda conn: self._append(conn, event, session, task, requester, fields))
+            traced.set(seq=record["seq"])
         self.appended += 1
         return record
 

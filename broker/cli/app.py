@@ -22,6 +22,7 @@ import signal
 import sys
 import traceback
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from types import FrameType
 
@@ -29,6 +30,7 @@ from broker.cli.context import Invocation, Read, print_error
 from broker.cli.declaring import ARGUMENT, PATH
 from broker.cli.parsing import Parsed, parse
 from broker.host.process_hardening import MemoryLock, harden_process, lock_memory
+from broker.telemetry.command import traced
 from broker.vocab.errors import REPORT_URL, BrokerError, Interrupted
 from broker.vocab.logs import configure, event
 
@@ -61,8 +63,8 @@ def main(
     try:
         parsed = parse(args)
         if parsed is not None:
-            return execute(parsed, memory, config)
-        return _typer_main(args, memory, config, route)
+            return traced(partial(execute, parsed, memory, config))
+        return traced(partial(_typer_main, args, memory, config, route))
     except KeyboardInterrupt:
         print_error(INTERRUPTED)
         return 130
@@ -90,7 +92,9 @@ def execute(parsed: Parsed, memory: MemoryLock | None, config: Read | None) -> i
             event(log, "memory locked")
         else:
             event(log, "memory not locked: secrets may reach swap", reason=memory.detail)
-    invocation = Invocation(config=_text(options["config"]), debug=bool(options["debug"]), read=config)
+    invocation = Invocation(
+        config=_text(options["config"]), debug=bool(options["debug"]), read=config, command=parsed.command.name
+    )
     module, _, name = parsed.command.handler.partition(":")
     handler = getattr(importlib.import_module(module), name)
     values = {

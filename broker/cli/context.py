@@ -15,6 +15,7 @@ from typing import Any
 
 from broker.core.inputs.config import Config, config_path
 from broker.core.inputs.config import load_config as load
+from broker.telemetry.command import started
 
 Read = tuple[str, dict[str, Any]]  # a config file's path and TOML table, when the console script read it already
 
@@ -22,10 +23,13 @@ Read = tuple[str, dict[str, Any]]  # a config file's path and TOML table, when t
 class Invocation:
     """What every command gets besides its own options: the global options, and the config read once."""
 
-    def __init__(self, *, config: str | None = None, debug: bool = False, read: Read | None = None) -> None:
+    def __init__(
+        self, *, config: str | None = None, debug: bool = False, read: Read | None = None, command: str = ""
+    ) -> None:
         self.config = config  # --config or BROKER_CONFIG, else None (the default path)
         self.debug = debug
         self.read = read
+        self.command = command  # its words (``revoke``, ``audit verify``): the name of its trace
         self._loaded: Config | None = None
 
     def load_config(self) -> Config:
@@ -33,7 +37,8 @@ class Invocation:
         if self._loaded is None:
             path = config_path(self.config)
             read = self.read
-            self._loaded = load(path, table=read[1] if read is not None and Path(read[0]) == path else None)
+            loaded = self._loaded = load(path, table=read[1] if read is not None and Path(read[0]) == path else None)
+            started(f"broker {self.command}", loaded.telemetry, loaded.host)  # with [telemetry]: its trace starts
         return self._loaded
 
 

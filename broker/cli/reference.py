@@ -86,6 +86,14 @@ CORE_CONFIG = (
             ),
             Key("store_passfile", "path", False, "The pgpass file (mode 0600) holding the store's password."),
             Key(
+                "fleet_revoke_wait",
+                "duration (0s: none)",
+                False,
+                "Fleet mode: how long a revoke of a session another host holds waits, while that host's daemon"
+                " listens, for it to revoke what only it can (GitHub tokens, the tmpfs, a running exec); then pending.",
+                "5s",
+            ),
+            Key(
                 "host",
                 "string",
                 False,
@@ -151,6 +159,14 @@ CORE_CONFIG = (
                 "Connections one peer uid may hold at once (an exec holds one while it runs); more are answered"
                 " 503 and closed. Root and the daemon's own uid are always served; every other uid shares 512.",
                 "32",
+            ),
+            Key(
+                "metrics_listen",
+                "ADDRESS:PORT",
+                False,
+                "Also serve GET /metrics (Prometheus) on this plain HTTP listener, e.g. 127.0.0.1:9464; anyone"
+                " who reaches it may read them. On the socket, root and the daemon's uid may.",
+                "none",
             ),
         ),
         "The daemon reads the provider credentials; its clients need only the socket"

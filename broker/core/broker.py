@@ -35,6 +35,7 @@ from providers.capabilities import SharesLocks, Warming
 
 if TYPE_CHECKING:
     from broker.core.inputs.policy import Policy
+    from broker.telemetry.metrics import BrokerMetrics
 
 SESSION_ALPHABET = string.ascii_lowercase + string.digits
 
@@ -93,6 +94,8 @@ class Broker:
     keys: AuditKeys
     requester: Requester
     clock: Callable[[], datetime] = field(default=utcnow)
+    #: The counters of the process serving ``/metrics`` (the daemon); None in a command, which counts nothing.
+    metrics: BrokerMetrics | None = None
 
     @classmethod
     def open(cls, config: Config, store: SessionStore | None = None) -> Broker:

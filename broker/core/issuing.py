@@ -72,6 +72,7 @@ from broker.vocab.errors import (
 )
 from broker.vocab.logs import event
 from broker.vocab.time import iso
+from broker.vocab.tracing import carried, span
 from providers.base import CredentialRequest, MintedCredential
 
 if TYPE_CHECKING:
@@ -84,7 +85,9 @@ LOG = logging.getLogger("broker.issue")
 
 def check(broker: Broker, manifest: Manifest) -> Decision:
     """The policy decision for ``manifest`` (no side effects)."""
-    decision = decide(broker.policy, manifest, broker.requester, broker.config)
+    with span("policy.decide", task=manifest.task, requester=str(broker.requester)) as traced:
+        decision = decide(broker.policy, manifest, broker.requester, broker.config)
+        traced.set(decision="allowed" if decision.allowed else "denied", rule=_rules(decision))
     event(
         LOG,
         "policy decision",
@@ -239,7 +242,7 @@ class Issuing(Minting):
         broker, manifest = self.broker, self.manifest
         assert self.pool is not None
         self.directory.create()
-        futures = [self.pool.submit(self.provide, request) for request in manifest.credentials]
+        futures = [self.pool.submit(carried(self.provide), request) for request in manifest.credentials]
         # once the store has what the reserving providers minted, the room is known
         held = zip(manifest.credentials, futures, strict=True)
         wait([future for request, future in held if request.provider in reservation.providers])
@@ -271,7 +274,8 @@ class Issuing(Minting):
         credential = self.mint(request, self.contexts[request.name])
         self.record(request, credential, **self.lineage())
         if self.interceptor is not None and request.name in self.manifest.proxied:
-            credential = hold_in_proxy(self.broker.config, request, credential, self.interceptor)
+            config, spool = self.broker.config, self.directory.path
+            credential = hold_in_proxy(config, request, credential, self.interceptor, spool)
         return request, credential, self.directory.write_credential(request.name, credential.files)
 
     def document(self, results: list[tuple[CredentialRequest, MintedCredential, list[str]]]) -> SessionDocument:
@@ -365,6 +369,12 @@ class Issuing(Minting):
             **self.lineage(),
         )
         return any(r.state != CredentialState.FAILED for r in records), pending
+
+
+def _rules(decision: Decision) -> str | None:
+    """The rules that allowed the credentials (an id for a span), None when none did."""
+    rules = sorted({c.rule for c in decision.credentials if c.rule})
+    return ",".join(rules) if rules else None
 
 
 def _after_mint(exc: BaseException, pending: list[str]) -> BrokerError:

@@ -29,6 +29,7 @@ from broker.host.sessiondir import SessionDirectory
 from broker.vocab.errors import BadInput, PolicyDenied, UnknownSession
 from broker.vocab.holding import holding
 from broker.vocab.time import iso
+from broker.vocab.tracing import span
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,9 @@ def _renew(broker: Broker, session: SessionRecord, manifest: Manifest) -> list[R
     ]
     if not due or remaining <= 0:
         return []
-    decision = decide(broker.policy, manifest, broker.requester, broker.config)
+    with span("policy.decide", task=manifest.task, session=session.id, requester=str(broker.requester)) as traced:
+        decision = decide(broker.policy, manifest, broker.requester, broker.config)
+        traced.set(decision="allowed" if decision.allowed else "denied")
     if not decision.allowed:
         raise PolicyDenied(decision.denial_message("renewal denied by policy"), decision.reasons)
     directory = SessionDirectory(broker.runtime, session.id, session.uid, session.gid)

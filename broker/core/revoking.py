@@ -19,10 +19,12 @@ withdrawn.
 from __future__ import annotations
 
 import logging
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from broker.core import holders
 from broker.core.approvals.deciding import withdraw
 from broker.core.broker import Broker, preload_providers
 from broker.core.credential.revoke import revoke_credential
@@ -40,7 +42,8 @@ from broker.core.store.states import (
 from broker.host.control import ask_to_revoke
 from broker.host.sessiondir import remove_child_path, remove_session_path
 from broker.vocab.errors import BrokerError, StoreError, UnknownSession
-from broker.vocab.holding import holding
+from broker.vocab.holding import Lock, holding
+from broker.vocab.tracing import carried
 
 LOG = logging.getLogger("broker.revoke")
 
@@ -80,7 +83,7 @@ def revoke_session(broker: Broker, session_id: str, *, reason: str = "revoke") -
     session = broker.store.get_session(session_id)
     if session is None:
         raise UnknownSession(f"unknown session {session_id[:64]!r}")
-    return _revoke(broker, session, reason=reason)
+    return revoke_many(broker, [session], reason=reason)[0]
 
 
 def revoke_task(broker: Broker, task: str, *, requester: str | None = None) -> list[RevokeReport]:
@@ -90,19 +93,66 @@ def revoke_task(broker: Broker, task: str, *, requester: str | None = None) -> l
     sessions = [s for s in found if requester is None or s.requester == requester]
     if not sessions:
         raise UnknownSession(f"no live session for task {task[:64]!r}")
-    return [_revoke(broker, session, reason="revoke") for session in sessions]
+    return revoke_many(broker, sessions)
 
 
-def _revoke(broker: Broker, session: SessionRecord, *, reason: str) -> RevokeReport:
+def revoke_many(broker: Broker, sessions: list[SessionRecord], *, reason: str = "revoke") -> list[RevokeReport]:
+    """Revoke each session. A session another host holds (fleet mode) is asked of that host first; while its daemon
+    listens, its answer is waited for before anything is revoked here: that daemon revokes the whole session as a
+    local revoke would, over its warm connections, and the two hosts do not queue for the session's lock. What it
+    has not finished by ``fleet_revoke_wait`` is revoked here as far as this host can."""
+    asked = {session.id for session in sessions if holders.ask(broker, session)}
+    deadline = time.monotonic() + holders.wait_budget(broker)
+    answered = holders.answers(broker, asked, until=deadline) if asked else {}
+    reports = [
+        _revoke(broker, session, reason=reason, asked=session.id in asked, until=deadline) for session in sessions
+    ]
+    return [_answered(broker, report, answered[report.session]) if report.session in answered else report
+            for report in reports]  # fmt: skip
+
+
+def _answered(broker: Broker, report: RevokeReport, dir_removed: bool) -> RevokeReport:
+    """``report`` once the holding host has finished the session: its credentials as the store has them now."""
+    states = {r.name: r.state for r in broker.store.credentials(report.session)}
+    credentials = tuple(replace(c, outcome=states.get(c.name, c.outcome)) for c in report.credentials)
+    return replace(report, credentials=credentials, dir_removed=dir_removed)
+
+
+def _revoke(broker: Broker, session: SessionRecord, *, reason: str, asked: bool, until: float) -> RevokeReport:
     lock = broker.session_lock(session.id)
     if session.exec_bound and session.state not in ENDED_SESSION_STATES:
         if try_lock(lock):
             lock.release()  # its exec is gone: revoke here
+        elif holders.held_elsewhere(broker, session):  # its exec runs on the holding host, which was asked to stop it
+            if not (asked and _within(lock, until)):
+                return _left_to_holder(broker, session)
+            lock.release()
         else:
             ask_to_revoke(broker.config.state_dir, session.id)  # none listening: wait for the lock as ever
     with holding(lock, f"session {session.id}"):
         current = broker.store.get_session(session.id)
         return revoke_locked(broker, current or session, reason=reason)
+
+
+def _within(lock: Lock, until: float) -> bool:
+    try:
+        lock.acquire(timeout=max(0.0, until - time.monotonic()))
+    except TimeoutError:
+        return False
+    return True
+
+
+def _left_to_holder(broker: Broker, session: SessionRecord) -> RevokeReport:
+    """A session an ``exec`` on another host still runs, whose daemon did not stop it: nothing revoked from here (the
+    exec holds the session), everything pending until that host's next start or sweep finishes the ask."""
+    records = [r for r in broker.store.credentials(session.id) if r.state != CredentialState.FAILED]
+    outcomes = tuple(
+        CredentialOutcome(
+            r.name, r.provider, r.state if r.state in SETTLED_CREDENTIAL_STATES else CredentialState.PENDING
+        )
+        for r in records
+    )
+    return RevokeReport(session.id, session.task, outcomes, False, session.host)
 
 
 def revoke_locked(broker: Broker, session: SessionRecord, *, reason: str) -> RevokeReport:
@@ -122,10 +172,13 @@ def revoke_locked(broker: Broker, session: SessionRecord, *, reason: str) -> Rev
     # A credential still minting may need the provider's whole SDK to be found (the App JWT, say).
     finding = any(r.state == CredentialState.MINTING or not r.reference for r in unsettled)
     preload_providers(broker, {r.provider for r in unsettled}, minting=finding)
+    elsewhere = holders.held_elsewhere(broker, session)
+    holder = session.host if elsewhere else None
+    revoke = carried(revoke_credential)
     with ThreadPoolExecutor(max_workers=max(1, len(unsettled)), thread_name_prefix="revoke") as pool:
         futures = {
             r.name: pool.submit(
-                revoke_credential, broker, session.id, session.task, r, now, reason=reason, parent=session.parent
+                revoke, broker, session.id, session.task, r, now, reason=reason, holder=holder, parent=session.parent
             )
             for r in unsettled
         }
@@ -135,7 +188,6 @@ def revoke_locked(broker: Broker, session: SessionRecord, *, reason: str) -> Rev
         )
         for r in records
     ]
-    elsewhere = _held_elsewhere(broker, session)
     report = RevokeReport(session.id, session.task, tuple(outcomes), dir_removed, session.host if elsewhere else None)
     if report.complete and not already_ended:
         final = SessionState.EXPIRED if reason == "expired" else SessionState.REVOKED
@@ -179,14 +231,9 @@ def _outcome(future: Future[CredentialState], session_id: str, record: Credentia
         return CredentialState.PENDING
 
 
-def _held_elsewhere(broker: Broker, session: SessionRecord) -> bool:
-    """Whether another host of the fleet holds the session's directory (only that host touches it)."""
-    return broker.store.shared and bool(session.host) and session.host != broker.config.host
-
-
 def _remove_directory(broker: Broker, session: SessionRecord) -> bool:
     """Wipe the session's directory now if this host holds it; another host's waits for that host's sweep."""
-    if _held_elsewhere(broker, session):
+    if holders.held_elsewhere(broker, session):
         return False
     try:
         if session.parent is not None:  # inside its topmost ancestor's directory

@@ -161,3 +161,14 @@ def deny_budgets(
         for budget in reserving[name].deny_budgets(wanted, live, now):
             budgets[(name, budget.role)] = budget
     return budgets
+
+
+def live_deny_budgets(
+    store: Credentials, providers: Mapping[str, Provider[Any]], now: datetime
+) -> dict[str, list[DenyBudget]]:
+    """The deny budget of every role the providers' unexpired credentials draw on, by provider instance."""
+    records = [record for name in sorted(providers) for record in store.live_credentials(name, now)]
+    budgets: dict[str, list[DenyBudget]] = {}
+    for (provider, _), budget in sorted(deny_budgets(store, providers, records, now).items()):
+        budgets.setdefault(provider, []).append(budget)
+    return budgets

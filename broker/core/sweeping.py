@@ -20,6 +20,11 @@ is working on are skipped (their session lock is held). In order:
 7. approval requests past their time: expired (``approval.expired``); a
    delegated session whose parent has ended: revoked with it (in step 3).
 
+Before all that, in fleet mode, the sessions of this host that other hosts
+asked it to finish revoking while its daemon was down (``asked``; see
+``broker.core.holders``) are revoked here: their GitHub tokens, their
+tmpfs and a running ``exec`` are this host's alone.
+
 A row of the store that fails its checks (``broker.core.store.rows``: a
 session id that is no session id, a state or host no broker writes) is
 skipped, and so is anything it names; the sweep goes on with every other
@@ -34,10 +39,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from broker.core import holders
 from broker.core.approvals.deciding import expire_overdue
 from broker.core.broker import Broker
 from broker.core.credential.revoke import revoke_credential
-from broker.core.revoking import RevokeReport, revoke_locked
+from broker.core.revoking import RevokeReport, revoke_locked, revoke_session
 from broker.core.store.interface import LIVE_SESSION_STATES, CredentialState, SessionRecord, SessionState
 from broker.core.store.locks import remove_session_lock, sweep_lock, try_lock
 from broker.core.store.rows import MalformedRow
@@ -61,6 +67,7 @@ class SweepReport:
     foreign: list[str] = field(default_factory=list)
     malformed: list[dict[str, Any]] = field(default_factory=list)
     witness_pending: int = 0
+    asked: list[str] = field(default_factory=list)
     approvals_expired: list[str] = field(default_factory=list)
 
     @property
@@ -78,6 +85,7 @@ class SweepReport:
             "foreign": self.foreign,
             "malformed": self.malformed,
             "witness_pending": self.witness_pending,
+            "asked": self.asked,
             "approvals_expired": self.approvals_expired,
         }
 
@@ -89,6 +97,7 @@ def sweep(broker: Broker, progress: Progress | None = None) -> SweepReport:
     """One sweep; ``progress(done, total)`` is called after each session looked at."""
     report = SweepReport()
     with holding(sweep_lock(broker.config.state_dir), "sweep", timeout=300):
+        report.asked = holders.finish_asked(broker, lambda session: _finish_asked(broker, session))
         now = broker.clock()
         mark = broker.store.malformed.mark()
         live = broker.store.sessions(states=LIVE_SESSION_STATES, unknown_states=True)
@@ -149,6 +158,12 @@ def _sweep_session(broker: Broker, session: SessionRecord, now: Any, report: Swe
             remove_session_lock(broker.config.state_dir, current.id)
     finally:
         lock.release()
+
+
+def _finish_asked(broker: Broker, session_id: str) -> bool:
+    """Revoke a session of this host another host asked to revoke; whether its directory is gone."""
+    revoke_session(broker, session_id)
+    return holders.directory_gone(broker, session_id)
 
 
 def _orphaned_child(broker: Broker, session: SessionRecord) -> bool:

@@ -22,6 +22,7 @@ import weakref
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from broker.vocab.tracing import carried, span
 from providers.capabilities import Warming
 
 if TYPE_CHECKING:
@@ -46,7 +47,7 @@ def warm_up(config: Config, names: Iterable[str], *, minting: bool) -> None:
     for provider, imported in started:
         after = () if provider.warm_first else first
         thread = threading.Thread(
-            target=_warm, args=(provider, minting, imported, after), name=f"warm-{provider.name}", daemon=True
+            target=carried(_warm), args=(provider, minting, imported, after), name=f"warm-{provider.name}", daemon=True
         )
         try:
             thread.start()
@@ -98,6 +99,7 @@ def _warm(provider: Any, minting: bool, imported: threading.Event, after: Sequen
             provider.preload(minting)
         finally:
             imported.set()
-        provider.warm_up(minting)
+        with span("provider.warm_up", provider=provider.name, provider_type=provider.type_name):
+            provider.warm_up(minting)
     except Exception as exc:  # the call that needs the provider reports it
         LOG.debug("warm-up failed", extra={"broker_fields": {"provider": provider.name, "error": type(exc).__name__}})

@@ -136,7 +136,10 @@ class Holds:
                 passable = peer.uid not in (0, os.geteuid())
                 unix = EgressSocket(egress_root(broker.runtime), held.session, owner, passable=passable)
                 evidence = session_evidence(broker, held.session, held.task)
-                held.proxy = RunningProxy(EgressProxy(manifest.network, None, None, interceptor, evidence))
+                proxy = EgressProxy(manifest.network, None, None, interceptor, evidence)
+                if broker.metrics is not None:
+                    proxy.decided = broker.metrics.egress  # each decision counted in the daemon's metrics
+                held.proxy = RunningProxy(proxy)
                 held.proxy.serve_unix(unix)
                 env.update(proxy_hints())
             held.halt.attach_proxy(held.proxy, interceptor)

@@ -21,7 +21,7 @@ from broker.core.revoking import RevokeReport
 from broker.daemon.access import operators_only, owned_session, owner_filter
 from broker.daemon.holds import Holds, Link
 from broker.daemon.peer import Peer
-from broker.host.wire import HTTP_STATUS, Request, Send, error_body
+from broker.host.wire import HTTP_STATUS, Raw, Request, Send, error_body
 from broker.vocab.errors import (
     REPORT_URL,
     AwaitingApproval,
@@ -32,12 +32,28 @@ from broker.vocab.errors import (
     UsageError,
 )
 from broker.vocab.logs import event
+from broker.vocab.tracing import OFF, annotate, span
 
 LOG = logging.getLogger("broker.daemon")
 SESSION_PATH = re.compile(r"/v1/sessions/([^/]{1,64})")
 RENEW_PATH = re.compile(r"/v1/sessions/([^/]{1,64})/renew")
 HOLD_PATH = re.compile(r"/v1/sessions/([^/]{1,64})/hold")
 NETWORK_PATH = re.compile(r"/v1/sessions/([^/]{1,64})/network")
+ROUTES = {
+    "GET": ("/v1/health", "/v1/sessions", "/metrics", "/v1/approvals"),
+    "POST": ("/v1/sessions", "/v1/policy/check", "/v1/sweep", "/v1/exec"),
+    "DELETE": ("/v1/sessions",),
+}
+TEMPLATES = (
+    (SESSION_PATH, ("DELETE", "/v1/sessions/{id}")),
+    (HOLD_PATH, ("POST", "/v1/sessions/{id}/hold")),
+    (RENEW_PATH, ("POST", "/v1/sessions/{id}/renew")),
+    (NETWORK_PATH, ("POST", "/v1/sessions/{id}/network")),
+    *(
+        (re.compile(rf"/v1/approvals/([^/]{{1,64}})/{action}"), ("POST", f"/v1/approvals/{{id}}/{action}"))
+        for action in ("approve", "deny", "wait", "collect")
+    ),
+)
 
 
 class Routes:
@@ -56,22 +72,42 @@ class Routes:
                 _finish(broker, None)
 
     def handle(self, request: Request, peer: Peer, send: Send, link: Link) -> None:
-        """Answer ``request``; whatever goes wrong, the peer gets one JSON line, never a traceback."""
+        """Answer ``request``; whatever goes wrong, the peer gets one JSON line, never a traceback.
+
+        Each request is one trace (``<METHOD> <route>``) when tracing is on; a scrape of ``/metrics`` is not
+        traced (one every few seconds would drown the rest)."""
         broker = dataclasses.replace(self.base, requester=peer.requester())
-        try:
-            self._dispatch(broker, peer, request, send, link)
-        except AwaitingApproval as exc:  # nothing minted yet: the request, for the client to wait on or resume
-            body = {**error_body(exc.message, exc.exit_code), "request": exc.request, "digest": exc.digest}
-            _answer(send, 202, body, exc.exit_code)
-        except BrokerError as exc:
-            status = 404 if isinstance(exc, UnknownSession) else HTTP_STATUS.get(exc.exit_code, 500)
-            _answer(send, status, error_body(exc.message, exc.exit_code))
-        except Exception as exc:  # a bug: logged here, one line to the peer
-            LOG.exception("daemon request failed")
-            message = f"internal error ({type(exc).__name__}) in the daemon; please report it at {REPORT_URL}"
-            _answer(send, 500, error_body(message, 1))
-        finally:
-            event(LOG, "request", method=request.method, path=urlsplit(request.target).path, uid=peer.uid)
+        path = urlsplit(request.target).path
+        template = route_template(request.method, path)
+        name = f"{request.method} {template}" if template is not None else "HTTP unknown route"
+        answered: list[int] = []
+
+        def sending(status: int, document: Any, exit_code: int = 0, incomplete: str = "") -> None:
+            answered.append(status)
+            send(status, document, exit_code, incomplete)
+
+        requester = str(peer.requester())
+        traced = span(name, method=_method(request.method), route=template, requester=requester)
+        with traced if template != "/metrics" else OFF as root:
+            try:
+                self._dispatch(broker, peer, request, sending, link)
+            except AwaitingApproval as exc:  # nothing minted yet: the request, for the client to wait on or resume
+                body = {**error_body(exc.message, exc.exit_code), "request": exc.request, "digest": exc.digest}
+                _answer(sending, 202, body, exc.exit_code)
+                root.set(exit_code=exc.exit_code)
+            except BrokerError as exc:
+                status = 404 if isinstance(exc, UnknownSession) else HTTP_STATUS.get(exc.exit_code, 500)
+                _answer(sending, status, error_body(exc.message, exc.exit_code))
+                root.set(exit_code=exc.exit_code)
+            except Exception as exc:  # a bug: logged here, one line to the peer
+                LOG.exception("daemon request failed")
+                message = f"internal error ({type(exc).__name__}) in the daemon; please report it at {REPORT_URL}"
+                _answer(sending, 500, error_body(message, 1))
+                root.set(exit_code=1)
+            finally:
+                if answered:
+                    root.set(status=answered[-1])
+                event(LOG, "request", method=request.method, path=path, uid=peer.uid)
 
     def _dispatch(self, broker: Broker, peer: Peer, request: Request, send: Send, link: Link) -> None:
         url = urlsplit(request.target)
@@ -79,6 +115,9 @@ class Routes:
         route = (request.method, url.path)
         if route == ("GET", "/v1/health"):
             send(200, {"status": "ok", "version": __version__})
+        elif route == ("GET", "/metrics"):
+            operators_only(peer, "read the metrics")
+            send(200, _metrics(broker))
         elif route == ("POST", "/v1/sessions"):
             self._issue(broker, peer, request, send)
         elif route == ("GET", "/v1/sessions"):
@@ -113,6 +152,7 @@ class Routes:
 
         manifest = parse_manifest(request.body, broker.config, as_json=True, identity=(peer.uid, peer.gid))
         with issuing(broker, manifest) as session:
+            annotate(session=session.id, task=session.task)
             # The answer leaves while the session can still be rolled back: a peer that is gone gets nothing minted.
             send(201, session.to_json())
         with contextlib.suppress(BrokerError):
@@ -127,15 +167,18 @@ class Routes:
         _answer(send, 200, report.to_json(), *_incomplete([report]))
 
     def _revoke(self, broker: Broker, peer: Peer, session: str) -> tuple[Any, int, str]:
-        report = self._revoke_one(broker, owned_session(broker, peer, _session_id(session), "revoke").id)
+        annotate(session=session)
+        report = self.revoke_one(broker, owned_session(broker, peer, _session_id(session), "revoke").id)
         return _finish(broker, report.to_json()), *_incomplete([report])
 
     def _revoke_task(self, broker: Broker, peer: Peer, query: dict[str, str]) -> tuple[Any, int, str]:
         """Every live session of the task that the peer may act on (its own; all of them for root)."""
+        from broker.core.revoking import revoke_many
         from broker.core.store.states import SHOWN_SESSION_STATES
         from broker.vocab.errors import UsageError
 
         task = query.get("task")
+        annotate(task=task)
         if not task:
             raise UsageError("revoke needs a task (DELETE /v1/sessions?task=NAME) or a session id")
         owned = owner_filter(broker, peer)
@@ -143,15 +186,41 @@ class Routes:
         sessions = [s.id for s in found if owned is None or owned(s)]
         if not sessions:
             raise UnknownSession(f"no live session for task {task[:64]!r}")
-        reports = [self._revoke_one(broker, session) for session in sessions]
+        held = {session: self.holds.get(session) for session in sessions}
+        others = revoke_many(broker, [s for s in found if s.id in sessions and held[s.id] is None])
+        by_id = {report.session: report for report in others}  # the fleet's holders asked and waited for at once
+        reports = [by_id[s] if held[s] is None else self.revoke_one(broker, s) for s in sessions]
         return _finish(broker, [report.to_json() for report in reports]), *_incomplete(reports)
 
-    def _revoke_one(self, broker: Broker, session: str) -> RevokeReport:
+    def revoke_one(self, broker: Broker, session: str) -> RevokeReport:
         """An exec session's proxy is closed first (it refuses at once), then every session is revoked as usual."""
         from broker.core.revoking import revoke_session
 
         held = self.holds.get(session)
         return self.holds.end(broker, held, "revoke") if held is not None else revoke_session(broker, session)
+
+
+def route_template(method: str, path: str) -> str | None:
+    """The route ``path`` is, as a template (``/v1/sessions/{id}``): a span's name, never the session id itself."""
+    if path in ROUTES.get(method, ()):
+        return path
+    for pattern, template in TEMPLATES:
+        if method == template[0] and pattern.fullmatch(path):
+            return template[1]
+    return None
+
+
+def _method(method: str) -> str:
+    return method if method in ROUTES else "OTHER"
+
+
+def _metrics(broker: Broker) -> Raw:
+    """The Prometheus text format of the daemon's metrics (every family, the store's gauges read now)."""
+    from broker.telemetry.metrics import CONTENT_TYPE
+
+    if broker.metrics is None:
+        raise UnknownSession("this daemon keeps no metrics")
+    return Raw(broker.metrics.exposition(), CONTENT_TYPE)
 
 
 def _answer(send: Send, status: int, body: dict[str, Any], exit_code: int = 0, incomplete: str = "") -> None:

@@ -29,16 +29,23 @@ import threading
 from collections import Counter
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from broker.core.broker import Broker
 from broker.core.inputs.config import DAEMON_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_UID, Config
+from broker.daemon.fleet import FleetListener
 from broker.daemon.holds import Link
 from broker.daemon.peer import Peer, peer_of
 from broker.daemon.routes import Routes
+from broker.daemon.watching import MetricsListener, daemon_metrics, measure_budgets
 from broker.host.wire import busy, serve_connection
 from broker.vocab.errors import BrokerError, ConfigError, DaemonUnreachable
 from broker.vocab.logs import event
+from broker.vocab.tracing import span
 from providers.capabilities import Refreshing
+
+if TYPE_CHECKING:
+    from broker.telemetry.traces import Tracing
 
 LOG = logging.getLogger("broker.daemon")
 SOCKET_MODE = 0o660
@@ -139,6 +146,8 @@ class Daemon:
         self.per_uid = per_uid
         self.stopping = threading.Event()
         self.routes = Routes(broker, self.stopping)
+        self.fleet: FleetListener | None = None
+        self.scrapes: MetricsListener | None = None
         self._connections: set[threading.Thread] = set()
         self._mutex = threading.Lock()
         self._held: Counter[int] = Counter()  # connections per peer uid; root and the daemon's uid are not counted
@@ -148,6 +157,9 @@ class Daemon:
 
     def run(self) -> None:
         """Serve until ``stop``; then wait for every connection in flight and for the sweep to finish."""
+        revokes = self.broker.store.fleet_revokes()
+        if revokes is not None:  # before the first sweep: an ask made while this host was down is finished at once
+            self.fleet = FleetListener(self.broker, revokes, self._revoke_here, self.stopping).start()
         sweeper = threading.Thread(target=self._sweep_loop, name="sweep")
         sweeper.start()
         self.listener.settimeout(ACCEPT_POLL)
@@ -171,7 +183,21 @@ class Daemon:
             for thread in running:
                 thread.join()
             sweeper.join()
+            for part in (self.fleet, self.scrapes):
+                if part is not None:
+                    part.join()
             event(LOG, "daemon stopped")
+
+    def listen_for_scrapes(self, address: tuple[str, int]) -> None:
+        """Serve ``GET /metrics`` on ``address`` too (``[daemon] metrics_listen``), until the daemon stops."""
+        assert self.broker.metrics is not None
+        self.scrapes = MetricsListener(address, self.broker.metrics, self.stopping).start()
+
+    def _revoke_here(self, broker: Broker, session: str) -> bool:
+        """A session of this host another host revoked: what only this host can do, as a local revoke does it."""
+        report = self.routes.revoke_one(broker, session)
+        broker.checkpoint()
+        return report.dir_removed
 
     def _start(self, connection: socket.socket) -> None:
         """Serve ``connection`` in a thread of its own, or answer 503 at once; never waits."""
@@ -254,11 +280,14 @@ class Daemon:
 
         broker = dataclasses.replace(self.broker)
         try:
-            report = sweep(broker)
-            broker.checkpoint()
-            broker.witness()
-            if report.expired or report.recovered or report.retried or report.pending:
+            with span("daemon sweep") as traced:
+                report = sweep(broker)
+                broker.checkpoint()
+                broker.witness()
+                traced.set(count=len(report.expired) + len(report.recovered) + len(report.retried))
+            if report.expired or report.recovered or report.retried or report.pending or report.asked:
                 event(LOG, "swept", **report.to_json())
+            measure_budgets(broker)
         except BrokerError as exc:
             event(LOG, "sweep failed", error=exc.message)
         except Exception:
@@ -273,7 +302,9 @@ def _operator(uid: int) -> bool:
 def serve(config: Config, socket_path: Path | None = None) -> None:
     """Run the daemon in this process until SIGTERM (or SIGINT/SIGHUP)."""
     settings = config.daemon_settings
+    tracing = _start_tracing(config)
     broker = Broker.open(config)
+    broker.metrics = daemon_metrics(broker)
     try:
         listener = inherited_socket()
         bound = socket_path or settings.socket if listener is None else None
@@ -281,6 +312,8 @@ def serve(config: Config, socket_path: Path | None = None) -> None:
             listener = bind_socket(bound, settings.socket_group)
         assert listener is not None
         daemon = Daemon(broker, listener, settings.sweep_interval, settings.max_connections_per_uid)
+        if settings.metrics_listen is not None:
+            daemon.listen_for_scrapes(settings.metrics_listen)
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(signum, daemon.stop)
         try:
@@ -292,3 +325,14 @@ def serve(config: Config, socket_path: Path | None = None) -> None:
     finally:
         with contextlib.suppress(BrokerError):
             broker.close()
+        if tracing is not None:
+            tracing.close()
+
+
+def _start_tracing(config: Config) -> Tracing | None:
+    """Tracing for the daemon's life when ``[telemetry] otlp_endpoint`` is set: each request is a trace of its own."""
+    if config.telemetry is None:
+        return None
+    from broker.telemetry.traces import start_tracing
+
+    return start_tracing(config.telemetry, host=config.host)

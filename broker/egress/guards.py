@@ -63,6 +63,7 @@ class Refusal(enum.StrEnum):
     MALFORMED = "malformed"  # not HTTP/1.1 that h11 accepts
     WRAPPED = "wrapped-answer"  # an answer holding what its provider's guard refuses (Vault: a wrapping token)
     UNCHECKED = "unchecked-answer"  # a guarded JSON answer too long to be checked
+    CREDENTIAL = "credential"  # a credential's injector refused it (an AWS signature that does not verify)
 
 
 @dataclass(frozen=True, order=True)

@@ -93,6 +93,8 @@ class EgressProxy:
         self.refusing = False  # the session was revoked: nothing more gets through
         self.disallowed: tuple[Destination, ...] = ()  # taken away while the session runs (``change_allow``)
         self._listed = {(e.address, e.port) for e in allow if e.address is not None}
+        #: Told each decision (allowed, denied, refused): the daemon's metrics count them; nothing by default.
+        self.decided: Callable[[str], None] = _uncounted
 
     def change_allow(self, destination: Destination, *, allow: bool) -> None:
         """``broker session allow|disallow``: every connection opened from now on is decided on the new list
@@ -119,6 +121,7 @@ class EgressProxy:
         if destination not in self.denials and len(self.denials) >= self.limits.max_denied_destinations:
             destination = OTHER_DESTINATIONS
         self.denials[destination] = self.denials.get(destination, 0) + 1
+        self.decided("denied")
         return Refused(403, f"egress to {destination} is not allowed for this session")
 
     def count_refusal(self, host: str, port: int, reason: Refusal) -> None:
@@ -126,6 +129,7 @@ class EgressProxy:
         if key not in self.refusals and len(self.refusals) >= self.limits.max_denied_destinations:
             key = RefusedRequest(OTHER_DESTINATIONS, reason)
         self.refusals[key] = self.refusals.get(key, 0) + 1
+        self.decided("refused")
 
     async def vetted_addresses(self, host: str, port: int) -> list[IPAddress]:
         """The addresses the proxy may connect to for ``host``:``port``; ``Refused`` (403) when none."""
@@ -133,6 +137,7 @@ class EgressProxy:
             raise self._deny(host, port)
         literal = _address(host)
         if literal is not None:
+            self.decided("allowed")
             return [literal]
         try:
             answers = await asyncio.wait_for(self.resolver(host, port), self.limits.connect_timeout)
@@ -147,6 +152,7 @@ class EgressProxy:
                 vetted.append(address)
         if not vetted:
             raise self._deny(host, port)  # only loopback, link-local or private answers, none listed
+        self.decided("allowed")
         return vetted
 
     async def open_upstream(
@@ -329,6 +335,10 @@ class EgressProxy:
                 return
             else:
                 raise Refused(502, "the upstream closed the connection before answering")
+
+
+def _uncounted(decision: str) -> None:
+    return None
 
 
 def _destination(host: str, port: int) -> str:

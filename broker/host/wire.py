@@ -35,6 +35,14 @@ REQUEST_DEADLINE = 30.0  # a started request must arrive whole within this
 
 
 @dataclass(frozen=True)
+class Raw:
+    """An answer that is not JSON: its bytes as they are, with their content type (the metrics' text format)."""
+
+    body: bytes
+    content_type: str
+
+
+@dataclass(frozen=True)
 class Request:
     method: str
     target: str
@@ -79,8 +87,11 @@ def serve_connection(sock: socket.socket, handle: Handler, stopping: threading.E
             return
 
         def send(status: int, document: Any, exit_code: int = 0, incomplete: str = "") -> None:
-            body = json.dumps(document, indent=2).encode() + b"\n"
-            headers = [("content-type", "application/json"), ("content-length", str(len(body)))]
+            if isinstance(document, Raw):
+                body, kind = document.body, document.content_type
+            else:
+                body, kind = json.dumps(document, indent=2).encode() + b"\n", "application/json"
+            headers = [("content-type", kind), ("content-length", str(len(body)))]
             if exit_code:
                 headers.append(("broker-exit-code", str(exit_code)))
             if incomplete:

@@ -89,6 +89,14 @@ class OtelBackend:
                     span.set_attribute("broker.exit_code", exc.exit_code)
                 raise
 
+    def annotate(self, attributes: dict[str, tracing.Value], dropped: int) -> None:
+        from opentelemetry import trace
+
+        current = trace.get_current_span()
+        current.set_attributes(attributes)
+        if dropped:
+            _count_dropped(current, dropped)
+
     def carry(self, fn: Callable[P, R]) -> Callable[P, R]:
         captured = self._context.get_current()
         context = self._context

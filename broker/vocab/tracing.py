@@ -79,6 +79,10 @@ class Backend(Protocol):
     @abstractmethod
     def carry(self, fn: Callable[P, R]) -> Callable[P, R]: ...
 
+    @abstractmethod
+    def annotate(self, attributes: dict[str, Value], dropped: int) -> None:
+        """Add checked attributes to the current span (none open: nothing)."""
+
 
 class _Off:
     """The span of tracing off: one shared instance, nothing done."""
@@ -112,6 +116,14 @@ def carried(fn: Callable[P, R]) -> Callable[P, R]:
     """``fn`` bound to the current span, to run on another thread as its child (``fn`` itself when off)."""
     backend = _backend
     return fn if backend is None else backend.carry(fn)
+
+
+def annotate(**attributes: object) -> None:
+    """Add id attributes to the innermost open span: a command's or a request's root, outside any step."""
+    backend = _backend
+    if backend is not None:
+        checked, dropped = checked_attributes(attributes)
+        backend.annotate(checked, dropped)
 
 
 def enabled() -> bool:

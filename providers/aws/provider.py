@@ -63,6 +63,7 @@ from providers.base import (
     MintedCredential,
     MintRejected,
     Provider,
+    ProxyFacts,
     RevokeOutcome,
     RevokeTarget,
 )
@@ -82,6 +83,7 @@ class AwsStsProvider(Provider[AwsStsRequest]):
     """Capabilities: ``Warming``, ``FindsMinted`` (by name), ``Reserving``, ``SharesLocks``, ``Narrowing``."""
 
     type_name = "aws_sts"
+    proxy = ProxyFacts(label="AWS", reference="aws_sts", resigns=True)
     narrower = staticmethod(aws_narrower)
     reserved_env = frozenset({"AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE", "AWS_REGION"})
     ca_env = ("AWS_CA_BUNDLE",)
@@ -176,6 +178,10 @@ class AwsStsProvider(Provider[AwsStsRequest]):
 
     def deny_budgets(self, roles: Collection[str], live: Sequence[RevokeTarget], now: datetime) -> list[DenyBudget]:
         return self.reservations.budgets(roles, live, _aware(now))
+
+    def default_proxy_hosts(self) -> tuple[str, ...]:
+        """The region's STS and S3 hosts: where the session's SDKs send (its config asks for path-style S3)."""
+        return (f"sts.{self.clients.region}.amazonaws.com:443", f"s3.{self.clients.region}.amazonaws.com:443")
 
     def health(self) -> list[Check]:
         """``GetCallerIdentity`` with the broker's own identity, and the clock; mints nothing."""

@@ -20,6 +20,7 @@ from broker.core.inputs.manifest import load_manifest
 from broker.core.warming import warm_up
 from broker.vocab.durations import wait_seconds
 from broker.vocab.errors import UsageError
+from broker.vocab.tracing import annotate
 
 
 def issue(
@@ -53,6 +54,7 @@ def issue(
             if manifest is not None:
                 try:
                     with issuing(broker, manifest) as session:
+                        annotate(session=session.id, task=session.task)  # on the command's trace, when tracing is on
                         _deliver(session.to_json(), target, as_json, fmt)  # a failure here revokes it (exit 4)
                     return
                 except AwaitingApproval as pending:
@@ -63,6 +65,7 @@ def issue(
             assert request is not None
             settle(broker, request, wait=seconds)
             with resuming(broker, request) as session:
+                annotate(session=session.id, task=session.task)
                 _deliver(session.to_json(), target, as_json, fmt)
     finally:
         if target is not None:

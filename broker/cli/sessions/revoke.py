@@ -12,6 +12,7 @@ from broker.cli.opening import open_broker
 from broker.core.warming import warm_revocation
 from broker.vocab.errors import RevokeIncomplete, UsageError
 from broker.vocab.session_ids import check_session_id
+from broker.vocab.tracing import annotate
 
 
 def revoke(run: Invocation, session: str | None, task: str | None, as_json: bool) -> None:
@@ -20,6 +21,7 @@ def revoke(run: Invocation, session: str | None, task: str | None, as_json: bool
     if session is not None:
         check_session_id(session)
     config = run.load_config()
+    annotate(session=session, task=task)  # on the command's trace, when tracing is on
     store = warm_revocation(config, session, task)  # the handshakes overlap the imports below
     from broker.cli.render import revoke_incomplete, revoke_lines
     from broker.core.revoking import revoke_session, revoke_task

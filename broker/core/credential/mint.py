@@ -27,6 +27,7 @@ from broker.core.store.states import CredentialState
 from broker.vocab.errors import BrokerError, ProviderError
 from broker.vocab.logs import event
 from broker.vocab.time import iso
+from broker.vocab.tracing import span
 from providers.base import CredentialRequest, MintContext, MintedCredential, MintRejected
 from providers.capabilities import FindsMinted
 
@@ -70,11 +71,21 @@ class Minting:
         started = time.monotonic()
         event(LOG, "mint", credential=request.name, provider=provider.name, type=provider.type_name, ttl=context.ttl)
         try:
-            minted = provider.mint(request, context)
+            with span(
+                "provider.mint",
+                provider=provider.name,
+                provider_type=provider.type_name,
+                credential=request.name,
+                session=self.session_id,
+            ) as traced:
+                minted = provider.mint(request, context)
+                traced.set(outcome="minted")
         except MintRejected as exc:
+            self.counted(provider.name, started, failed=True)
             outcome = self.withhold(request, exc.credential, why=exc.message)
             raise ProviderError(f"{exc.message}; {fate(outcome)}", retryable=False) from None
         except BrokerError as exc:
+            self.counted(provider.name, started, failed=True)
             broker.store.set_credential_state(self.session_id, request.name, CredentialState.FAILED)
             event(
                 LOG,
@@ -85,6 +96,7 @@ class Minting:
                 ms=round((time.monotonic() - started) * 1000),
             )
             raise
+        self.counted(provider.name, started)
         event(
             LOG,
             "minted",
@@ -115,6 +127,16 @@ class Minting:
         except BaseException as exc:
             self.withhold(request, credential, why=f"not recorded: {cause_text(exc)}")
             raise
+        if broker.metrics is not None:
+            broker.metrics.issued(request.provider)
+
+    def counted(self, provider: str, started: float, *, failed: bool = False) -> None:
+        """One provider mint call in the daemon's metrics: its time, whether it failed (a command counts nothing)."""
+        metrics = self.broker.metrics
+        if metrics is not None:
+            metrics.mint_seconds(provider, time.monotonic() - started)
+            if failed:
+                metrics.failed(provider, "mint")
 
     def withhold(self, request: CredentialRequest, credential: MintedCredential, *, why: str) -> CredentialState:
         """A credential the provider returned that is not handed out: logged with its fingerprint, then revoked."""

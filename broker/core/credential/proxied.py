@@ -28,6 +28,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
+from broker.core.credential.aws_held import hold_aws_in_proxy
 from broker.core.inputs.config import Config
 from broker.core.inputs.manifest import Manifest
 from broker.egress.ca import SessionCA, ca_bundle
@@ -93,9 +94,17 @@ def limit_operations(interceptor: Interceptor | None, decision: Decision) -> Non
 
 
 def hold_in_proxy(
-    config: Config, request: CredentialRequest, credential: MintedCredential, interceptor: Interceptor
+    config: Config,
+    request: CredentialRequest,
+    credential: MintedCredential,
+    interceptor: Interceptor,
+    spool_dir: Path | None = None,
 ) -> MintedCredential:
-    """``credential`` with its files holding a placeholder; the interceptor gets the secret for its hosts."""
+    """``credential`` with its files holding a placeholder; the interceptor gets the secret for its hosts (an AWS
+    credential: its keys, to re-sign with; ``spool_dir`` holds the bodies it checks before they go upstream)."""
+    delivery = request.delivery()  # a credential naming its own hosts and header (kind: secret)
+    if delivery is None and config.proxy_targets[request.provider].facts.resigns:
+        return hold_aws_in_proxy(request, credential, config.proxy_targets[request.provider], interceptor, spool_dir)
     placeholder = placeholder_for(credential.secret)
     files: dict[str, Secret | str] = {}
     for name, content in credential.files.items():
@@ -106,7 +115,6 @@ def hold_in_proxy(
                 )
             content = placeholder
         files[name] = content
-    delivery = request.delivery()
     if delivery is not None:
         hosts = frozenset((d.host, d.port) for d in map(parse_destination, delivery.hosts))
         interceptor.add_injector(

@@ -26,6 +26,7 @@ from broker.core.credential.mint import Minting
 from broker.core.inputs.manifest import Manifest
 from broker.core.inputs.policy import Decision
 from broker.core.warming import sdk_ready
+from broker.telemetry.labels import OTHER
 from broker.vocab.errors import PolicyDenied
 from providers.base import CredentialRequest, MintContext, RevokeTarget
 from providers.capabilities import Reserving
@@ -77,6 +78,10 @@ def log_denial(broker: Broker, manifest: Manifest, decision: Decision, reasons: 
         credentials=[c.to_json() for c in decision.credentials],
         reasons=list(reasons),
     )
+    metrics = broker.metrics
+    if metrics is not None:  # each credential of a denied issue, under its provider (a name not configured: other)
+        for credential in decision.credentials:
+            metrics.denied(credential.provider if credential.provider in broker.config.providers else OTHER)
 
 
 def _live(broker: Broker, provider: str, now: datetime) -> list[RevokeTarget]:

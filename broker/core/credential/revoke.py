@@ -21,7 +21,8 @@ from broker.vocab.errors import BrokerError, ProviderError
 from broker.vocab.logs import event
 from broker.vocab.secret import Secret
 from broker.vocab.time import iso
-from providers.base import RevokeOutcome, RevokeTarget
+from broker.vocab.tracing import span
+from providers.base import Provider, RevokeOutcome, RevokeTarget
 from providers.capabilities import FindsMinted
 
 RETRY_DELAYS = (0.2, 0.6)
@@ -38,6 +39,7 @@ def revoke_credential(
     reason: str,
     revoke_secret: Secret | None = None,
     best_effort: bool = False,
+    holder: str | None = None,
     parent: str | None = None,
 ) -> CredentialState:
     """Revoke one credential with bounded retries; store and log the outcome.
@@ -45,13 +47,20 @@ def revoke_credential(
     ``revoke_secret`` is one still held in memory (a credential the store may
     not know yet); kept on the keep-safe when the revocation stays pending.
     With ``best_effort`` a store or log that cannot be written does not hide
-    the outcome: it is returned all the same (and said on stderr).
+    the outcome: it is returned all the same (and said on stderr). ``holder``
+    is the other host of the fleet holding the session: a credential only
+    its keep-safe can revoke is left ``pending`` for it (recorded once).
+    ``parent`` is the session a delegated one came from, named in its log.
     """
     provider = broker.config.providers.get(record.provider)
     requester = str(broker.requester)
     error = ""
     outcome: CredentialState
-    if provider is None:
+    if provider is not None and holder is not None and provider.revokes_with_kept_secret and revoke_secret is None:
+        if record.state == CredentialState.PENDING:
+            return CredentialState.PENDING  # left for its holder already, and said so: nothing new to record
+        outcome, error = CredentialState.PENDING, f"only {holder}, which holds the session, keeps what revokes it"
+    elif provider is None:
         outcome, error = CredentialState.PENDING, f"provider {record.provider!r} is no longer in the config"
     elif record.state == CredentialState.MINTING or not record.reference:
         outcome, error = settle_minting(broker, session_id, task, record, now, reason=reason)
@@ -62,7 +71,7 @@ def revoke_credential(
             expires_at=record.expires_at,
             revoke_secret=revoke_secret if revoke_secret is not None else broker.keepsafe.get(session_id, record.name),
         )
-        answer, error = _attempt(provider.revoke, target, now)
+        answer, error = _attempt(broker, provider, target, now, session_id)
         outcome = CredentialState.after(answer)
         if answer != RevokeOutcome.PENDING:
             broker.keepsafe.drop(session_id, record.name)
@@ -119,14 +128,24 @@ def settle_minting(
     provider = broker.config.providers[record.provider]
     finds = provider if isinstance(provider, FindsMinted) else None
     try:
-        found = finds.find_minted(session_id, record.name, record.reference) if finds is not None else []
+        found: list[dict[str, str]] = []
+        if finds is not None:
+            with span(
+                "provider.find",
+                provider=provider.name,
+                provider_type=provider.type_name,
+                credential=record.name,
+                session=session_id,
+            ) as traced:
+                found = finds.find_minted(session_id, record.name, record.reference)
+                traced.set(count=len(found))
     except ProviderError as exc:
         return CredentialState.PENDING, f"could not search the provider: {exc.message}"
     outcomes = []
     for reference in found:
         orphan = replace(record, state=CredentialState.ACTIVE, reference=reference, expires_at=None, name=record.name)
         target = RevokeTarget(name=record.name, reference=reference, expires_at=None)
-        outcome, error = _attempt(provider.revoke, target, now)
+        outcome, error = _attempt(broker, provider, target, now, session_id)
         outcomes.append(outcome)
         event = "credential.revoke_failed" if outcome == RevokeOutcome.PENDING else "credential.revoked"
         broker.log.append(
@@ -159,12 +178,30 @@ def settle_minting(
     )
 
 
-def _attempt(revoke: Any, target: RevokeTarget, now: datetime) -> tuple[RevokeOutcome, str]:
+def _attempt(
+    broker: Broker, provider: Provider[Any], target: RevokeTarget, now: datetime, session_id: str
+) -> tuple[RevokeOutcome, str]:
+    """Revoke ``target`` with bounded retries: each call a span, and in the daemon's metrics its time and outcome."""
     error = ""
+    metrics = broker.metrics
     for attempt in range(len(RETRY_DELAYS) + 1):
         started = time.monotonic()
         try:
-            outcome: RevokeOutcome = revoke(target, now)
+            with span(
+                "provider.revoke",
+                provider=provider.name,
+                provider_type=provider.type_name,
+                credential=target.name,
+                session=session_id,
+            ) as traced:
+                outcome: RevokeOutcome = provider.revoke(target, now)
+                traced.set(outcome=outcome.value)
+            if metrics is not None:
+                metrics.revoke_seconds(provider.name, time.monotonic() - started)
+                if outcome == RevokeOutcome.REVOKED:
+                    metrics.revoked(provider.name)
+                elif outcome == RevokeOutcome.PENDING:
+                    metrics.failed(provider.name, "revoke")
             event(
                 LOG,
                 "revoked",
@@ -175,6 +212,8 @@ def _attempt(revoke: Any, target: RevokeTarget, now: datetime) -> tuple[RevokeOu
             )
             return outcome, ""
         except ProviderError as exc:
+            if metrics is not None:
+                metrics.revoke_seconds(provider.name, time.monotonic() - started)
             error = exc.message
             event(
                 LOG,
@@ -187,4 +226,6 @@ def _attempt(revoke: Any, target: RevokeTarget, now: datetime) -> tuple[RevokeOu
             if not exc.retryable or attempt == len(RETRY_DELAYS):
                 break
             time.sleep(RETRY_DELAYS[attempt])
+    if metrics is not None:
+        metrics.failed(provider.name, "revoke")
     return RevokeOutcome.PENDING, error

@@ -7,6 +7,7 @@ Relative paths are taken relative to the config file's directory.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import pwd
 import re
@@ -46,6 +47,8 @@ DEFAULT_SWEEP_INTERVAL = 60
 DAEMON_SOCKET_NAME = "broker.sock"
 DAEMON_MAX_CONNECTIONS = 512  # every peer but root together; one uid: [daemon] max_connections_per_uid
 DEFAULT_MAX_CONNECTIONS_PER_UID = 32
+DEFAULT_FLEET_REVOKE_WAIT = 5
+MAX_FLEET_REVOKE_WAIT = 60
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,7 @@ class DaemonConfig:
     sweep_interval: int = DEFAULT_SWEEP_INTERVAL
     max_connections_per_uid: int = DEFAULT_MAX_CONNECTIONS_PER_UID  # root and the daemon's uid are never counted
     thin_client: bool = False  # ``socket`` was set: the session commands go through the daemon
+    metrics_listen: tuple[str, int] | None = None  # an IP address and port: a plain HTTP listener for /metrics
 
 
 @dataclass(frozen=True)
@@ -101,21 +105,28 @@ class StoreConfig:
 
     url: str
     passfile: Path | None = None
+    #: Seconds a revoke of a session another host holds waits for that host's daemon to finish it.
+    fleet_revoke_wait: int = DEFAULT_FLEET_REVOKE_WAIT
 
 
 def _store(fields: Fields, base: Path) -> StoreConfig | None:
     url = fields.string("store", required=False, max_len=1024)
     passfile = fields.string("store_passfile", required=False, max_len=4096)
+    wait = fields.raw("fleet_revoke_wait")
     if url is None:
-        if passfile is not None:
-            raise ConfigError('store_passfile: only with store = "postgresql://..."')
+        if passfile is not None or wait is not None:
+            key = "store_passfile" if passfile is not None else "fleet_revoke_wait"
+            raise ConfigError(f'{key}: only with store = "postgresql://..."')
         return None
+    seconds = _long_duration(fields, "fleet_revoke_wait", DEFAULT_FLEET_REVOKE_WAIT, allow_zero=True)
+    if seconds > MAX_FLEET_REVOKE_WAIT:
+        raise ConfigError(f"fleet_revoke_wait: at most {MAX_FLEET_REVOKE_WAIT}s (a revoke waits that long)")
     problem = store_url_problem(url)
     if problem == SHAPE:
         raise ConfigError(f"store: {problem}")
     if problem:
         raise ConfigError(f"store: {problem}; put it in a pgpass file named by store_passfile")
-    return StoreConfig(url, resolve_path(base, passfile) if passfile else None)
+    return StoreConfig(url, resolve_path(base, passfile) if passfile else None, seconds)
 
 
 def _default_host() -> str:
@@ -237,9 +248,11 @@ def parse_config(table: object, path: Path) -> Config:
                     f" (known: {', '.join(known_types())})"
                 ) from None
             target = _proxy_target(instance, name, cls.proxy, base)
+            providers[name] = cls.from_config(name, instance, base)
+            if target is None and cls.proxy is not None and (defaults := providers[name].default_proxy_hosts()):
+                target = ProxyTarget(tuple(parse_destination(host) for host in defaults), cls.proxy)  # AWS's
             if target is not None:
                 proxy_targets[name] = target
-            providers[name] = cls.from_config(name, instance, base)
             instance.done()
     fields.done()
     return Config(
@@ -303,6 +316,7 @@ def _daemon(fields: Fields, base: Path, runtime_dir: Path) -> DaemonConfig | Non
     group = table.string("socket_group", required=False, max_len=64)
     interval = table.duration("sweep_interval") or DEFAULT_SWEEP_INTERVAL
     per_uid = table.integer("max_connections_per_uid", minimum=1, maximum=DAEMON_MAX_CONNECTIONS)
+    listen = table.string("metrics_listen", required=False, max_len=64)
     table.done()
     path = resolve_path(base, socket) if socket else runtime_dir / DAEMON_SOCKET_NAME
     return DaemonConfig(
@@ -311,7 +325,23 @@ def _daemon(fields: Fields, base: Path, runtime_dir: Path) -> DaemonConfig | Non
         sweep_interval=interval,
         max_connections_per_uid=per_uid or DEFAULT_MAX_CONNECTIONS_PER_UID,
         thin_client=socket is not None,
+        metrics_listen=listen_address(listen, table.where("metrics_listen")) if listen is not None else None,
     )
+
+
+def listen_address(value: str, where: str) -> tuple[str, int]:
+    """``127.0.0.1:9464`` or ``[::1]:9464``: an IP address (never a name) and a port."""
+    host, colon, port = value.rpartition(":")
+    literal = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    try:
+        address = ipaddress.ip_address(literal)
+    except ValueError:
+        address = None
+    if not colon or address is None or (address.version == 6) != (literal != host) or not port.isdigit():
+        raise ConfigError(f"{where}: {shown(value, 64)} is not ADDRESS:PORT (127.0.0.1:9464, [::1]:9464)")
+    if not 0 < int(port) < 65536:
+        raise ConfigError(f"{where}: port {shown(port, 8)} is not 1-65535")
+    return str(address), int(port)
 
 
 def _witness(fields: Fields) -> WitnessConfig | None:

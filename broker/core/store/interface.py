@@ -19,7 +19,7 @@ skipped and noted in ``malformed`` (``MalformedReports``), never a reason to sto
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
@@ -273,6 +273,47 @@ class Fleet(Protocol):
     def fleet_state(self) -> FleetState | None:
         """What providers share with brokers on other hosts through this store; None for a one-host store."""
         return None
+
+    def fleet_revokes(self) -> FleetRevokes | None:
+        """Asking the host that holds a session to finish revoking it (fleet mode); None for a one-host store."""
+        return None
+
+
+class RevokeListener(Protocol):
+    """A connection of its own on which a host's daemon hears revokes of sessions (any host's: it checks)."""
+
+    @abstractmethod
+    def heard(self, timeout: float) -> list[str]:
+        """The session ids announced since the last call, waiting up to ``timeout`` for one; a StoreError when the
+        connection is lost (the caller opens another)."""
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+
+class FleetRevokes(Protocol):
+    """A revoke of a session another host holds: that host is asked, through the store, to finish what only it can
+    (a GitHub token its keep-safe holds, the session's tmpfs, a running exec), and says when it has."""
+
+    @abstractmethod
+    def ask(self, session_id: str, holder: str) -> bool:
+        """Record the ask and announce it (LISTEN/NOTIFY, the session id only); whether ``holder``'s daemon listens."""
+
+    @abstractmethod
+    def answered(self, session_ids: Collection[str]) -> dict[str, bool]:
+        """The asked sessions whose holder has finished, each with whether it removed the session's directory."""
+
+    @abstractmethod
+    def waiting(self) -> list[str]:
+        """The sessions this host was asked to finish and has not yet (its daemon was down, say)."""
+
+    @abstractmethod
+    def finished(self, session_id: str, *, dir_removed: bool) -> None:
+        """This host did what only it can for ``session_id``."""
+
+    @abstractmethod
+    def listen(self) -> RevokeListener:
+        """Hear the asks as they are made; while it is open, other hosts see this host's daemon listening."""
 
 
 class SessionStore(Records, Approvals, MalformedReports, LogHead, WitnessQueue, Fleet, Protocol):

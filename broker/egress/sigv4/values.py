@@ -96,6 +96,7 @@ class Reason(enum.Enum):
     CHUNK = ("SignatureDoesNotMatch", "SignatureDoesNotMatch", "an aws-chunked body that does not check")
     CHECKSUM = ("BadDigest", "BadDigest", "a trailing checksum that does not match the body")
     TOO_LARGE = ("EntityTooLarge", "RequestEntityTooLarge", "a body over the proxy's spool bound")
+    REVOKED = ("AccessDenied", "AccessDenied", "a revoked session")
 
     @property
     def s3_code(self) -> str:

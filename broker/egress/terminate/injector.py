@@ -9,7 +9,9 @@ head, as the client sent it:
   next injector is asked, and a request no injector takes goes out as it is
   (a placeholder elsewhere is worthless);
 - an ``Answer``: the request is refused (the answer says why, in the shape
-  the client's SDK prints) and nothing is sent upstream;
+  the client's SDK prints) and nothing is sent upstream; ``begin`` may raise
+  ``InjectionRefused`` instead, which does the same and gives the evidence
+  record its reason;
 - a ``Passage``: the request on its way upstream. ``head`` is what goes
   upstream, or ``None`` while it waits for the body (a signature over the
   body's hash can only be made at its end); each piece of the client's body

@@ -123,7 +123,8 @@ class Cycle:
                 self.evidence.refused(refused.reason)
             self._answer(text_answer(refused.status, refused.reason))
             return False
-        except InjectionRefused as refused:
+        except InjectionRefused as refused:  # mid-body: the upstream got no whole request, the connection ends
+            self.hooks.count_refusal(host, port, Refusal.CREDENTIAL)
             self.evidence.refused(refused.reason)
             self._answer(refused.answer)
             return False
@@ -200,7 +201,11 @@ class Cycle:
         kept = [(k, v) for k, v in headers if k not in HOP_BY_HOP and not (mine and k == b"accept-encoding")]
         head = RequestHead(self.request.method, self.request.target, tuple(kept))
         for injector in mine:
-            began = injector.begin(head)
+            try:
+                began = injector.begin(head)
+            except InjectionRefused:
+                self.evidence.credential = injector.credential or None  # the credential that refused it
+                raise
             if began is None:
                 continue
             self.evidence.credential = injector.credential or None
@@ -208,7 +213,12 @@ class Cycle:
         return HeadOnly(head), kept
 
     async def _forward(self, headers: list[Header], held: list[bytes]) -> bool:
-        passage, kept = self._passage(headers)
+        try:
+            passage, kept = self._passage(headers)
+        except InjectionRefused as refused:  # on the head: nothing went upstream, the connection may go on
+            self.hooks.count_refusal(self.site.host, self.site.port, Refusal.CREDENTIAL)
+            self.evidence.refused(refused.reason)
+            return await self._refuse(refused.answer)
         if isinstance(passage, Answer):
             self.evidence.refused(f"credential {self.evidence.credential}: refused by its injector")
             return await self._refuse(passage)

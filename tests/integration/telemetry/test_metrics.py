@@ -19,9 +19,9 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from broker.core.store.gauges import StoreGaugeReader
-from broker.core.store.interface import SessionRecord, SessionStore
+from broker.core.store.interface import ApprovalRecord, SessionRecord, SessionStore
 from broker.core.store.sqlite import SqliteSessionStore
-from broker.core.store.states import CredentialState, SessionState
+from broker.core.store.states import ApprovalState, CredentialState, SessionState
 from broker.telemetry.labels import OTHER, Bounded, role_name
 from broker.telemetry.metrics import BrokerMetrics, RoleBudget
 from broker.telemetry.scrape import StoreCollector
@@ -154,26 +154,51 @@ def test_deny_budgets_are_what_the_last_sweep_measured() -> None:
 # -- the store's gauges -------------------------------------------------------------------------
 
 
-def session(store: SessionStore, n: int, state: SessionState, host: str = "") -> str:
+def record(n: int, state: SessionState, host: str = "") -> SessionRecord:
     session_id = f"s-{n:012d}"
-    store.create_session(
-        SessionRecord(
-            id=session_id,
-            task="fix-1",
-            requester="1000",
-            state=state,
-            created_at=NOW,
-            expires_at=NOW + timedelta(hours=1),
-            dir=f"/run/broker/{session_id}",
-            mount_path=f"/run/broker/{session_id}",
-            uid=1000,
-            gid=1000,
-            mounted=False,
-            document=None,
-            host=host,
-        )
+    return SessionRecord(
+        id=session_id,
+        task="fix-1",
+        requester="1000",
+        state=state,
+        created_at=NOW,
+        expires_at=NOW + timedelta(hours=1),
+        dir=f"/run/broker/{session_id}",
+        mount_path=f"/run/broker/{session_id}",
+        uid=1000,
+        gid=1000,
+        mounted=False,
+        document=None,
+        host=host,
     )
-    return session_id
+
+
+def session(store: SessionStore, n: int, state: SessionState, host: str = "") -> str:
+    store.create_session(record(n, state, host))
+    return f"s-{n:012d}"
+
+
+def approval(store: SessionStore, n: int, host: str = "") -> str:
+    """A session awaiting approval with its request, as an issue under an ``approval`` rule opens them."""
+    awaiting = record(n, SessionState.AWAITING_APPROVAL, host)
+    store.create_approval(
+        awaiting,
+        ApprovalRecord(
+            request=awaiting.id,
+            task=awaiting.task,
+            requester="uid:1000",
+            requester_uid=1000,
+            state=ApprovalState.PENDING,
+            digest="a" * 64,
+            summary={"decision": {"allowed": True}},
+            approvers=(("uid:1001",),),
+            timeout=900,
+            created_at=NOW,
+            expires_at=NOW + timedelta(minutes=15),
+            host=host or "host-a",
+        ),
+    )
+    return awaiting.id
 
 
 def credential(store: SessionStore, session_id: str, provider: str, state: CredentialState) -> None:
@@ -185,9 +210,15 @@ def credential(store: SessionStore, session_id: str, provider: str, state: Crede
 
 
 def fill(store: SessionStore, host: str = "") -> None:
-    """3 live sessions (issuing, active, revoking) and 2 ended; pending revocations: vault 2, aws 1."""
+    """3 live sessions (issuing, active, revoking) and 2 ended; pending revocations: vault 2, aws 1; one approval
+    request pending, one denied (neither session live)."""
     states = [SessionState.ISSUING, SessionState.ACTIVE, SessionState.REVOKING, SessionState.REVOKED]
     ids = [session(store, n, state, host) for n, state in enumerate([*states, SessionState.EXPIRED])]
+    approval(store, 10, host)
+    denied = approval(store, 11, host)
+    store.decide_approval(
+        denied, was=(ApprovalState.PENDING,), now=ApprovalState.DENIED, at=NOW, session_state=SessionState.DENIED
+    )
     credential(store, ids[2], "vault", CredentialState.PENDING)
     credential(store, ids[2], "aws", CredentialState.PENDING)
     credential(store, ids[3], "vault", CredentialState.PENDING)
@@ -208,6 +239,7 @@ def check_store_gauges(samples: dict[str, dict[tuple[tuple[str, str], ...], floa
     assert samples["broker_sessions_live"] == {(): 3.0}
     assert samples["broker_revocations_pending"] == {(("provider", "aws"),): 1.0, (("provider", "vault"),): 2.0}
     assert samples["broker_witness_lag_seconds"] == {(): 300.0}
+    assert samples["broker_approvals_pending"] == {(): 1.0}
 
 
 def test_the_store_gauges_are_counted_in_a_real_sqlite_store(tmp_path: Path) -> None:
@@ -215,6 +247,7 @@ def test_the_store_gauges_are_counted_in_a_real_sqlite_store(tmp_path: Path) -> 
     metrics = watched(store)
     empty = scraped(metrics)
     assert empty["broker_sessions_live"] == {(): 0.0} and empty["broker_witness_lag_seconds"] == {(): 0.0}
+    assert empty["broker_approvals_pending"] == {(): 0.0}
     assert "broker_revocations_pending" not in empty
     fill(store)
     check_store_gauges(scraped(metrics))

@@ -340,6 +340,25 @@ def test_a_credential_the_parent_keeps_in_its_proxy_is_never_a_childs_file(tmp_p
     assert _keys(reasons) == ["credentials[0].inject"]
 
 
+def test_an_aws_credential_kept_in_the_parents_proxy_never_becomes_a_childs_file(config: Config) -> None:
+    """The parent's sandbox has its placeholders, never its STS keys: no child's file covered by it, by any name."""
+    network = {"allow": ["sts.us-east-1.amazonaws.com:443", "s3.us-east-1.amazonaws.com:443"]}
+    proxied = {**PARENT_CREDENTIALS[1], "inject": "proxy"}
+    record, parent, held = _parent(config, credentials=[proxied], network=network)
+    for asked in ([_aws()], [_aws(name="other")]):  # its name, and another any parent aws credential could cover
+        reasons, decision = cover(config, record, parent, held, _manifest(config, asked, ttl="20m"), NOW)
+        assert decision is None and _keys(reasons) == ["credentials[0].inject"] and "artifacts never" in reasons[0]
+    child = _manifest(config, [_aws(inject="proxy")], ttl="20m", network=network)
+    reasons, decision = cover(config, record, parent, held, child, NOW)
+    assert decision is None and _keys(reasons) == ["credentials[0].inject"] and "are files" in reasons[0]
+    both = [proxied, {**PARENT_CREDENTIALS[1], "name": "logs"}]
+    record, parent, held = _parent(config, credentials=both, network=network)
+    reasons, decision = cover(config, record, parent, held, _manifest(config, [_aws(name="other")], ttl="20m"), NOW)
+    assert reasons == [] and decision is not None and decision.credential("other").ttl is not None
+    reasons, _ = cover(config, record, parent, held, _manifest(config, [_aws()], ttl="20m"), NOW)
+    assert _keys(reasons) == ["credentials[0].inject"]
+
+
 def test_a_child_names_no_mount_path_of_its_own(config: Config) -> None:
     from broker.core.broker import Broker
     from broker.core.delegating import child_manifest

@@ -132,6 +132,19 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX approvals_state ON approvals(state);
     """,
+    # 6: a revoke on one host of a session another host holds asks that host (LISTEN/NOTIFY wakes its daemon) to
+    #    finish what only it can; the ask stays here until that host has (its next start or sweep, if it was down).
+    """
+    CREATE TABLE revoke_requests (
+        session_id TEXT PRIMARY KEY REFERENCES sessions(id),
+        host TEXT NOT NULL,
+        asked_by TEXT NOT NULL,
+        asked_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+        done_at TIMESTAMPTZ,
+        dir_removed BOOLEAN NOT NULL DEFAULT FALSE
+    );
+    CREATE INDEX revoke_requests_waiting ON revoke_requests(host) WHERE done_at IS NULL;
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -36,6 +36,7 @@ from broker.core.store.interface import (
 )
 from broker.core.store.postgres.approvals import SESSION_COLUMNS, SESSION_NAMES, PostgresApprovals, whole
 from broker.core.store.postgres.locks import AdvisoryLock, AdvisoryLocks, PostgresFleetState, first_line
+from broker.core.store.postgres.revokes import PostgresFleetRevokes
 from broker.core.store.postgres.schema import SCHEMA_VERSION, current_version, migrate
 from broker.core.store.rows import MalformedRows, credential_record, keep, session_record
 from broker.core.store.rows import unknown_states as unknown_states_sql
@@ -174,6 +175,9 @@ class PostgresSessionStore(PostgresApprovals, SessionStore):
 
     def fleet_state(self) -> PostgresFleetState:
         return PostgresFleetState(self, self._run)
+
+    def fleet_revokes(self) -> PostgresFleetRevokes:
+        return PostgresFleetRevokes(self.run_step, self._connect, self.host)
 
     def schema_version(self) -> int:
         with self._lock:

@@ -196,13 +196,46 @@ def test_a_fleet_database_of_version_4_is_migrated_keeping_its_sessions(postgres
         )
     store = PostgresSessionStore(db.url, host="host-a", passfile=db.passfile)
     try:
-        assert store.schema_version() == SCHEMA_VERSION == 5
+        assert store.schema_version() == SCHEMA_VERSION == len(MIGRATIONS)
         kept = store.get_session("s-v4session001")
         assert kept is not None and (kept.parent, kept.delegate_depth) == (None, 0)
         store.create_approval(_session("s-approval00005"), _approval("s-approval00005"))
         assert store.get_approval("s-approval00005") is not None
     finally:
         store.close()
+
+
+@pytest.mark.server
+def test_a_fleet_database_of_version_5_keeps_its_requests_and_gains_the_fleet_revokes(
+    postgres: Postgres, tmp_path: Path
+) -> None:
+    """Migration 5 is the approvals'; 6, the fleet revoke's ``revoke_requests``, comes after it."""
+    assert SCHEMA_VERSION == 6 and "CREATE TABLE approvals" in MIGRATIONS[4] and "revoke_requests" in MIGRATIONS[5]
+    db = create_fleet_db(postgres, tmp_path)
+    store = PostgresSessionStore(db.url, host="host-a", passfile=db.passfile)
+    try:
+        store.create_approval(_session("s-approval00010"), _approval("s-approval00010"))
+    finally:
+        store.close()
+    with psycopg.connect(postgres.dsn(dbname=db.name), autocommit=True) as conn:  # as a broker of version 5 left it
+        conn.execute("DROP TABLE revoke_requests")
+        conn.execute("DELETE FROM schema_version WHERE version = 6")
+    store = PostgresSessionStore(db.url, host="host-b", passfile=db.passfile)
+    try:
+        assert store.schema_version() == 6
+        kept = store.get_approval("s-approval00010")
+        assert kept is not None and kept.state == ApprovalState.PENDING
+        revokes = store.fleet_revokes()
+        assert revokes is not None
+        assert revokes.ask("s-approval00010", "host-a") is False  # recorded; host-a's daemon is not listening
+    finally:
+        store.close()
+    holder = PostgresSessionStore(db.url, host="host-a", passfile=db.passfile)
+    try:
+        revokes = holder.fleet_revokes()
+        assert revokes is not None and revokes.waiting() == ["s-approval00010"]
+    finally:
+        holder.close()
 
 
 def test_a_malformed_approval_row_is_skipped_and_noted(tmp_path: Path) -> None:

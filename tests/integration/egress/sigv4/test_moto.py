@@ -6,9 +6,10 @@ that succeeds upstream was re-signed correctly with the session's real keys.
 The controls show moto really checks: the request as the client sent it
 (placeholder-signed) is refused, and so is a re-signed request with one
 signature digit or one body byte changed. moto does not verify aws-chunked
-chunk signatures or serve presigned URLs with IAM authentication on (500); the
-chunk chain is checked against AWS's published values and the presigned URL
-against botocore's own presigner below.
+chunk signatures (the chain is checked against AWS's published values), and
+serves presigned URLs under IAM authentication only through
+``devstack.aws`` (its presigned-URL section); the presigned URL is also checked against botocore's
+own presigner below.
 """
 
 from __future__ import annotations

@@ -1,0 +1,150 @@
+"""An ``inject: proxy`` AWS credential as the proxy's credential step: every request to its hosts verified, re-signed.
+
+``Resigner`` is the ``Injector`` (``broker.egress.terminate.injector``) of one
+AWS credential. Its hosts are AWS's (the provider's ``proxy_hosts``): a
+request to them goes upstream only re-signed, so it never passes unchanged.
+Each request is handed to the ``Verifier``: signed with the placeholder key
+id and checking, it goes on re-signed with the real STS keys; signed with
+anything else, unsigned, tampered, SigV4A, or any mechanism the verifier
+cannot check, it is refused (``InjectionRefused`` carrying the 403 with the
+S3 or STS XML error body the SDKs print) and nothing goes upstream. A body
+that stops checking midway (a chunk signature, a payload hash, a trailing
+checksum) is refused the same way, mid-body, so upstream never gets a whole
+request.
+
+Answers from these hosts never carry the real key id, secret or session
+token back: an S3 error echoes the access key id, and a SignatureDoesNotMatch
+answer to a presigned URL its canonical request with the token; each becomes
+its placeholder (``mask_pairs``, the same lengths). After ``forget``
+(revocation), every request is refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+
+from broker.egress.operations import Answer
+from broker.egress.sigv4.errors import error_response
+from broker.egress.sigv4.spool import SpoolLimits
+from broker.egress.sigv4.values import AwsKeys, Head, Reason, Refusal, RequestRefused
+from broker.egress.sigv4.verifier import Passage as Verified
+from broker.egress.sigv4.verifier import Verifier
+from broker.egress.terminate.injector import Ending, InjectionRefused, RequestHead
+
+REVOKED = "this session has been revoked; its AWS credentials are no longer put in"
+
+
+def refused(refusal: Refusal, host_service: str) -> InjectionRefused:
+    """The exception that answers ``refusal`` (403, the XML error of the signature's service or the host's)."""
+    status, headers, body = error_response(refusal, host_service)
+    content_type = next((v.decode() for k, v in headers if k == b"content-type"), "application/xml")
+    extra = tuple((k.decode(), v.decode()) for k, v in headers if k not in (b"content-type", b"content-length"))
+    answer = Answer(status, content_type, body, extra)
+    return InjectionRefused(answer, f"sigv4: {refusal.reason.summary}: {refusal.message}")
+
+
+def host_service(host: str) -> str:
+    """The error shape a host's clients expect when the signature named no service: STS's for ``sts.*``."""
+    return "sts" if host.startswith("sts.") else "s3"
+
+
+class ResignedPassage:
+    """A verified request on its way upstream (the request path's ``Passage`` over the verifier's)."""
+
+    def __init__(self, verified: Verified, service: str) -> None:
+        self._verified = verified
+        self._service = service
+        self.head: RequestHead | None = _request_head(verified.head) if verified.head is not None else None
+
+    def feed(self, piece: bytes) -> Iterable[bytes]:
+        try:
+            return list(self._verified.feed(piece))
+        except RequestRefused as error:
+            raise refused(error.refusal, self._service) from None
+
+    def end(self) -> Ending:
+        try:
+            ending = self._verified.end()
+        except RequestRefused as error:
+            raise refused(error.refusal, self._service) from None
+        head = _request_head(ending.head) if ending.head is not None else None
+        return Ending(head, self._pieces(ending.pieces))
+
+    def _pieces(self, pieces: Iterator[bytes]) -> Iterator[bytes]:
+        try:
+            yield from pieces
+        except RequestRefused as error:
+            raise refused(error.refusal, self._service) from None
+
+    def close(self) -> None:
+        self._verified.close()
+
+
+class Resigner:
+    """The injector of one ``inject: proxy`` AWS credential (see the module docstring)."""
+
+    def __init__(
+        self,
+        name: str,
+        hosts: frozenset[tuple[str, int]],
+        placeholder: AwsKeys,
+        real: AwsKeys,
+        *,
+        upstream_ca_file: Path | None = None,
+        spool_dir: Path | None = None,
+        spool: SpoolLimits | None = None,
+    ) -> None:
+        self._name = name
+        self._hosts = hosts
+        self._upstream_ca_file = upstream_ca_file
+        self.placeholder = placeholder
+        self._real: AwsKeys | None = real
+        self._verifier: Verifier | None = Verifier(placeholder, real, spool_dir=spool_dir, spool=spool)
+
+    @property
+    def credential(self) -> str:
+        return self._name
+
+    @property
+    def hosts(self) -> frozenset[tuple[str, int]]:
+        return self._hosts
+
+    @property
+    def upstream_ca_file(self) -> Path | None:
+        return self._upstream_ca_file
+
+    def begin(self, head: RequestHead) -> ResignedPassage:
+        """The verified, re-signed passage; raises ``InjectionRefused`` for anything else (nothing goes upstream)."""
+        host = _host(head)
+        verifier = self._verifier
+        if verifier is None:
+            raise refused(Refusal(Reason.REVOKED, REVOKED), host_service(host))
+        verdict = verifier.begin(Head(head.method, head.target, head.headers))
+        if isinstance(verdict, Refusal):
+            raise refused(verdict, host_service(host))
+        return ResignedPassage(verdict, verdict.signed.scope.service)
+
+    def mask_pairs(self) -> Sequence[tuple[bytes, bytes]]:
+        real = self._real
+        if real is None:
+            return []
+        pairs = [
+            (real.access_key_id.encode(), self.placeholder.access_key_id.encode()),
+            (real.secret_access_key.reveal_bytes(), self.placeholder.secret_access_key.reveal_bytes()),
+        ]
+        if real.session_token is not None and self.placeholder.session_token is not None:
+            pairs.append((real.session_token.reveal_bytes(), self.placeholder.session_token.reveal_bytes()))
+        return [(secret, stand_in) for secret, stand_in in pairs if len(secret) == len(stand_in)]
+
+    def forget(self) -> None:
+        self._verifier = None
+        self._real = None
+
+
+def _request_head(head: Head) -> RequestHead:
+    return RequestHead(head.method, head.target, head.headers)
+
+
+def _host(head: RequestHead) -> str:
+    return next((value.decode("latin-1") for name, value in head.headers if name == b"host"), "")

@@ -1,0 +1,65 @@
+"""The operators' settings: ``fleet_revoke_wait`` beside a fleet store, ``[daemon] metrics_listen``.
+
+Both are read once, strictly: a wait a revoke could hang on for minutes, a
+wait with no fleet to wait for, or a listener address that is a host name
+(resolved who knows where) or has no port is a one-line error naming the key.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from broker.core.inputs.config import DEFAULT_FLEET_REVOKE_WAIT, Config, load_config
+from broker.vocab.errors import ConfigError
+
+BASE = 'state_dir = "s"\nruntime_dir = "/run/b"\npolicy_dir = "p"\n'
+FLEET = BASE + 'store = "postgresql://broker@127.0.0.1/broker"\nstore_passfile = "pgpass"\n'
+
+
+def load(tmp_path: Path, text: str) -> Config:
+    path = tmp_path / "broker.toml"
+    path.write_text(text)
+    return load_config(path)
+
+
+def test_a_fleet_revoke_waits_five_seconds_unless_told_and_zero_means_no_wait(tmp_path: Path) -> None:
+    store = load(tmp_path, FLEET).store
+    assert store is not None and store.fleet_revoke_wait == DEFAULT_FLEET_REVOKE_WAIT == 5
+    for value, seconds in (('"2s"', 2), ("0", 0), ('"1m"', 60)):
+        store = load(tmp_path, FLEET + f"fleet_revoke_wait = {value}\n").store
+        assert store is not None and store.fleet_revoke_wait == seconds
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        (FLEET + 'fleet_revoke_wait = "61s"\n', "fleet_revoke_wait: at most 60s"),
+        (FLEET + 'fleet_revoke_wait = "1h"\n', "fleet_revoke_wait: at most 60s"),
+        (FLEET + "fleet_revoke_wait = -1\n", "fleet_revoke_wait: must not be negative"),
+        (FLEET + 'fleet_revoke_wait = "soon"\n', "fleet_revoke_wait: expected a duration"),
+        (BASE + 'fleet_revoke_wait = "5s"\n', 'fleet_revoke_wait: only with store = "postgresql://..."'),
+        (BASE + '[daemon]\nmetrics_listen = "localhost:9464"\n', "daemon.metrics_listen: 'localhost:9464' is not"),
+        (BASE + '[daemon]\nmetrics_listen = "127.0.0.1"\n', "is not ADDRESS:PORT"),
+        (BASE + '[daemon]\nmetrics_listen = "::1:9464"\n', "is not ADDRESS:PORT"),
+        (BASE + '[daemon]\nmetrics_listen = "[127.0.0.1]:9464"\n', "is not ADDRESS:PORT"),
+        (BASE + '[daemon]\nmetrics_listen = "127.0.0.1:http"\n', "is not ADDRESS:PORT"),
+        (BASE + '[daemon]\nmetrics_listen = "127.0.0.1:0"\n', "daemon.metrics_listen: port '0' is not 1-65535"),
+        (BASE + '[daemon]\nmetrics_listen = "127.0.0.1:70000"\n', "port '70000' is not 1-65535"),
+        (BASE + "[daemon]\nmetrics_listen = 9464\n", "daemon.metrics_listen: expected a string"),
+    ],
+)
+def test_bad_operator_settings_fail_with_one_line(tmp_path: Path, text: str, fragment: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load(tmp_path, text)
+    assert fragment in caught.value.message, caught.value.message
+    assert "\n" not in caught.value.message
+
+
+def test_metrics_listen_takes_an_ip_address_of_either_family(tmp_path: Path) -> None:
+    for value, address in (("127.0.0.1:9464", ("127.0.0.1", 9464)), ("[::1]:9100", ("::1", 9100))):
+        daemon = load(tmp_path, BASE + f'[daemon]\nmetrics_listen = "{value}"\n').daemon
+        assert daemon is not None and daemon.metrics_listen == address
+    daemon = load(tmp_path, BASE + "[daemon]\n").daemon
+    assert daemon is not None and daemon.metrics_listen is None  # no listener unless asked

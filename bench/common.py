@@ -43,6 +43,7 @@ FIGURES = (
     "fleetrevoke",
     "operations",
     "terminated",
+    "rotation",
     "metrics",
     "awsproxy",
     "approvals",

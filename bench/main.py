@@ -85,6 +85,7 @@ from bench.local import BrokerSetup, Stack, base_env, floor_params, unmount_unde
 from bench.memory import figure_memory
 from bench.metrics import figure_metrics
 from bench.operations import figure_operations
+from bench.rotation import figure_rotation
 from bench.stack_rtt import figure_latency
 from bench.sweep import figure_sweep
 from bench.terminated import figure_terminated
@@ -316,6 +317,8 @@ def main(argv: Sequence[str]) -> int:
                 steps.append(("operations", lambda: figure_operations(settings, report)))
             if "terminated" in selected:
                 steps.append(("terminated", lambda: figure_terminated(settings, report)))
+            if "rotation" in selected:
+                steps.append(("rotation", lambda: figure_rotation(settings, report)))
             if "metrics" in selected:
                 steps.append(("metrics", lambda: figure_metrics(settings, report)))
             if "awsproxy" in selected:

@@ -99,6 +99,7 @@ class AppState:
         self.slug = slug
         self.clock = clock
         self.offset = 0.0
+        self.token_ttl = TOKEN_TTL  # a test crossing a real expiry shortens GitHub's hour
         # Fault injection: "permissions", "repositories" or "all" makes mints ignore that narrowing.
         self.overgrant = ""
         self.installations: dict[int, Installation] = {}
@@ -284,7 +285,7 @@ class AppState:
     ) -> Reply:
         alphabet = string.ascii_letters + string.digits
         token = "ghs_" + "".join(secrets.choice(alphabet) for _ in range(40 + secrets.randbelow(24)))
-        expires = self.now() + TOKEN_TTL
+        expires = self.now() + self.token_ttl
         full = tuple(f"{inst.account}/{r.name}" for r in chosen) if selected else ()
         with self._lock:
             self.tokens[token] = IssuedToken(inst.id, granted, full, expires)

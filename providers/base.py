@@ -38,6 +38,7 @@ from broker.vocab.secret import Secret
 
 if TYPE_CHECKING:
     from broker.vocab.reference import ProviderReference
+    from providers.delivery import ProxyDelivery
 
 __all__ = [
     "CredentialRequest",
@@ -61,6 +62,10 @@ class CredentialRequest:
     name: str
     provider: str
     ttl: int | None
+
+    def delivery(self) -> ProxyDelivery | None:
+        """The hosts and header the request names for the proxy to put its secret in (``providers.delivery``)."""
+        return None
 
     def scope(self) -> dict[str, Any]:
         """The requested scope as JSON-able data (for session.json and the log)."""
@@ -102,13 +107,9 @@ class MintContext:
 
 @dataclass(frozen=True)
 class MintedCredential:
-    """A freshly minted credential.
-
-    ``reference`` is the provider's non-secret handle (stored and logged),
-    ``secret`` is what gets fingerprinted, ``files`` maps a file name inside
-    the credential's directory to its content, ``revoke_secret`` is what a
-    revocation needs beyond ``reference`` (kept on tmpfs only).
-    """
+    """A freshly minted credential: ``reference`` is the provider's non-secret handle (stored and logged),
+    ``secret`` what gets fingerprinted, ``files`` maps a file name inside the credential's directory to its
+    content, ``revoke_secret`` what a revocation needs beyond ``reference`` (kept on tmpfs only)."""
 
     reference: Mapping[str, str]
     secret: Secret

@@ -14,7 +14,7 @@ PATH = "path"  # --session-file VALUE, handed to the command as a pathlib.Path
 CHOICE = "choice"  # --format VALUE, one of ``choices``
 MANY = "many"  # --ro-bind VALUE, repeatable: a list
 ARGUMENT = "argument"  # an optional positional path (policy lint DIR)
-WORD = "word"  # a required positional word (approve REQUEST)
+WORD = "word"  # a required positional word (approve REQUEST, session allow HOST:PORT)
 REST = "rest"  # everything after the options or after --: exec's command
 
 

@@ -41,6 +41,11 @@ def revoke_incomplete(sessions: list[str]) -> str:
     return f"revocation incomplete for {', '.join(sessions)}: pending credentials stay for broker sweep"
 
 
+def network_lines(change: dict[str, Any]) -> list[str]:
+    """``session allow|disallow``: ``SESSION: HOST:PORT allowed`` (or ``disallowed``)."""
+    return [f"{change['session']}: {change['destination']} {'allowed' if change['allowed'] else 'disallowed'}"]
+
+
 def renew_lines(renewals: list[dict[str, Any]]) -> list[str]:
     if not renewals:
         return ["nothing to renew: every credential lasts as long as the session"]

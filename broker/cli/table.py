@@ -62,6 +62,17 @@ def _waiting() -> tuple[Option, Option]:
     )
 
 
+def _network(verb: str, summary: str) -> Command:
+    """``session allow`` or ``session disallow``: one destination of a running session's allow-list."""
+    example = f"Example: broker session {verb} --session s-4k2j9x7q3m1p pypi.org:443"
+    destination = Option(
+        "destination", kind=WORD, required=True, metavar="HOST:PORT", help="HOST:PORT, *.SUFFIX:PORT or [IPv6]:PORT."
+    )
+    session = _session("Session id (its exec must be running).", required=True)
+    options = (session, destination, _json("Print the change as JSON."))
+    return Command(("session", verb), f"{SESSIONS}.network:{verb}", f"{summary}\n\n{example}", options, daemon=True)
+
+
 def _log() -> Option:
     return Option("log", "--log", kind=PATH, help="Log file [default: the config's].")
 
@@ -85,12 +96,7 @@ COMMANDS = (
             _path(
                 "directory", "--dir", "Config directory: broker.toml, policies/ and audit.key go here.", "/etc/broker"
             ),
-            _path(
-                "state_dir",
-                "--state-dir",
-                "Session store and issuance log (persistent, no secrets).",
-                "/var/lib/broker",
-            ),
+            _path("state_dir", "--state-dir", "Session store and issuance log (no secrets).", "/var/lib/broker"),
             _path("runtime_dir", "--runtime-dir", "Per-session tmpfs directories (the credentials).", "/run/broker"),
             _flag("force", "--force", "Overwrite broker.toml and the example policy (the audit key is kept)."),
         ),
@@ -167,11 +173,7 @@ COMMANDS = (
         "Example: broker exec --task task.yaml --sandbox bwrap --workspace ./repo -- make test",
         (
             Option(
-                "command",
-                kind=REST,
-                required=True,
-                metavar="-- CMD ARGS...",
-                help="The command to run (after --).",
+                "command", kind=REST, required=True, metavar="-- CMD ARGS...", help="The command to run (after --)."
             ),
             Option("task", "--task", required=True, help="Task manifest (YAML or JSON)."),
             Option(
@@ -198,6 +200,8 @@ COMMANDS = (
         daemon=True,
         interspersed=False,
     ),
+    _network("allow", "Let a running session reach HOST:PORT now, if its rule's network covers it (exit 3 if not)."),
+    _network("disallow", "Refuse HOST:PORT to every connection a running session opens from now on."),
     Command(
         ("sweep",),
         f"{SESSIONS}.sweep:sweep",
@@ -360,6 +364,7 @@ COMMANDS = (
 )
 
 GROUPS = (
+    Group("session", "Change a running session's egress allow-list."),
     Group("policy", "Check manifests against the policy; lint policy files."),
     Group("audit", "Verify and read the issuance log."),
 )

@@ -1,5 +1,5 @@
-"""``broker issue | revoke | status | renew | exec | approvals | approve | deny | policy check`` through the daemon:
-same arguments, output, codes.
+"""``broker issue | revoke | status | renew | exec | session | approvals | approve | deny | policy check``
+through the daemon: same arguments, output, codes.
 
 ``route`` is asked about every command line the command table's parser
 understood (``broker.cli.parsing``): a command the daemon answers
@@ -101,6 +101,8 @@ def _run(command: str, args: dict[str, object], socket: str) -> int:
         return run_exec(args, socket, _manifest(str(args["task"])))
     if command == "status":
         return _status(args, socket)
+    if command in ("session allow", "session disallow"):
+        return _network(args, socket, allow=command == "session allow")
     session = _session(args["session"])  # a checked id: nothing in it to quote
     answer = checked(call(socket, "POST", f"/v1/sessions/{session}/renew"))
     _print(answer.document if args["as_json"] else _lines("renew_lines", answer.document))
@@ -108,6 +110,14 @@ def _run(command: str, args: dict[str, object], socket: str) -> int:
         from broker.cli.render import RENEW_PENDING
 
         raise RevokeIncomplete(RENEW_PENDING)
+    return 0
+
+
+def _network(args: dict[str, object], socket: str, *, allow: bool) -> int:
+    session = _session(args["session"])  # a checked id: nothing in it to quote
+    body = {"destination": str(args["destination"]), "allow": allow}
+    answer = checked(call(socket, "POST", f"/v1/sessions/{session}/network", body))
+    _print(answer.document if args["as_json"] else _lines("network_lines", answer.document))
     return 0
 
 

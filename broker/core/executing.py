@@ -9,7 +9,7 @@ is root, and the hints point at the host directory. SIGINT, SIGTERM and
 SIGHUP are forwarded to the command; whatever happens, the session is
 revoked when the command ends, and a killed broker leaves the session to
 ``sweep``. While the command runs, an outside ``broker revoke`` reaches this
-process through its control socket (``broker.core.halting``): the proxy
+process through its control socket (``broker.core.running.halting``): the proxy
 refuses at once, the command is stopped, and the teardown here revokes.
 
 With ``--network allowlist`` (the default when the manifest has a
@@ -41,11 +41,12 @@ from pathlib import Path
 
 from broker.core.broker import Broker
 from broker.core.credential.proxied import session_interceptor
-from broker.core.halting import Halt
 from broker.core.inputs.manifest import Manifest
 from broker.core.issuing import DelegationSocket, issue
 from broker.core.resuming import settle
 from broker.core.revoking import RevokeReport, revoke_locked
+from broker.core.running.halting import Halt
+from broker.core.running.rotating import Rotator
 from broker.core.session_document import SessionDocument
 from broker.core.session_socket import SessionSocket
 from broker.egress.bridge import forwarder_argv, proxy_hints
@@ -168,7 +169,7 @@ def execute(
             with contextlib.ExitStack() as stack:
                 if delegation.listener is not None:  # closed before the revocation below: no child comes after it
                     stack.enter_context(SessionSocket(broker, session_id, delegation.listener, owner[0]))
-                stack.enter_context(ControlSocket(broker.config.state_dir, session_id, halt))
+                stack.enter_context(ControlSocket(broker.config.state_dir, session_id, halt, halt.network))
                 proxy = None
                 if mode == "allowlist":
                     sandbox = (manifest.sandbox.uid, manifest.sandbox.gid) if os.geteuid() == 0 else None
@@ -180,6 +181,10 @@ def execute(
                     stack.callback(_log_denials, broker, proxy, session_id, manifest.task)
                 if interceptor is not None:
                     stack.callback(interceptor.revoke)  # the proxy refuses before the providers revoke
+                    session = broker.store.get_session(session_id)
+                    assert session is not None
+                    # renewed behind their placeholders until the command ends (stopped before the revocation)
+                    stack.enter_context(Rotator(broker, manifest, session_id, session.expires_at, interceptor))
                 halt.attach_proxy(proxy, interceptor)
                 status = _run(document, manifest, options, proxy, halt)
         finally:

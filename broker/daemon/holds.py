@@ -14,7 +14,7 @@ its last ``egress.request`` records before the revocation is logged. Each held s
 listens on the same control socket as a direct ``exec``
 (``broker.host.control``), so a direct-mode ``broker revoke`` on this host
 asks the daemon instead of waiting on the lock: the proxy refuses at once
-(``broker.core.halting``), and the hold ends the session, which answers the
+(``broker.core.running.halting``), and the hold ends the session, which answers the
 client, which stops the command. A session whose rules allow children has its
 ``broker.sock`` served here too (``broker.core.session_socket``), closed
 before the session ends. A session that needs an approval answers 202 with
@@ -36,11 +36,12 @@ from typing import TYPE_CHECKING, Any
 from broker.core.broker import Broker
 from broker.core.credential.proxied import session_interceptor
 from broker.core.executing import ExecOptions, check_proxied, child_environment, network_mode, session_evidence
-from broker.core.halting import Halt
 from broker.core.inputs.manifest import Manifest
 from broker.core.issuing import DelegationSocket, issue
 from broker.core.resuming import granted
 from broker.core.revoking import RevokeReport, revoke_locked
+from broker.core.running.halting import Halt
+from broker.core.running.rotating import Rotator
 from broker.core.session_socket import SessionSocket
 from broker.daemon.access import owned_session
 from broker.daemon.peer import Peer
@@ -85,6 +86,7 @@ class Held:
     report: RevokeReport | None = None
     halt: Halt = field(default_factory=Halt)  # an outside revoke through the control socket
     control: ControlSocket | None = None
+    rotator: Rotator | None = None  # renews its proxied credentials behind their placeholders
     session_socket: SessionSocket | None = None  # its broker.sock, when its rules allow children
     ended: threading.Event = field(default_factory=threading.Event)
     mutex: threading.Lock = field(default_factory=threading.Lock)
@@ -124,7 +126,7 @@ class Holds:
             if delegation.listener is not None:
                 held.session_socket = SessionSocket(broker, held.session, delegation.listener, inside[0])
                 held.session_socket.start()
-            held.control = ControlSocket(broker.config.state_dir, held.session, held.halt)
+            held.control = ControlSocket(broker.config.state_dir, held.session, held.halt, held.halt.network)
             broker.store.mark_exec_bound(held.session)
             broker.checkpoint()
             env = child_environment(document, manifest, options, body.get("parent_env") or {})
@@ -141,6 +143,8 @@ class Holds:
                 held.proxy.serve_unix(unix)
                 env.update(proxy_hints())
             held.halt.attach_proxy(held.proxy, interceptor)
+            if interceptor is not None:
+                held.rotator = Rotator(broker, manifest, held.session, record.expires_at, interceptor).start()
         except BaseException:
             self.end(broker, held, "exec failed to start")
             raise
@@ -178,6 +182,8 @@ class Holds:
                     held.session_socket.close()  # no child after this; the revocation below takes the children
                 if held.control is not None:
                     held.control.close()  # never from its own thread: a revoke there only halts
+                if held.rotator is not None:
+                    held.rotator.stop()  # a renewal under way ends first: the revocation sees what it made
                 if held.interceptor is not None:
                     held.interceptor.revoke()
                 if held.proxy is not None:

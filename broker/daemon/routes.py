@@ -29,6 +29,7 @@ from broker.vocab.errors import (
     PolicyDenied,
     RevokeIncomplete,
     UnknownSession,
+    UsageError,
 )
 from broker.vocab.logs import event
 from broker.vocab.tracing import OFF, annotate, span
@@ -37,6 +38,7 @@ LOG = logging.getLogger("broker.daemon")
 SESSION_PATH = re.compile(r"/v1/sessions/([^/]{1,64})")
 RENEW_PATH = re.compile(r"/v1/sessions/([^/]{1,64})/renew")
 HOLD_PATH = re.compile(r"/v1/sessions/([^/]{1,64})/hold")
+NETWORK_PATH = re.compile(r"/v1/sessions/([^/]{1,64})/network")
 ROUTES = {
     "GET": ("/v1/health", "/v1/sessions", "/metrics", "/v1/approvals"),
     "POST": ("/v1/sessions", "/v1/policy/check", "/v1/sweep", "/v1/exec"),
@@ -46,6 +48,7 @@ TEMPLATES = (
     (SESSION_PATH, ("DELETE", "/v1/sessions/{id}")),
     (HOLD_PATH, ("POST", "/v1/sessions/{id}/hold")),
     (RENEW_PATH, ("POST", "/v1/sessions/{id}/renew")),
+    (NETWORK_PATH, ("POST", "/v1/sessions/{id}/network")),
     *(
         (re.compile(rf"/v1/approvals/([^/]{{1,64}})/{action}"), ("POST", f"/v1/approvals/{{id}}/{action}"))
         for action in ("approve", "deny", "wait", "collect")
@@ -134,6 +137,8 @@ class Routes:
             self._hold(broker, match.group(1), link, send)
         elif request.method == "POST" and (match := RENEW_PATH.fullmatch(url.path)):
             send(200, *_renew(broker, peer, match.group(1)))
+        elif request.method == "POST" and (match := NETWORK_PATH.fullmatch(url.path)):
+            send(200, _network(broker, peer, match.group(1), _json_body(request)))
         elif url.path == "/v1/approvals" or url.path.startswith("/v1/approvals/"):
             from broker.daemon import approval_routes
 
@@ -273,6 +278,25 @@ def _renew(broker: Broker, peer: Peer, session: str) -> tuple[Any, int]:
     renewals = renew_session(broker, record.id)
     pending = any(renewal.old_outcome == "pending" for renewal in renewals)
     return _finish(broker, [r.to_json() for r in renewals]), RevokeIncomplete.exit_code if pending else 0
+
+
+def _network(broker: Broker, peer: Peer, session: str, body: Any) -> Any:
+    """``session allow|disallow``: ``{"destination": "HOST:PORT", "allow": true}`` for a session the peer owns."""
+    from broker.core.running.allowing import change_network
+
+    record = owned_session(broker, peer, _session_id(session), "change the network of")
+    if (
+        not isinstance(body, dict)
+        or not isinstance(body.get("destination"), str)
+        or body.get("allow")
+        not in (
+            True,
+            False,
+        )
+    ):
+        raise UsageError('session allow|disallow needs {"destination": "HOST:PORT", "allow": true or false}')
+    change = change_network(broker, record.id, body["destination"], allow=body["allow"])
+    return _finish(broker, change.to_json())
 
 
 def _sweep(broker: Broker) -> tuple[Any, int]:

@@ -1,7 +1,7 @@
 """``inject: proxy``: the sandbox holds a worthless placeholder, the proxy puts the real secret in on the way out.
 
 A placeholder has the shape of the secret it stands for (its prefix, such
-as ``ghs_`` or ``hvs.``, then random letters and digits to the same length),
+as ``ghs_``, ``hvs.`` or ``sk-ant-``, then random letters and digits to the same length),
 so clients accept it unchanged. ``HeaderSwap`` is the injector
 (``broker.egress.terminate.injector``) of such a token: it swaps the
 placeholder for the secret only in requests to the credential's own hosts
@@ -29,7 +29,7 @@ import re
 import secrets
 import string
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -41,7 +41,9 @@ if TYPE_CHECKING:  # the guards bring h11 and asyncio: the proxy's, not an issue
     from broker.egress.guards import AnswerGuard
 
 ALPHABET = string.ascii_letters + string.digits
-PREFIX = re.compile(r"[A-Za-z]{1,12}[_.]")
+#: A token's kind, kept in its placeholder: ``ghs_``, ``hvs.``; ``sk-``, ``sk-proj-``, ``sk-ant-api03-`` (a
+#: prefix of lower-case words and a version: a random part of a secret is never kept by accident).
+PREFIX = re.compile(r"[A-Za-z]{1,12}[_.]|(?:[a-z]{2,8}-){1,2}(?:[a-z]{2,8}[0-9]{0,2}-)?")
 Header = tuple[bytes, bytes]
 
 
@@ -49,7 +51,7 @@ def placeholder_for(secret: Secret) -> Secret:
     """A random value of ``secret``'s shape: the same prefix, then letters and digits to the same length."""
     value = secret.reveal()
     match = PREFIX.match(value)
-    prefix = match.group(0) if match else ""
+    prefix = match.group(0) if match and len(match.group(0)) * 2 <= len(value) else ""
     while True:
         candidate = prefix + "".join(secrets.choice(ALPHABET) for _ in range(len(value) - len(prefix)))
         if not hmac.compare_digest(candidate, value):
@@ -108,6 +110,10 @@ class HeaderSwap:
 
     def forget(self) -> None:
         self._secret = None
+
+    def rotated(self, secret: Secret) -> HeaderSwap:
+        """The same swap behind the same placeholder, for the renewed ``secret``."""
+        return HeaderSwap(replace(self.injection, secret=secret))
 
 
 class Masker:

@@ -4,7 +4,9 @@ The sandbox's only way out. It parses HTTP/1.1 with ``h11`` (never by hand),
 resolves names itself and connects to an address it vetted, so a name that
 resolves to a loopback, link-local or private address is refused unless
 that address is itself listed. A refused request gets a 403 and nothing is
-sent upstream: no connection is even opened. Each refused destination is
+sent upstream: no connection is even opened. ``broker session allow`` and
+``disallow`` change the list of a running session: a connection opened
+after the change is decided on the new one. Each refused destination is
 counted (bounded), for one ``egress.denied`` record per destination when the
 session ends. A CONNECT to a host the session's ``Interceptor`` terminates
 (a credential host, or a host the operations limit) is served by
@@ -89,9 +91,28 @@ class EgressProxy:
         self.refusals: dict[RefusedRequest, int] = {}
         self.active = 0
         self.refusing = False  # the session was revoked: nothing more gets through
+        self.disallowed: tuple[Destination, ...] = ()  # taken away while the session runs (``change_allow``)
         self._listed = {(e.address, e.port) for e in allow if e.address is not None}
         #: Told each decision (allowed, denied, refused): the daemon's metrics count them; nothing by default.
         self.decided: Callable[[str], None] = _uncounted
+
+    def change_allow(self, destination: Destination, *, allow: bool) -> None:
+        """``broker session allow|disallow``: every connection opened from now on is decided on the new list
+        (each list is replaced whole, so the proxy's loop reads the old one or the new one, never half)."""
+        if allow:
+            self.disallowed = tuple(d for d in self.disallowed if d != destination)
+            if destination not in self.allow:
+                self.allow = (*self.allow, destination)
+            if destination.address is not None:
+                self._listed = self._listed | {(destination.address, destination.port)}
+        else:
+            self.allow = tuple(d for d in self.allow if d != destination)
+            self.disallowed = (*self.disallowed, destination)
+            self._listed = {(e.address, e.port) for e in self.allow if e.address is not None}
+
+    def allows(self, host: str, port: int) -> bool:
+        """Whether ``host``:``port`` (canonical) is allowed: listed, and not disallowed since."""
+        return allowed(self.allow, host, port) and not allowed(self.disallowed, host, port)
 
     # -- deciding ------------------------------------------------------------------------
 
@@ -112,7 +133,7 @@ class EgressProxy:
 
     async def vetted_addresses(self, host: str, port: int) -> list[IPAddress]:
         """The addresses the proxy may connect to for ``host``:``port``; ``Refused`` (403) when none."""
-        if not allowed(self.allow, host, port):
+        if not self.allows(host, port):
             raise self._deny(host, port)
         literal = _address(host)
         if literal is not None:
@@ -247,7 +268,7 @@ class EgressProxy:
         """A CONNECT to a terminated host: its requests go through ``broker.egress.terminate``."""
         interceptor = self.interceptor
         assert interceptor is not None
-        if not allowed(self.allow, host, port):
+        if not self.allows(host, port):
             raise self._deny(host, port)
         if interceptor.revoked:
             raise Refused(403, "this session has been revoked")

@@ -8,7 +8,10 @@ name is a checked session id, never anything else). Only root and the
 broker's own uid may ask (the kernel's ``SO_PEERCRED``, whatever the file
 modes say); anyone else is answered ``refused`` and nothing happens. The
 exchange is one line each way: ``revoke`` and, once the session's proxy
-refuses, ``stopped``. Paths are reached through a directory descriptor, so a
+refuses, ``stopped``; or ``allow HOST:PORT`` / ``disallow HOST:PORT``
+(``broker session allow|disallow``) and, once the proxy decides new
+connections on the changed list, ``done`` (``none``: this exec runs no
+proxy, or the destination did not parse). Paths are reached through a directory descriptor, so a
 long ``state_dir`` never runs into the 108-byte limit of a socket address.
 """
 
@@ -25,7 +28,12 @@ from broker.host.peercred import peer_credentials
 from broker.vocab.session_ids import check_session_id
 
 REQUEST, STOPPED, REFUSED = b"revoke\n", b"stopped\n", b"refused\n"
+DONE, NONE = b"done\n", b"none\n"
+NETWORK_VERBS = (b"allow", b"disallow")
+MAX_LINE = 300  # a verb, a space and a destination (at most 262 characters)
 ANSWER_TIMEOUT = 30.0
+#: Called with (allow or not, the destination's text as sent); True once the proxy applies it.
+OnNetwork = Callable[[bool, str], bool]
 
 
 def control_dir(state_dir: Path) -> Path:
@@ -60,10 +68,13 @@ def may_control(uid: int) -> bool:
 class ControlSocket:
     """Listens for ``revoke`` for one session and calls ``on_revoke`` (once per request) for an allowed peer."""
 
-    def __init__(self, state_dir: Path, session_id: str, on_revoke: Callable[[], None]) -> None:
+    def __init__(
+        self, state_dir: Path, session_id: str, on_revoke: Callable[[], None], on_network: OnNetwork | None = None
+    ) -> None:
         self._directory = control_dir(state_dir)
         self._name = _socket_name(session_id)
         self._on_revoke = on_revoke
+        self._on_network = on_network
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         with _reachable(self._directory, self._name) as address:
             with contextlib.suppress(FileNotFoundError):
@@ -89,9 +100,17 @@ class ControlSocket:
                 if not may_control(peer_uid(connection)):
                     connection.sendall(REFUSED)
                     continue
-                if connection.recv(len(REQUEST)) == REQUEST:
+                line = _read_line(connection)
+                if line == REQUEST:
                     self._on_revoke()
                     connection.sendall(STOPPED)
+                    continue
+                verb, _, destination = line.rstrip(b"\n").partition(b" ")
+                if verb in NETWORK_VERBS and line.endswith(b"\n"):
+                    applied = self._on_network is not None and self._on_network(
+                        verb == b"allow", destination.decode("ascii", "replace")
+                    )
+                    connection.sendall(DONE if applied else NONE)
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
@@ -106,6 +125,33 @@ class ControlSocket:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _read_line(connection: socket.socket) -> bytes:
+    """One request line (with its newline), at most ``MAX_LINE`` bytes; what came when it is cut short."""
+    line = b""
+    while not line.endswith(b"\n") and len(line) < MAX_LINE:
+        piece = connection.recv(MAX_LINE - len(line))
+        if not piece:
+            break
+        line += piece
+    return line
+
+
+def ask_network(state_dir: Path, session_id: str, allow: bool, destination: str) -> bool | None:
+    """Ask the ``exec`` running ``session_id`` to change its proxy's allow-list: True once applied, False when
+    it runs no proxy, None when no exec of the session listens on this host (or it refused)."""
+    name = _socket_name(session_id)
+    request = (b"allow " if allow else b"disallow ") + destination.encode("ascii") + b"\n"
+    try:
+        with _reachable(state_dir / "control", name) as address, socket.socket(socket.AF_UNIX) as client:
+            client.settimeout(ANSWER_TIMEOUT)
+            client.connect(address)
+            client.sendall(request)
+            answer = client.recv(len(DONE))
+    except OSError:
+        return None
+    return {DONE: True, NONE: False}.get(answer)
 
 
 def ask_to_revoke(state_dir: Path, session_id: str) -> bool:

@@ -20,8 +20,8 @@ from broker.vocab.fields import Fields
 from broker.vocab.globs import any_match, glob_match
 from providers.base import CredentialRequest
 
-KINDS = ("token", "database", "pki", "ssh")
-DYNAMIC_KINDS = KINDS[1:]  # each minted through its own secrets engine (``providers.vault.leases``)
+KINDS = ("token", "database", "pki", "ssh", "secret")
+DYNAMIC_KINDS = KINDS[1:]  # each read or minted through its own secrets engine (``providers.vault.leases``)
 ROLE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 ROLE_GLOB = re.compile(r"[A-Za-z0-9_.*?-]{1,128}")
 _LABEL = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"

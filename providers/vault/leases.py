@@ -32,6 +32,7 @@ from broker.vocab.errors import ProviderError
 from broker.vocab.secret import Secret
 from providers.base import MintContext, MintedCredential, MintRejected, RevokeOutcome, RevokeTarget
 from providers.vault.dynamic import DYNAMIC_KINDS, DatabaseRequest, DynamicRequest, PkiRequest, SshRequest
+from providers.vault.secret import SecretRequest, read_secret
 
 if TYPE_CHECKING:
     import hvac
@@ -90,6 +91,8 @@ def remaining_ttl(context: MintContext) -> int:
 
 
 def mint_dynamic(engines: Engines, request: DynamicRequest, context: MintContext) -> MintedCredential:
+    if isinstance(request, SecretRequest):
+        return read_secret(engines, request, context)
     if isinstance(request, SshRequest):
         return _mint_ssh(engines, request, context)
     holder, accessor = _mint_holder(engines, request, context)
@@ -325,6 +328,8 @@ def revoke_dynamic(engines: Engines, target: RevokeTarget, now: datetime) -> Rev
     expired = target.expires_at is not None and target.expires_at <= now
     if reference.get("kind") == "ssh":
         return RevokeOutcome.EXPIRED if expired else RevokeOutcome.VALID_UNTIL_EXPIRY
+    if reference.get("kind") == "secret":  # nothing was made at Vault: the proxy has forgotten the value
+        return RevokeOutcome.EXPIRED if expired else RevokeOutcome.REVOKED
     lease_id, accessor = reference.get("lease_id", ""), reference.get("accessor", "")
     if not lease_id and not accessor:
         raise ProviderError(f"vault {engines.name}: no lease recorded for {target.name}", retryable=False)

@@ -4,17 +4,22 @@ A token's policies must be among the parent's (names compared lower-cased,
 as Vault does) and its uses no more than the parent's (unlimited only under
 an unlimited parent). A dynamic secret must use the parent's role; a
 certificate's names must be among the parent's common name and alt names,
-an SSH certificate's principals among the parent's.
+an SSH certificate's principals among the parent's. A ``kind: secret`` is
+never covered: it goes only by the proxy, and a child's credentials are files.
 """
 
 from __future__ import annotations
 
 from providers.vault.dynamic import DynamicRequest, PkiRequest, SshRequest
 from providers.vault.request import AnyVaultRequest, VaultRequest
+from providers.vault.secret import SecretRequest
 
 
 def vault_narrower(child: AnyVaultRequest, parent: AnyVaultRequest) -> list[str]:
     """Why ``child`` asks for more than ``parent`` has, each reason naming the widening key."""
+    if isinstance(child, SecretRequest) or isinstance(parent, SecretRequest):
+        # Only the proxy ever holds a KV secret's value; a child gets files, so it never gets this one.
+        return ["kind: secret stays in its parent's proxy: it is never a child's file"]
     child_kind, parent_kind = _kind(child), _kind(parent)
     if child_kind != parent_kind:
         return [f"kind: {child_kind} where the parent's credential is {parent_kind}"]

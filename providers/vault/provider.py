@@ -11,7 +11,8 @@ the requested policies. The provider holds two collaborators: ``vault``, the
 broker's own session (``providers.vault.client``: login, token calls,
 errors), and ``engines``, the dynamic-secret kinds (``database``, ``pki``,
 ``ssh``; minted in ``providers.vault.leases``, parsed and granted in
-``providers.vault.dynamic``). Manifest entries, grants and the engine keys
+``providers.vault.dynamic``) and ``secret``, a KV v2 field that only the
+egress proxy holds (``providers.vault.secret``). Manifest entries, grants and the engine keys
 are parsed in ``providers.vault.request``; ``hvac`` is imported on first use.
 """
 
@@ -206,6 +207,8 @@ class VaultProvider(Provider[AnyVaultRequest]):
         """
         if planned.get("kind") == "ssh":
             return [{"kind": "ssh"}]
+        if planned.get("kind") == "secret":
+            return []  # a KV read leaves nothing at Vault
         client = self.vault.client()
         with self.vault.errors("list accessors"):
             response = client.adapter.list("/v1/auth/token/accessors")

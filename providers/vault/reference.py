@@ -30,6 +30,7 @@ REFERENCE = ProviderReference(
         Key("database_mount", "string", False, "Mount path of the database secrets engine.", "database"),
         Key("pki_mount", "string", False, "Mount path of the pki secrets engine.", "pki"),
         Key("ssh_mount", "string", False, "Mount path of the ssh secrets engine (a CA).", "ssh"),
+        Key("secret_mount", "string", False, "Mount path of the KV v2 engine kind: secret reads.", "secret"),
         Key(
             "dynamic_policies",
             "list",
@@ -43,7 +44,12 @@ REFERENCE = ProviderReference(
         Key("database_hint_database", "string", False, "PGDATABASE hint and pgpass database for kind: database."),
     ),
     manifest=(
-        Key("kind", "token | database | pki | ssh", False, "vault: what to mint.", "token"),
+        Key("kind", "token | database | pki | ssh | secret", False, "vault: what to mint or read.", "token"),
+        Key("path", "string", False, "vault secret (inject: proxy only): the KV v2 path."),
+        Key("field", "string", False, "vault secret: the field of that path whose value is the secret."),
+        Key("hosts", "list", False, "vault secret: HOST:PORT it goes to (1 to 16, each in network.allow)."),
+        Key("header", "string", False, 'vault secret: the header it goes in, "NAME: text with {}" ({} = it).'),
+        Key("env", "NAME", False, "vault secret: the variable holding its placeholder (never the secret)."),
         Key("policies", "list", False, "vault token: Vault policy names (never root)."),
         Key("num_uses", "integer", False, "vault token: uses before the token dies; 0 = unlimited.", "0"),
         Key("role", "string", False, "vault database, pki, ssh: the secrets engine's role."),
@@ -64,6 +70,8 @@ REFERENCE = ProviderReference(
         ),
         Key("ssh_roles", "list", False, "vault: ssh role globs (kind: ssh); none = denied."),
         Key("principals", "list", False, "vault: principal globs every requested principal must match."),
+        Key("secret_paths", "list", False, "vault: KV path globs kind: secret may read (* stops at /)."),
+        Key("secret_hosts", "list", False, "vault: HOST:PORT globs such secrets may go to; none = denied."),
     ),
     hints=(
         Hint("VAULT_ADDR", "vault token", "The Vault address (with inject: proxy, the first proxy host over https)."),

@@ -3,7 +3,8 @@
 Nothing here talks to Vault: ``providers.vault.provider`` mints and revokes
 with what these return. Policy names are compared lower-cased, as Vault and OpenBao
 compare them (``ROOT`` is root), and the root policy is never issued. The
-dynamic-secret kinds are parsed in ``providers.vault.dynamic``.
+dynamic-secret kinds are parsed in ``providers.vault.dynamic``, ``kind:
+secret`` (a KV v2 field only the proxy holds) in ``providers.vault.secret``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from providers.vault.dynamic import (
     parse_dynamic_request,
     parse_kind,
 )
+from providers.vault.secret import SecretGrant, SecretRequest, compile_secret_grant, parse_secret_request
 
 POLICY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 POLICY_GLOB = re.compile(r"[A-Za-z0-9_.*?-]{1,128}")
@@ -43,7 +45,7 @@ class VaultRequest(CredentialRequest):
         return {"policies": list(self.policies), "num_uses": self.num_uses}
 
 
-AnyVaultRequest = VaultRequest | DynamicRequest  # a token, or a dynamic secret (database, pki, ssh)
+AnyVaultRequest = VaultRequest | DynamicRequest  # a token, a dynamic secret (database, pki, ssh), a KV secret
 
 
 @dataclass(frozen=True)
@@ -51,8 +53,11 @@ class VaultGrant(Grant[AnyVaultRequest]):
     policies: tuple[str, ...] = ()
     max_uses: int | None = None
     dynamic: DynamicGrant = field(default_factory=DynamicGrant)
+    secret: SecretGrant = field(default_factory=SecretGrant)
 
     def check(self, request: AnyVaultRequest) -> list[str]:
+        if isinstance(request, SecretRequest):
+            return self.secret.check(request)
         if isinstance(request, DynamicRequest):
             return self.dynamic.check(request)
         if not self.policies:
@@ -69,6 +74,8 @@ class VaultGrant(Grant[AnyVaultRequest]):
 def parse_vault_request(fields: Fields, *, name: str, provider: str, ttl: int | None) -> VaultRequest | DynamicRequest:
     """A manifest entry of a vault provider: a token with its policies, or a dynamic secret."""
     kind = parse_kind(fields)
+    if kind == "secret":
+        return parse_secret_request(fields, name=name, provider=provider, ttl=ttl)
     if kind != "token":
         return parse_dynamic_request(fields, kind, name=name, provider=provider, ttl=ttl)
     policies = fields.string_list(
@@ -91,16 +98,19 @@ def parse_vault_request(fields: Fields, *, name: str, provider: str, ttl: int | 
 
 
 def compile_vault_grant(fields: Fields, *, provider: str, max_ttl: int | None) -> VaultGrant:
-    """A policy grant for a vault provider: policy globs, max_uses, the dynamic-secret roles."""
+    """A policy grant for a vault provider: policy globs, max_uses, the dynamic-secret roles, the KV secrets."""
     policies = fields.string_list(
         "policies", required=False, pattern=POLICY_GLOB, max_items=100, hint="a policy name glob"
     )
     policies = tuple(pattern.lower() for pattern in policies or ())  # compared with lower-cased names
     max_uses = fields.integer("max_uses", minimum=1, maximum=MAX_USES)
     dynamic = compile_dynamic_grant(fields)
-    if not policies and dynamic.empty:
-        raise fields.fail("policies", "required (or database_roles, pki_roles, ssh_roles)")
-    return VaultGrant(provider=provider, max_ttl=max_ttl, policies=policies, max_uses=max_uses, dynamic=dynamic)
+    secret = compile_secret_grant(fields)
+    if not policies and dynamic.empty and not secret.paths:
+        raise fields.fail("policies", "required (or database_roles, pki_roles, ssh_roles, secret_paths)")
+    return VaultGrant(
+        provider=provider, max_ttl=max_ttl, policies=policies, max_uses=max_uses, dynamic=dynamic, secret=secret
+    )
 
 
 def dynamic_config(fields: Fields) -> dict[str, Any]:

@@ -11,7 +11,11 @@ type's own clients: ``Provider.ca_env``). The hint naming a provider's
 address (``ProxyFacts.address_env``) becomes its first proxy host over https,
 and what the provider type says to keep from its hosts (request headers
 stripped, an answer key refused: Vault's response wrapping) guards them
-(``answer_guard``, ``broker.egress.guards``).
+(``answer_guard``, ``broker.egress.guards``). A credential whose request
+names its own hosts and header (``kind: secret``:
+``CredentialRequest.delivery``) becomes a ``HeaderTemplate`` for those
+hosts, checked upstream against ``[egress] upstream_ca_file``; its ``env``
+variable, if any, holds the placeholder (a placeholder is not a secret).
 """
 
 from __future__ import annotations
@@ -28,7 +32,9 @@ from broker.core.credential.aws_held import hold_aws_in_proxy
 from broker.core.inputs.config import Config
 from broker.core.inputs.manifest import Manifest
 from broker.egress.ca import SessionCA, ca_bundle
+from broker.egress.destinations import parse_destination
 from broker.egress.inject import Injection, placeholder_for
+from broker.egress.template import HeaderTemplate
 from broker.egress.terminate.plan import Interceptor
 from broker.vocab.errors import BadInput, ConfigError, ProviderError
 from broker.vocab.files import read_bounded
@@ -96,9 +102,9 @@ def hold_in_proxy(
 ) -> MintedCredential:
     """``credential`` with its files holding a placeholder; the interceptor gets the secret for its hosts (an AWS
     credential: its keys, to re-sign with; ``spool_dir`` holds the bodies it checks before they go upstream)."""
-    target = config.proxy_targets[request.provider]
-    if target.facts.resigns:
-        return hold_aws_in_proxy(request, credential, target, interceptor, spool_dir)
+    delivery = request.delivery()  # a credential naming its own hosts and header (kind: secret)
+    if delivery is None and config.proxy_targets[request.provider].facts.resigns:
+        return hold_aws_in_proxy(request, credential, config.proxy_targets[request.provider], interceptor, spool_dir)
     placeholder = placeholder_for(credential.secret)
     files: dict[str, Secret | str] = {}
     for name, content in credential.files.items():
@@ -109,6 +115,16 @@ def hold_in_proxy(
                 )
             content = placeholder
         files[name] = content
+    if delivery is not None:
+        hosts = frozenset((d.host, d.port) for d in map(parse_destination, delivery.hosts))
+        interceptor.add_injector(
+            HeaderTemplate(
+                request.name, hosts, delivery.header, placeholder, credential.secret, interceptor.upstream_ca_file
+            )
+        )
+        env = dict(credential.env) | ({delivery.env: placeholder.reveal()} if delivery.env else {})
+        return replace(credential, files=files, env=env)
+    target = config.proxy_targets[request.provider]
     interceptor.add(
         Injection(
             frozenset((h.host, h.port) for h in target.hosts),

@@ -16,7 +16,7 @@ from pathlib import PurePosixPath
 
 from broker.core.inputs.config import Config
 from broker.core.inputs.strictdata import TaskFile, read_task_file
-from broker.egress.destinations import Destination, allowed
+from broker.egress.destinations import Destination, DestinationError, allowed, parse_destination
 from broker.egress.operations import NO_OPERATIONS, Operations, check_network, read_operations
 from broker.egress.policy import read_network_section
 from broker.host.sandbox import BROKER_DIR
@@ -117,6 +117,8 @@ def parse_manifest(
     for index, (request, inject) in enumerate(parsed):
         if inject == "proxy":
             _check_proxied(request, index, config, network)
+    for index, (request, inject) in enumerate(parsed):
+        _check_delivery(request, inject, index, network, sandbox, credentials[:index])
     names = [c.name for c in credentials]
     for index, name in enumerate(names):
         if name in names[:index]:
@@ -190,8 +192,11 @@ def _parse_env(fields: Fields | None) -> tuple[tuple[str, str], ...]:
 
 def _check_proxied(request: CredentialRequest, index: int, config: Config, network: tuple[Destination, ...]) -> None:
     """``inject: proxy`` needs a provider with ``proxy_hosts``, a credential whose secret the proxy can stand in
-    for (``CredentialRequest.proxy_refusal``), and each host in ``network``."""
+    for (``CredentialRequest.proxy_refusal``), and each host in ``network``
+    (a credential naming its own hosts and header: ``_check_delivery``)."""
     where = f"credentials[{index}].inject"
+    if request.delivery() is not None:
+        return
     target = config.proxy_targets.get(request.provider)
     if target is None:
         raise ManifestError(f"{where}: provider {request.provider!r} has no proxy_hosts in the config")
@@ -201,6 +206,43 @@ def _check_proxied(request: CredentialRequest, index: int, config: Config, netwo
     for host in target.hosts:
         if not allowed(network, host.host, host.port):
             raise ManifestError(f"{where}: network.allow must list {host} (the proxy puts the secret in there)")
+
+
+def _check_delivery(
+    request: CredentialRequest,
+    inject: str,
+    index: int,
+    network: tuple[Destination, ...],
+    sandbox: Sandbox,
+    earlier: tuple[CredentialRequest, ...],
+) -> None:
+    """A credential naming its own hosts and header (``kind: secret``) goes only by the proxy, to hosts written
+    as network destinations (one spelling: the grant's ``secret_hosts`` compare them as text) that
+    ``network.allow`` lists; its ``env`` variable is one the broker and the loader leave alone, named once."""
+    delivery = request.delivery()
+    if delivery is None:
+        return
+    where = f"credentials[{index}]"
+    if inject != "proxy":
+        raise ManifestError(f"{where}.inject: a {request.provider} secret goes only by the proxy (inject: proxy)")
+    for number, text in enumerate(delivery.hosts):
+        try:
+            host = parse_destination(text)
+        except DestinationError as exc:
+            raise ManifestError(f"{where}.hosts[{number}]: {exc}") from None
+        if host.wildcard:
+            raise ManifestError(f"{where}.hosts[{number}]: name one host (no wildcard): the secret goes there")
+        if not allowed(network, host.host, host.port):
+            raise ManifestError(f"{where}.hosts[{number}]: network.allow must list {host} (the secret goes there)")
+    name = delivery.env
+    if name is None:
+        return
+    if not ENV_NAME.fullmatch(name):
+        raise ManifestError(f"{where}.env: variable names are upper-case letters, digits and _")
+    if name in reserved_env() or name.startswith(RESERVED_ENV_PREFIX) or name in dict(sandbox.env):
+        raise ManifestError(f"{where}.env: {name} is set by the broker, the loader or sandbox.env; name another")
+    if any((other.delivery() or delivery).env == name for other in earlier if other.delivery() is not None):
+        raise ManifestError(f"{where}.env: {name} is named by another credential")
 
 
 def _parse_credential(fields: Fields, config: Config, session_ttl: int | None) -> tuple[CredentialRequest, str]:

@@ -31,6 +31,7 @@ from broker.egress.inject import HeaderSwap, Injection, Masker
 from broker.egress.operations import BodyCheck, Decision
 from broker.egress.operations.checker import OperationsChecker
 from broker.egress.terminate.injector import Header, Injector
+from broker.vocab.secret import Secret
 
 if TYPE_CHECKING:  # the guards bring h11 and asyncio: the proxy's, not an issue's
     from broker.egress.guards import AnswerGuard
@@ -107,6 +108,26 @@ class Interceptor:
             if self._ca is not None and any(not self._ca.covers(host) for host, _ in injector.hosts):
                 raise ValueError("an injection host outside the session CA")
             self._injectors[at] = injector
+
+    def can_rotate(self, credential: str) -> bool:
+        """Whether ``credential``'s injector can take a renewed secret behind its placeholder (``rotated``)."""
+        with self._mutex:
+            return any(i.credential == credential and hasattr(i, "rotated") for i in self._injectors)
+
+    def rotate(self, credential: str, secret: Secret) -> bool:
+        """Put the renewed ``secret`` behind ``credential``'s unchanged placeholder: requests from now on carry
+        it, a request under way keeps the one it began with. False once the session is revoked (nothing is
+        handed a secret after that) or when its injector cannot rotate."""
+        with self._mutex:
+            current = next((i for i in self._injectors if i.credential == credential), None)
+        rotated = getattr(current, "rotated", None)
+        if self.revoked or rotated is None:
+            return False
+        self.replace(credential, rotated(secret))
+        if self.revoked:  # revoked meanwhile: what was just put in is dropped as well
+            self.revoke()
+            return False
+        return True
 
     # -- deciding (in the proxy) ----------------------------------------------------------------
 

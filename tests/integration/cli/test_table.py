@@ -58,12 +58,13 @@ def command_lines(command: Command) -> list[list[str]]:
         if option.kind == REST:
             rest = ["--", "make", "--jobs", "2", "--", "x"]
         elif option.kind == WORD:
-            required.append("s-aaaaaaaaaaaa")
+            # a required positional among the required options: approve REQUEST, session allow HOST:PORT
+            required.append("pypi.org:443" if option.metavar == "HOST:PORT" else "s-aaaaaaaaaaaa")
         elif option.required:
             required += [option.flags[0], value_for(option.kind, option.choices)]
     lines = [[*words, *required, *rest]]
     for option in command.options:
-        if option.required or option.kind == REST:
+        if option.required or option.kind in (REST, WORD):
             continue
         if option.kind == ARGUMENT:
             lines.append([*words, *required, "/etc/broker/policies", *rest])

@@ -85,6 +85,14 @@ credentials:
   - {name: cert, provider: vault, kind: pki, role: agent, common_name: a.ci.internal, alt_names: [b.ci.internal]}
   - {name: host, provider: vault, kind: ssh, role: agent, principals: [git]}
 """
+SECRET_TASK = """
+version: 1
+task: fix-llm-1
+network: {allow: ['api.openai.com:443']}
+credentials:
+  - {name: llm, provider: vault, kind: secret, path: llm/openai, field: api_key, inject: proxy,
+     hosts: ['api.openai.com:443'], header: 'Authorization: Bearer {}', env: OPENAI_API_KEY}
+"""
 
 
 OPERATIONS = """operations:
@@ -102,6 +110,7 @@ def test_manifest_reference_lists_exactly_what_the_loader_reads(read_keys: dict[
     )
     parse_manifest(text.encode(), loaded)
     parse_manifest(DYNAMIC_TASK.encode(), loaded)
+    parse_manifest(SECRET_TASK.encode(), loaded)
     expected = documented(MANIFEST)
     assert read_keys == expected
 

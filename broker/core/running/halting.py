@@ -7,7 +7,8 @@ are dropped from the proxy and it refuses everything (new connections get
 a 403 or are refused, open tunnels are cut), then the command gets SIGTERM
 and, if it is still running after ``grace`` seconds, SIGKILL. The
 revocation at the providers is exec's own teardown, as when the command
-ends by itself: there is one revocation path.
+ends by itself: there is one revocation path. The same socket carries
+``broker session allow|disallow`` to the running proxy (``network``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import subprocess
 import threading
 from typing import TYPE_CHECKING
 
+from broker.egress.destinations import DestinationError, parse_destination
 from broker.host.spawning import GRACE, stop
 
 if TYPE_CHECKING:
@@ -55,6 +57,20 @@ class Halt:
         self._requested.set()
         self._refuse()
         self._stop_child()
+
+    def network(self, allow: bool, text: str) -> bool:
+        """``broker session allow|disallow`` through the control socket: the running proxy's list changed (the
+        caller checked the policy and logs it); False when this exec runs no proxy or ``text`` does not parse."""
+        with self._lock:
+            proxy = self._proxy
+        if proxy is None or self.requested:
+            return False
+        try:
+            destination = parse_destination(text)
+        except DestinationError:
+            return False
+        proxy.proxy.change_allow(destination, allow=allow)
+        return True
 
     def _refuse(self) -> None:
         with self._lock:

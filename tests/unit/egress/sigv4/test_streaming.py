@@ -33,7 +33,7 @@ def test_the_signer_of_these_tests_gives_aws_published_chunk_signatures() -> Non
     assert first == "ad80c730a21e5b8d04586a2213dd63b9a0e99e0e2307b0ade35a65485a288648"
 
 
-DATA = os.urandom(200_000)
+DATA = os.urandom(200_000).replace(b"\r", b"\x00")  # no CRLF inside: the checks below strip the framing's
 
 
 @pytest.mark.parametrize("trailer", [False, True])

@@ -13,9 +13,25 @@ config file's table if the look for a daemon read it (it is parsed once).
 from __future__ import annotations
 
 import sys
+import warnings
+
+
+def quiet_library_warnings() -> None:
+    """Keep one library warning off stderr, where a command's error is one line.
+
+    ``requests`` (under hvac) tries urllib3's optional SOCKS module, which
+    warns when PySocks is missing; ``requests`` silences that warning as it
+    loads, but botocore loads inside ``warnings.catch_warnings()``, and when
+    the warm-up threads load both at once botocore's block restores the
+    filters without requests' one, so the warning reached stderr now and
+    then. The broker never uses a SOCKS proxy. A filter set here, before any
+    thread starts, survives every such block.
+    """
+    warnings.filterwarnings("ignore", module=r"urllib3\.contrib\.socks")
 
 
 def run() -> None:
+    quiet_library_warnings()
     args = sys.argv[1:]
     if args == ["--version"]:
         from broker import __version__

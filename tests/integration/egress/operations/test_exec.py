@@ -43,10 +43,13 @@ pytestmark = [
 RULE = "ops-agents"
 API = "ghe.test"
 MERGE = "repos/octo/widgets/pulls/7/merge"
+# A made-up token of GitHub's shape for gh to start with (no credential of any session): built here so
+# that no token-shaped string stands in the source.
+DUMMY_TOKEN = "ghs_" + "0123456789abcdef" * 2 + "0123"
 
 INSIDE = r"""
 export NO_PROXY= no_proxy=  # the upstreams are on 127.0.0.1 here; a real host is never exempt
-export GH_ENTERPRISE_TOKEN=ghs_0123456789abcdef0123456789abcdef0123 GH_NO_UPDATE_NOTIFIER=1 GH_PROMPT_DISABLED=1
+export GH_ENTERPRISE_TOKEN=DUMMY_TOKEN GH_NO_UPDATE_NOTIFIER=1 GH_PROMPT_DISABLED=1
 echo "token=$(cat /run/secrets/kv/token)"
 g() { git -c user.name=agent -c user.email=agent@example.invalid "$@"; }
 cd /workspace
@@ -70,7 +73,7 @@ if command -v gh >/dev/null; then
   gh api -X POST repos/octo/widgets/pulls/7/reviews -f event=COMMENT -f body=nits >/dev/null; echo "gh-comment=$?"
   gh api graphql -f query='query { viewer { login } }' >/dev/null; echo "gh-query=$?"
 fi
-""".replace("MERGE", MERGE)
+""".replace("MERGE", MERGE).replace("DUMMY_TOKEN", DUMMY_TOKEN)
 
 
 @dataclass

@@ -27,7 +27,7 @@ def quiet_library_warnings() -> None:
     then. The broker never uses a SOCKS proxy. A filter set here, before any
     thread starts, survives every such block.
     """
-    warnings.filterwarnings("ignore", module=r"urllib3\.contrib\.socks")
+    warnings.filterwarnings("ignore", module=r"urllib3\.contrib\.socks")  # set again by the package: any way in
 
 
 def run() -> None:

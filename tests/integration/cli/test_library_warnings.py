@@ -22,8 +22,7 @@ REPLAY = textwrap.dedent(
     """
     import sys, warnings
     if sys.argv[1] == "broker":
-        from broker.entry import quiet_library_warnings
-        quiet_library_warnings()
+        import broker  # every way in (python -m broker.cli, the console script, the daemon) imports the package
     with warnings.catch_warnings():  # botocore's block, open while requests loads in another thread
         import requests  # noqa: F401  (its own filter for the warning is set inside the block, and lost with it)
     try:

@@ -57,6 +57,7 @@ from broker.egress.exchange import (
     read_head,
 )
 from broker.egress.guards import Refusal, RefusedRequest, tunnel_authority
+from broker.egress.terminate.request import REVOKED
 from broker.egress.terminate.tunnel import serve_plain, serve_tunnel
 
 if TYPE_CHECKING:
@@ -66,7 +67,6 @@ if TYPE_CHECKING:
 __all__ = ["EgressProxy", "ProxyLimits", "Resolver", "system_resolver"]
 
 OTHER_DESTINATIONS = "(other destinations)"
-REVOKED = "this session has been revoked"
 
 #: (host, port) -> addresses; the system resolver unless a test passes a fixed table.
 Resolver = Callable[[str, int], Awaitable[Sequence[str]]]

@@ -49,6 +49,8 @@ from broker.egress.terminate.plan import Interceptor
 from broker.egress.terminate.upstream import Hooks, UpstreamLink
 from broker.egress.terminate.writer import EvidenceWriter
 
+REVOKED = "this session has been revoked"
+
 
 @dataclass(frozen=True)
 class Site:
@@ -96,8 +98,12 @@ class Cycle:
     async def _run(self) -> bool:
         host, port = self.site.host, self.site.port
         try:
-            if self.plan.revoked:
-                return self._revoked()
+            if self.plan.revoked:  # the host's own refusal (AWS: its SDKs' XML error), else a line of text
+                head = RequestHead(self.request.method, self.request.target, tuple(self.request.headers))
+                answer = self.plan.revoked_answer(host, port, head) or text_answer(403, REVOKED)
+                self.evidence.refused(REVOKED)
+                self._answer(answer)
+                return False
             if self.sink is not None and self.sink.failing:
                 raise Refused(503, "the issuance log cannot take this request's record, so nothing is forwarded")
             headers = checked_headers(self.request, host, port)  # the tunnel's own host, or 400
@@ -136,17 +142,6 @@ class Cycle:
         except (OSError, TimeoutError) as exc:  # the client went away, or stopped sending
             self.evidence.failure = f"the client's connection ended ({type(exc).__name__})"
             return False
-
-    def _revoked(self) -> bool:
-        """The session is revoked: the host's own refusal (AWS: its XML error), else a line of text; nothing else."""
-        request = self.request
-        head = RequestHead(request.method, request.target, tuple((k.lower(), v) for k, v in request.headers))
-        answer = self.plan.revoked_answer(self.site.host, self.site.port, head)
-        if answer is None:
-            raise Refused(403, "this session has been revoked")
-        self.evidence.refused("this session has been revoked")
-        self._answer(answer)
-        return False
 
     def _answer(self, answer: Answer, *, close: bool = True) -> bool:
         sent = send_answer(self.conn, self.writer, answer, close=close)

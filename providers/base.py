@@ -71,6 +71,11 @@ class CredentialRequest:
         """The requested scope as JSON-able data (for session.json and the log)."""
         return {}
 
+    def more_proxy_hosts(self, hosts: tuple[str, ...]) -> tuple[str, ...]:
+        """``HOST:PORT`` this request adds to its provider's proxy ``hosts`` (AWS: the virtual-hosted S3 host of each
+        bucket its session policy names); the core keeps those ``network`` allows. None by default."""
+        return ()
+
     def proxy_refusal(self) -> str | None:
         """Why the proxy cannot put this credential's secret in (``inject: proxy``), though its provider has
         ``proxy`` facts; None when it can."""

@@ -275,7 +275,7 @@ class Issuing(Minting):
         self.record(request, credential, **self.lineage())
         if self.interceptor is not None and request.name in self.manifest.proxied:
             config, spool = self.broker.config, self.directory.path
-            credential = hold_in_proxy(config, request, credential, self.interceptor, spool)
+            credential = hold_in_proxy(config, request, credential, self.interceptor, spool, self.manifest.network)
         return request, credential, self.directory.write_credential(request.name, credential.files)
 
     def document(self, results: list[tuple[CredentialRequest, MintedCredential, list[str]]]) -> SessionDocument:

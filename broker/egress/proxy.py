@@ -14,7 +14,12 @@ session ends. A CONNECT to a host the session's ``Interceptor`` terminates
 checked, its credential put in, forwarded and recorded (``egress.request``).
 A plain-HTTP request to a host the operations limit is checked and recorded
 the same way; one to a credential host is refused (the secret goes there
-only over verified TLS). A refused request to a terminated host (plain HTTP,
+only over verified TLS). Once the session is revoked (``refusing``, and the
+interceptor's ``revoke``) every request is refused with a 403: in the
+tunnel of a host whose clients read their own error shape (AWS: the S3 or
+STS XML error, ``Interceptor.revoked_answer``), so an SDK names the
+revocation; at the CONNECT or plain-HTTP request otherwise; nothing is sent
+upstream. A refused request to a terminated host (plain HTTP,
 or what ``broker.egress.guards`` refuses) is counted by destination and
 reason the same way, for the ``egress.refused`` records. Memory and
 connections are bounded: at most
@@ -52,6 +57,7 @@ from broker.egress.exchange import (
     read_head,
 )
 from broker.egress.guards import Refusal, RefusedRequest, tunnel_authority
+from broker.egress.terminate.request import REVOKED
 from broker.egress.terminate.tunnel import serve_plain, serve_tunnel
 
 if TYPE_CHECKING:
@@ -176,10 +182,6 @@ class EgressProxy:
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """One client connection: one CONNECT tunnel or one plain-HTTP request."""
-        if self.refusing:
-            writer.write(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
-            await _close(writer)
-            return
         if self.active >= self.limits.max_connections:
             writer.write(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
             await _close(writer)
@@ -216,6 +218,8 @@ class EgressProxy:
             if self.interceptor is not None and self.interceptor.intercepts(host, port):
                 await self._intercept(host, port, conn, reader, writer)
                 return
+            if self.refusing:
+                raise Refused(403, REVOKED)
             addresses = await self.vetted_addresses(host, port)
             try:
                 upstream = await splice.connect(addresses, port, self.limits.connect_timeout)
@@ -224,6 +228,8 @@ class EgressProxy:
             head = conn.send(h11.Response(status_code=200, headers=[])) or b""
             await splice.tunnel(reader, writer, upstream, head, conn.trailing_data[0], self.limits.idle_timeout)
             return
+        if self.refusing:
+            raise Refused(403, REVOKED)
         await self._forward(conn, request, target, reader, writer)
 
     async def _forward(
@@ -270,8 +276,8 @@ class EgressProxy:
         assert interceptor is not None
         if not self.allows(host, port):
             raise self._deny(host, port)
-        if interceptor.revoked:
-            raise Refused(403, "this session has been revoked")
+        if (interceptor.revoked or self.refusing) and not interceptor.answers_revoked(host, port):
+            raise Refused(403, REVOKED)
         writer.write(outer.send(h11.Response(status_code=200, headers=[])) or b"")
         await writer.drain()
         if outer.trailing_data[0]:

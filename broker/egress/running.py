@@ -81,18 +81,24 @@ class RunningProxy:
         return self._call(read())
 
     async def _cut(self, *, refusing: bool) -> None:
-        """Close the listening sockets and cancel every connection (run on the proxy's loop)."""
+        """Cancel every connection, and close the listening sockets unless the proxy goes on refusing (run on the
+        proxy's loop)."""
         if refusing:
+            if self.proxy.interceptor is not None:
+                self.proxy.interceptor.revoke()  # the terminated tunnels' requests are refused as well
             self.proxy.refusing = True
-        for server in self._servers:
-            server.close()
+        else:
+            for server in self._servers:
+                server.close()
         tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
     def refuse(self) -> None:
-        """From now on nothing gets through: the sockets stop accepting and every open connection is cut."""
+        """From now on nothing gets through: every open connection is cut, and each new request is refused with a
+        403 until the proxy stops (an AWS host's in its SDKs' XML error: ``EgressProxy``), so a client still
+        running while it is stopped reads why."""
         with contextlib.suppress(Exception):
             self._call(self._cut(refusing=True))
 

@@ -23,6 +23,7 @@ from providers.aws.session_policy import (
     ACTION,
     RESOURCE,
     SessionPolicy,
+    bucket_names,
     parse_session_policy,
     refused,
     variables_as_wildcards,
@@ -55,6 +56,14 @@ class AwsStsRequest(CredentialRequest):
     def policy_json(self) -> str:
         """The compact session policy sent to AWS, or "" without one."""
         return self.session_policy.to_json() if self.session_policy is not None else ""
+
+    def more_proxy_hosts(self, hosts: tuple[str, ...]) -> tuple[str, ...]:
+        """``BUCKET.`` + each S3 host of ``hosts`` (``s3.REGION.amazonaws.com:443``) for every bucket the session
+        policy allows something on: where a client using virtual-hosted addressing sends (``bucket_names``)."""
+        if self.session_policy is None:
+            return ()
+        s3_hosts = [host for host in hosts if host.startswith("s3.")]
+        return tuple(f"{bucket}.{host}" for bucket in bucket_names(self.session_policy) for host in s3_hosts)
 
     def scope(self) -> dict[str, Any]:
         return {

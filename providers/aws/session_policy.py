@@ -45,6 +45,11 @@ REFUSED_KEYS = {
     "NotPrincipal": "a session policy takes no NotPrincipal",
 }
 POLICY_VARIABLE = re.compile(r"\$\{[^}]*\}")
+#: An S3 bucket or object ARN (any partition): the bucket, then the key after ``/`` if any.
+S3_ARN = re.compile(r"arn:aws[a-z-]*:s3:::([^/]*)(?:/.*)?", re.ASCII | re.DOTALL)
+#: A bucket name that is one host label: what clients address virtual-hosted over TLS (a name with a dot is not
+#: under AWS's wildcard certificate, so the SDKs send it path-style; a wildcard or a variable names no one host).
+VIRTUAL_BUCKET = re.compile(r"[a-z0-9][a-z0-9-]{1,61}[a-z0-9]", re.ASCII)
 
 
 @dataclass(frozen=True)
@@ -187,6 +192,21 @@ def _condition_scalar(body: Fields, where: str, value: object) -> str | int | bo
     if isinstance(value, str) and CONDITION_VALUE.fullmatch(value):
         return value
     raise body.fail(where, f"expected a string, number or boolean of at most 1024 characters, got {describe(value)}")
+
+
+def bucket_names(policy: SessionPolicy) -> tuple[str, ...]:
+    """The buckets the Allow statements name by exact name (``arn:aws:s3:::BUCKET``, ``arn:aws:s3:::BUCKET/*``),
+    in order, once each. A bucket part with a wildcard (``*``, ``?``) or a policy variable names no one host, and
+    one that is not a single host label (a dot in it) is not addressed virtual-hosted: both are left out."""
+    names: list[str] = []
+    for statement in policy.statements:
+        if statement.effect != "Allow":
+            continue
+        for resource in statement.resources:
+            arn = S3_ARN.fullmatch(resource)
+            if arn is not None and VIRTUAL_BUCKET.fullmatch(arn.group(1)) and arn.group(1) not in names:
+                names.append(arn.group(1))
+    return tuple(names)
 
 
 # -- containment -------------------------------------------------------------------------

@@ -12,8 +12,12 @@ The ``config`` file says what makes the clients sign the way the proxy can
 verify and send where the proxy re-signs: ``signature_version = s3v4`` for S3
 (presigned URLs are SigV2 otherwise), path-style addressing and the regional
 endpoints, so S3 and STS requests go to the ``proxy_hosts``
-(``s3.REGION.amazonaws.com``, ``sts.REGION.amazonaws.com``) and not to a
-bucket's own name or the global endpoints. When the provider has its own
+(``s3.REGION.amazonaws.com``, ``sts.REGION.amazonaws.com``) and not to the
+global endpoints. A client that asks for virtual-hosted addressing itself
+sends to ``BUCKET.s3.REGION.amazonaws.com``: the proxy re-signs there too
+for each bucket the session policy names whose host ``network`` allows (the
+hosts ``target`` holds here, ``CredentialRequest.more_proxy_hosts``); any
+other bucket's host is not terminated. When the provider has its own
 ``endpoint_url`` (an AWS-compatible service), the sandbox's endpoint becomes
 the first proxy host over https, as a Vault address does.
 

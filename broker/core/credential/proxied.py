@@ -32,7 +32,7 @@ from broker.core.credential.aws_held import hold_aws_in_proxy
 from broker.core.inputs.config import Config
 from broker.core.inputs.manifest import Manifest
 from broker.egress.ca import SessionCA, ca_bundle
-from broker.egress.destinations import parse_destination
+from broker.egress.destinations import Destination, DestinationError, allowed, parse_destination
 from broker.egress.inject import Injection, placeholder_for
 from broker.egress.template import HeaderTemplate
 from broker.egress.terminate.plan import Interceptor
@@ -99,12 +99,17 @@ def hold_in_proxy(
     credential: MintedCredential,
     interceptor: Interceptor,
     spool_dir: Path | None = None,
+    network: tuple[Destination, ...] = (),
 ) -> MintedCredential:
     """``credential`` with its files holding a placeholder; the interceptor gets the secret for its hosts (an AWS
-    credential: its keys, to re-sign with; ``spool_dir`` holds the bodies it checks before they go upstream)."""
+    credential: its keys, to re-sign with, for its provider's hosts and those of its request's ``more_proxy_hosts``
+    that ``network`` allows; ``spool_dir`` holds the bodies it checks before they go upstream)."""
     delivery = request.delivery()  # a credential naming its own hosts and header (kind: secret)
     if delivery is None and config.proxy_targets[request.provider].facts.resigns:
-        return hold_aws_in_proxy(request, credential, config.proxy_targets[request.provider], interceptor, spool_dir)
+        target = config.proxy_targets[request.provider]
+        more = allowed_hosts(request.more_proxy_hosts(tuple(map(str, target.hosts))), network)
+        target = replace(target, hosts=(*target.hosts, *(h for h in more if h not in target.hosts)))
+        return hold_aws_in_proxy(request, credential, target, interceptor, spool_dir)
     placeholder = placeholder_for(credential.secret)
     files: dict[str, Secret | str] = {}
     for name, content in credential.files.items():
@@ -142,6 +147,20 @@ def hold_in_proxy(
         first = target.hosts[0]
         env[address] = f"https://{first.host}" + ("" if first.port == 443 else f":{first.port}")
     return replace(credential, files=files, env=env)
+
+
+def allowed_hosts(texts: Sequence[str], network: tuple[Destination, ...]) -> tuple[Destination, ...]:
+    """The hosts of ``texts`` that ``network`` allows (the one check the proxy makes of every destination); one
+    that is not a valid destination names nothing to terminate and is left out."""
+    hosts: list[Destination] = []
+    for text in texts:
+        try:
+            host = parse_destination(text)
+        except DestinationError:
+            continue
+        if allowed(network, host.host, host.port) and host not in hosts:
+            hosts.append(host)
+    return tuple(hosts)
 
 
 def ca_files(interceptor: Interceptor) -> dict[str, bytes]:

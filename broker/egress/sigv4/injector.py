@@ -16,7 +16,11 @@ Answers from these hosts never carry the real key id, secret or session
 token back: an S3 error echoes the access key id, and a SignatureDoesNotMatch
 answer to a presigned URL its canonical request with the token; each becomes
 its placeholder (``mask_pairs``, the same lengths). After ``forget``
-(revocation), every request is refused.
+(revocation), every request is refused with ``AccessDenied`` naming the
+revocation, in the XML of the signature's service (the host's when the
+signature does not read): ``revoked_answer``, which the proxy also gives
+every request to these hosts once the session is revoked, so an SDK raises
+an error that says so.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from pathlib import Path
 
 from broker.egress.operations import Answer
 from broker.egress.sigv4.errors import error_response
+from broker.egress.sigv4.parsing import read_signature, split_target
 from broker.egress.sigv4.spool import SpoolLimits
 from broker.egress.sigv4.values import AwsKeys, Head, Reason, Refusal, RequestRefused
 from broker.egress.sigv4.verifier import Passage as Verified
@@ -116,14 +121,18 @@ class Resigner:
 
     def begin(self, head: RequestHead) -> ResignedPassage:
         """The verified, re-signed passage; raises ``InjectionRefused`` for anything else (nothing goes upstream)."""
-        host = _host(head)
         verifier = self._verifier
         if verifier is None:
-            raise refused(Refusal(Reason.REVOKED, REVOKED), host_service(host))
+            raise _revoked(head)
         verdict = verifier.begin(Head(head.method, head.target, head.headers))
         if isinstance(verdict, Refusal):
-            raise refused(verdict, host_service(host))
+            raise refused(verdict, host_service(_host(head)))
         return ResignedPassage(verdict, verdict.signed.scope.service)
+
+    def revoked_answer(self, head: RequestHead) -> Answer:
+        """What a request to these hosts gets once the session is revoked: 403 and the S3 or STS XML error with
+        ``AccessDenied`` and a message naming the revocation (the same as ``begin`` after ``forget``)."""
+        return _revoked(head).answer
 
     def mask_pairs(self) -> Sequence[tuple[bytes, bytes]]:
         real = self._real
@@ -140,6 +149,17 @@ class Resigner:
     def forget(self) -> None:
         self._verifier = None
         self._real = None
+
+
+def _revoked(head: RequestHead) -> InjectionRefused:
+    """The refusal of a revoked session's request, in the shape of the service its signature names, else its
+    host's (STS's for ``sts.*``)."""
+    try:
+        signed = read_signature(Head(head.method, head.target, head.headers), split_target(head.target))
+        service = signed.scope.service
+    except RequestRefused:
+        service = host_service(_host(head))
+    return refused(Refusal(Reason.REVOKED, REVOKED, service), service)
 
 
 def _request_head(head: Head) -> RequestHead:

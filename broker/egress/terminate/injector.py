@@ -29,7 +29,11 @@ re-signer verifies the head and the body and re-signs both; a header
 template (``Authorization: Bearer {}`` for any service) changes one header.
 ``mask_pairs`` names the secrets that must never come back in an answer
 (each with what replaces it, of the same length), ``forget`` drops them when
-the session is revoked. Rotation swaps one injector for another
+the session is revoked. An injector whose clients print errors of their own
+shape (``AnswersRevoked``: the AWS re-signer, whose SDKs read an XML error)
+gives the answer every request to its hosts gets after the revocation, so
+the client says what happened; the others get the proxy's line of text.
+Rotation swaps one injector for another
 (``Interceptor.replace``): a request keeps the passage it began with, the
 next one begins on the new injector, so no request fails during a swap.
 """
@@ -39,7 +43,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from broker.egress.operations import Answer
 
@@ -115,6 +119,13 @@ class Injector(Protocol):
     def forget(self) -> None:
         """The session is revoked: drop the secret; ``begin`` refuses from now on."""
         ...
+
+
+@runtime_checkable
+class AnswersRevoked(Protocol):
+    """An injector that answers its hosts' requests after the session is revoked itself (see the module docstring)."""
+
+    def revoked_answer(self, head: RequestHead) -> Answer: ...
 
 
 class HeadOnly:

@@ -13,7 +13,8 @@ Upstream, the real host's certificate is checked against its credential's
 against ``[egress] upstream_ca_file``; None means the system's CAs.
 
 ``revoke`` makes every request to a terminated host refused at once and
-drops the secrets; ``replace`` swaps one credential's injector for another
+drops the secrets (an AWS host's refusal is its SDKs' XML error:
+``revoked_answer``); ``replace`` swaps one credential's injector for another
 (rotation): requests already under way keep the passage they began with.
 """
 
@@ -28,9 +29,9 @@ from typing import TYPE_CHECKING
 from broker.egress.ca import SessionCA
 from broker.egress.destinations import Destination
 from broker.egress.inject import HeaderSwap, Injection, Masker
-from broker.egress.operations import BodyCheck, Decision
+from broker.egress.operations import Answer, BodyCheck, Decision
 from broker.egress.operations.checker import OperationsChecker
-from broker.egress.terminate.injector import Header, Injector
+from broker.egress.terminate.injector import AnswersRevoked, Header, Injector, RequestHead
 from broker.vocab.secret import Secret
 
 if TYPE_CHECKING:  # the guards bring h11 and asyncio: the proxy's, not an issue's
@@ -159,6 +160,19 @@ class Interceptor:
     def credential_ports(self, host: str) -> list[int]:
         """The ports ``host`` (canonical) is a credential host on, whichever port it is asked for on."""
         return sorted({p for injector in self._injectors for h, p in injector.hosts if h == host})
+
+    def revoked_answer(self, host: str, port: int, head: RequestHead) -> Answer | None:
+        """What a request to ``host``:``port`` gets once the session is revoked, in the shape its clients print (an
+        AWS host: the S3 or STS XML error naming the revocation); None: the proxy's line of text."""
+        for injector in self.injectors(host, port):
+            if isinstance(injector, AnswersRevoked):
+                return injector.revoked_answer(head)
+        return None
+
+    def answers_revoked(self, host: str, port: int) -> bool:
+        """Whether a revoked session's requests to ``host``:``port`` are answered inside the tunnel
+        (``revoked_answer``): its CONNECT is then let through, every request in it refused."""
+        return any(isinstance(injector, AnswersRevoked) for injector in self.injectors(host, port))
 
     def revoke(self) -> None:
         """From now on every request to a terminated host is refused, and the secrets are dropped."""

@@ -49,6 +49,8 @@ from broker.egress.terminate.plan import Interceptor
 from broker.egress.terminate.upstream import Hooks, UpstreamLink
 from broker.egress.terminate.writer import EvidenceWriter
 
+REVOKED = "this session has been revoked"
+
 
 @dataclass(frozen=True)
 class Site:
@@ -96,8 +98,12 @@ class Cycle:
     async def _run(self) -> bool:
         host, port = self.site.host, self.site.port
         try:
-            if self.plan.revoked:
-                raise Refused(403, "this session has been revoked")
+            if self.plan.revoked:  # the host's own refusal (AWS: its SDKs' XML error), else a line of text
+                head = RequestHead(self.request.method, self.request.target, tuple(self.request.headers))
+                answer = self.plan.revoked_answer(host, port, head) or text_answer(403, REVOKED)
+                self.evidence.refused(REVOKED)
+                self._answer(answer)
+                return False
             if self.sink is not None and self.sink.failing:
                 raise Refused(503, "the issuance log cannot take this request's record, so nothing is forwarded")
             headers = checked_headers(self.request, host, port)  # the tunnel's own host, or 400

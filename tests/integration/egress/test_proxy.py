@@ -289,3 +289,21 @@ def test_distinct_refused_destinations_are_bounded() -> None:
             raw(running, f"GET http://127.0.0.1:{port}/ HTTP/1.1\r\nHost: x\r\n\r\n".encode())
         denials = running.denials()
     assert denials == {"127.0.0.1:10": 1, "127.0.0.1:11": 1, "127.0.0.1:12": 1, "(other destinations)": 3}
+
+
+def test_a_refusing_proxy_answers_every_request_with_403_and_opens_nothing_upstream(sink: Sink) -> None:
+    resolved: list[str] = []
+
+    async def resolve(host: str, port: int) -> Sequence[str]:
+        resolved.append(host)
+        return ["127.0.0.1"]
+
+    with proxy_for(f"127.0.0.1:{sink.port}", f"allowed.example.com:{sink.port}", resolver=resolve) as running:
+        running.refuse()  # what a revocation does: open connections cut, every request from now on refused
+        tunnel = raw(running, f"CONNECT 127.0.0.1:{sink.port} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        named = raw(running, f"CONNECT allowed.example.com:{sink.port} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        plain = curl(running, f"http://127.0.0.1:{sink.port}/")
+    for answer in (tunnel, named):
+        assert answer.startswith(b"HTTP/1.1 403 ") and b"this session has been revoked" in answer, answer
+    assert plain.stdout.endswith("403") and "this session has been revoked" in plain.stdout
+    assert sink.accepted == [] and resolved == []  # nothing upstream, not even a name looked up

@@ -29,6 +29,7 @@ from broker.host import mounts
 from devstack.git_http import GitHTTPServer, bare_repository, git_env
 from tests.fixtures.brokerenv import BrokerEnv, Result
 from tests.fixtures.daemon import Daemon, daemon
+from tests.fixtures.net import named_loopback
 from tests.fixtures.openbao import OpenBao
 from tests.fixtures.recording_api import RecordingAPI
 from tests.fixtures.sandbox import sandbox_unavailable
@@ -156,11 +157,6 @@ def upstreams(tmp_path: Path) -> Iterator[Upstreams]:
         yield upstreams
     api.close()
     index.close()
-
-
-def named_loopback(hosts: Path) -> list[str]:
-    """The argv prefix that runs a command in a mount namespace of its own where ``hosts`` is /etc/hosts."""
-    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", f'mount --bind {hosts} /etc/hosts && exec "$@"', "sh"]  # fmt: skip
 
 
 def configure(env: BrokerEnv, upstreams: Upstreams) -> None:

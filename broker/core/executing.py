@@ -46,6 +46,7 @@ from broker.core.issuing import DelegationSocket, issue
 from broker.core.resuming import settle
 from broker.core.revoking import RevokeReport, revoke_locked
 from broker.core.running.halting import Halt
+from broker.core.running.refreshing import SecretRefresher
 from broker.core.running.rotating import Rotator
 from broker.core.session_document import SessionDocument
 from broker.core.session_socket import SessionSocket
@@ -185,6 +186,8 @@ def execute(
                     assert session is not None
                     # renewed behind their placeholders until the command ends (stopped before the revocation)
                     stack.enter_context(Rotator(broker, manifest, session_id, session.expires_at, interceptor))
+                    # a kind: secret's new KV version swapped in behind its placeholder (stopped before it too)
+                    stack.enter_context(SecretRefresher(broker, manifest, session_id, session.expires_at, interceptor))
                 halt.attach_proxy(proxy, interceptor)
                 status = _run(document, manifest, options, proxy, halt)
         finally:

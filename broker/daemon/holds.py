@@ -41,6 +41,7 @@ from broker.core.issuing import DelegationSocket, issue
 from broker.core.resuming import granted
 from broker.core.revoking import RevokeReport, revoke_locked
 from broker.core.running.halting import Halt
+from broker.core.running.refreshing import SecretRefresher
 from broker.core.running.rotating import Rotator
 from broker.core.session_socket import SessionSocket
 from broker.daemon.access import owned_session
@@ -87,6 +88,7 @@ class Held:
     halt: Halt = field(default_factory=Halt)  # an outside revoke through the control socket
     control: ControlSocket | None = None
     rotator: Rotator | None = None  # renews its proxied credentials behind their placeholders
+    refresher: SecretRefresher | None = None  # swaps in a kind: secret's new KV version behind its placeholder
     session_socket: SessionSocket | None = None  # its broker.sock, when its rules allow children
     ended: threading.Event = field(default_factory=threading.Event)
     mutex: threading.Lock = field(default_factory=threading.Lock)
@@ -145,6 +147,8 @@ class Holds:
             held.halt.attach_proxy(held.proxy, interceptor)
             if interceptor is not None:
                 held.rotator = Rotator(broker, manifest, held.session, record.expires_at, interceptor).start()
+                held.refresher = SecretRefresher(broker, manifest, held.session, record.expires_at, interceptor)
+                held.refresher.start()
         except BaseException:
             self.end(broker, held, "exec failed to start")
             raise
@@ -184,6 +188,8 @@ class Holds:
                     held.control.close()  # never from its own thread: a revoke there only halts
                 if held.rotator is not None:
                     held.rotator.stop()  # a renewal under way ends first: the revocation sees what it made
+                if held.refresher is not None:
+                    held.refresher.stop()  # likewise a refresh under way
                 if held.interceptor is not None:
                     held.interceptor.revoke()
                 if held.proxy is not None:

@@ -40,6 +40,7 @@ from broker.core.inputs.manifest import Manifest
 from broker.core.issuing import DelegationSocket, issue
 from broker.core.resuming import granted
 from broker.core.revoking import RevokeReport, revoke_locked
+from broker.core.running.forcing import Renewal
 from broker.core.running.halting import Halt
 from broker.core.running.refreshing import SecretRefresher
 from broker.core.running.rotating import Rotator
@@ -128,7 +129,9 @@ class Holds:
             if delegation.listener is not None:
                 held.session_socket = SessionSocket(broker, held.session, delegation.listener, inside[0])
                 held.session_socket.start()
-            held.control = ControlSocket(broker.config.state_dir, held.session, held.halt, held.halt.network)
+            renewal = Renewal(manifest)  # broker renew of its proxied credentials, once they are renewed here
+            control = ControlSocket(broker.config.state_dir, held.session, held.halt, held.halt.network, renewal)
+            held.control = control
             broker.store.mark_exec_bound(held.session)
             broker.checkpoint()
             env = child_environment(document, manifest, options, body.get("parent_env") or {})
@@ -149,6 +152,7 @@ class Holds:
                 held.rotator = Rotator(broker, manifest, held.session, record.expires_at, interceptor).start()
                 held.refresher = SecretRefresher(broker, manifest, held.session, record.expires_at, interceptor)
                 held.refresher.start()
+                renewal.attach(held.rotator, held.refresher)
         except BaseException:
             self.end(broker, held, "exec failed to start")
             raise

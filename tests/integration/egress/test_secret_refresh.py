@@ -17,6 +17,7 @@ leaves the old value in use as well.
 
 from __future__ import annotations
 
+import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -67,7 +68,7 @@ credentials:
   - name: openai
     provider: vault
     kind: secret
-    path: llm/openai
+    path: {path}
     field: api_key
     inject: proxy
     hosts: ["{host}"]
@@ -82,6 +83,7 @@ class Stage:
     api: RecordingAPI
     openbao: OpenBao
     first: str
+    path: str  # the KV path, new for each test (the OpenBao server is shared by the whole run)
 
     @property
     def host(self) -> str:
@@ -100,7 +102,7 @@ class Stage:
 
     def run(self, midway: Callable[[], None]) -> Result:
         """The exec with its command in the background; ``midway`` once the service saw three requests."""
-        task = self.env.write_task(TASK.format(host=self.host))
+        task = self.env.write_task(TASK.format(host=self.host, path=self.path))
         inside = f"export API=https://{self.host} RUN_FOR={RUN_FOR}\n{INSIDE}"
         results: list[Result] = []
         runner = threading.Thread(
@@ -132,10 +134,10 @@ def stage(tmp_path: Path, openbao: OpenBao) -> Iterator[Stage]:
         {"type": "vault", "addr": openbao.addr, "token_file": str(env.write_secret("vault-token", ROOT_TOKEN))},
     )
     env.write_policy(service_policy(api.port))
-    first = key("sk-proj-", 64)
-    openbao.client().secrets.kv.v2.create_or_update_secret(path="llm/openai", secret={"api_key": first})
+    first, path = key("sk-proj-", 64), f"llm/openai-{secrets.token_hex(4)}"
+    openbao.client().secrets.kv.v2.create_or_update_secret(path=path, secret={"api_key": first})
     try:
-        yield Stage(env, api, openbao, first)
+        yield Stage(env, api, openbao, first, path)
     finally:
         env.cleanup()
         api.close()
@@ -150,7 +152,7 @@ def test_a_new_kv_version_reaches_the_service_behind_the_same_placeholder(stage:
     written: list[int] = []
 
     def rotate() -> None:
-        answer = stage.kv().create_or_update_secret(path="llm/openai", secret={"api_key": second})
+        answer = stage.kv().create_or_update_secret(path=stage.path, secret={"api_key": second})
         written.append(int(answer["data"]["version"]))
 
     result = stage.run(rotate)
@@ -189,12 +191,12 @@ def test_a_destroyed_current_version_leaves_the_old_value_then_a_good_one_is_swa
 
     def rotate_badly() -> None:
         kv = stage.kv()
-        kv.destroy_secret_versions(path="llm/openai", versions=[1])  # the version the proxy holds
+        kv.destroy_secret_versions(path=stage.path, versions=[1])  # the version the proxy holds
         deadline = time.monotonic() + 30
         while "credential.renewal_failed" not in stage.env.events() and time.monotonic() < deadline:
             time.sleep(0.1)
         time.sleep(1.5)  # another check or two: the failure is not logged again, the old value stays
-        kv.create_or_update_secret(path="llm/openai", secret={"api_key": second})
+        kv.create_or_update_secret(path=stage.path, secret={"api_key": second})
 
     result = stage.run(rotate_badly)
     assert result.code == 0, result.stderr
@@ -214,7 +216,7 @@ def test_a_destroyed_current_version_leaves_the_old_value_then_a_good_one_is_swa
 
 def test_unreadable_metadata_leaves_the_old_value_in_use(stage: Stage) -> None:
     def delete_everything() -> None:
-        stage.kv().delete_metadata_and_all_versions(path="llm/openai")
+        stage.kv().delete_metadata_and_all_versions(path=stage.path)
         deadline = time.monotonic() + 30
         while "credential.renewal_failed" not in stage.env.events() and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -225,5 +227,5 @@ def test_unreadable_metadata_leaves_the_old_value_in_use(stage: Stage) -> None:
     assert statuses and set(statuses) == {"200"}, statuses
     assert set(stage.sent()) == {f"Bearer {stage.first}"}  # the value read at issue, to the end
     failed = [r for r in stage.env.log_records() if r["event"] == "credential.renewal_failed"]
-    assert len(failed) == 1 and "llm/openai" in failed[0]["reason"]
+    assert len(failed) == 1 and stage.path in failed[0]["reason"]
     assert "credential.renewed" not in stage.env.events()

@@ -21,6 +21,9 @@ nothing to register.
 * ``Narrowing``: says whether one of its credentials is at most as wide as
   another, so a session's sandbox may be given narrower child sessions
   (``broker.core.delegation``); without it, none of its credentials is delegated.
+* ``VersionedSecrets``: its secret has no expiry but versions (Vault's KV v2,
+  ``kind: secret``): a running session watches the current version and
+  swaps a new one in behind its placeholder (``broker.core.running.refreshing``).
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ __all__ = [
     "Refreshing",
     "Reserving",
     "SharesLocks",
+    "VersionedSecrets",
     "Warming",
 ]
 
@@ -218,5 +222,17 @@ class Narrowing(Protocol):
         each starting with that key of ``child`` (``repositories[1]: ...``); empty when ``child`` is covered."""
 
 
+@runtime_checkable
+class VersionedSecrets(Protocol):
+    """Reads secrets the operator changes by writing a new version (no expiry): which version is current."""
+
+    def version_of(self, reference: Mapping[str, str]) -> str | None:
+        """The version a credential it minted holds, from its ``reference`` (no call); None: not a versioned kind."""
+
+    def current_version(self, request: Any) -> str:
+        """The current version of what ``request`` reads (a call). Raises ``ProviderError`` when it cannot be
+        read, or when the current version is deleted or destroyed (its value cannot be read either)."""
+
+
 #: Every capability, in the order this module describes them.
-CAPABILITIES = (Warming, FindsMinted, Reserving, SharesLocks, ChecksGrants, Refreshing, Narrowing)
+CAPABILITIES = (Warming, FindsMinted, Reserving, SharesLocks, ChecksGrants, Refreshing, Narrowing, VersionedSecrets)

@@ -135,6 +135,13 @@ CORE_CONFIG = (
             Key(
                 "upstream_ca_file", "path", False, "CA bundle the proxy checks operations-only hosts against.", "system"
             ),
+            Key(
+                "secret_refresh",
+                "duration",
+                False,
+                "How often a running session checks each kind: secret for a new KV version.",
+                "60s",
+            ),
         ),
         "A credential's own hosts keep their provider's upstream_ca_file.",
     ),

@@ -49,11 +49,23 @@ def network_lines(change: dict[str, Any]) -> list[str]:
 def renew_lines(renewals: list[dict[str, Any]]) -> list[str]:
     if not renewals:
         return ["nothing to renew: every credential lasts as long as the session"]
-    return [
-        f"  {item['name']}: expires {item['new_expires_at']} (was {item['old_expires_at']};"
-        f" old one {item['old_outcome']})"
-        for item in renewals
-    ]
+    return [_renew_line(item) for item in renewals]
+
+
+def _renew_line(item: dict[str, Any]) -> str:
+    """One renewal: a file credential's, or what a running exec did for a proxied one (``outcome``)."""
+    outcome = item.get("outcome")
+    if outcome is None or (outcome == "renewed" and "new_expires_at" in item):
+        behind = " behind its placeholder" if outcome else ""
+        return (
+            f"  {item['name']}: expires {item['new_expires_at']}{behind} (was {item['old_expires_at']};"
+            f" old one {item['old_outcome']})"
+        )
+    if outcome == "renewed":
+        return f"  {item['name']}: KV version {item['version']} behind its placeholder (was {item['previous_version']})"
+    if outcome == "unchanged":
+        return f"  {item['name']}: KV version {item['version']} is still the current one; nothing to swap"
+    return f"  {item['name']}: {outcome}: {item.get('reason', '')}"
 
 
 def time_left(moment: datetime, now: datetime) -> str:

@@ -157,7 +157,9 @@ COMMANDS = (
     Command(
         ("renew",),
         f"{SESSIONS}.renew:renew",
-        "Re-mint credentials that expire before their session (GitHub's hour), swap the files, revoke the old ones.\n\n"
+        "Re-mint credentials that expire before their session (GitHub's hour), swap the files, revoke the old ones.\n"
+        "A session with inject: proxy credentials is asked through its running exec, which renews them now behind\n"
+        "their placeholders (a kind: secret: its current KV version).\n\n"
         "Example: broker renew --session s-4k2j9x7q3m1p",
         (
             _session("Session whose short-lived credentials to re-mint.", required=True),

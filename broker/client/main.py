@@ -22,7 +22,14 @@ from broker.cli.parsing import Parsed
 from broker.cli.table import CONFIG_ENV, DEFAULT_CONFIG
 from broker.client.answers import checked
 from broker.daemon.transport import Answer, call
-from broker.vocab.errors import BrokerError, IssueRolledBack, PolicyDenied, RevokeIncomplete, UsageError
+from broker.vocab.errors import (
+    BrokerError,
+    DaemonReported,
+    IssueRolledBack,
+    PolicyDenied,
+    RevokeIncomplete,
+    UsageError,
+)
 
 TYPE_CHECKING = False  # typing itself is not imported at run time: the client's cold path
 if TYPE_CHECKING:
@@ -106,10 +113,15 @@ def _run(command: str, args: dict[str, object], socket: str) -> int:
     session = _session(args["session"])  # a checked id: nothing in it to quote
     answer = checked(call(socket, "POST", f"/v1/sessions/{session}/renew"))
     _print(answer.document if args["as_json"] else _lines("renew_lines", answer.document))
-    if answer.exit_code:
+    if answer.exit_code == RevokeIncomplete.exit_code:
         from broker.cli.render import RENEW_PENDING
 
         raise RevokeIncomplete(RENEW_PENDING)
+    if answer.exit_code:  # a running exec's renewal denied or failed (as broker.core.running.forcing says it)
+        done = answer.document if isinstance(answer.document, list) else []
+        item: dict[str, Any] = next((i for i in done if i.get("outcome") in ("denied", "failed", "cannot")), {})
+        what = f"renewal of {item.get('name', '')!r} {item.get('outcome', 'failed')}: {item.get('reason', '')}"
+        raise DaemonReported(what, answer.exit_code)
     return 0
 
 

@@ -45,7 +45,9 @@ from broker.core.inputs.manifest import Manifest
 from broker.core.issuing import DelegationSocket, issue
 from broker.core.resuming import settle
 from broker.core.revoking import RevokeReport, revoke_locked
+from broker.core.running.forcing import Renewal
 from broker.core.running.halting import Halt
+from broker.core.running.refreshing import SecretRefresher
 from broker.core.running.rotating import Rotator
 from broker.core.session_document import SessionDocument
 from broker.core.session_socket import SessionSocket
@@ -165,11 +167,12 @@ def execute(
         broker.store.mark_exec_bound(session_id)
         broker.log.checkpoint(str(broker.requester))
         halt = Halt()
+        renewal = Renewal(manifest)  # broker renew of its proxied credentials, once they are renewed here
         try:
             with contextlib.ExitStack() as stack:
                 if delegation.listener is not None:  # closed before the revocation below: no child comes after it
                     stack.enter_context(SessionSocket(broker, session_id, delegation.listener, owner[0]))
-                stack.enter_context(ControlSocket(broker.config.state_dir, session_id, halt, halt.network))
+                stack.enter_context(ControlSocket(broker.config.state_dir, session_id, halt, halt.network, renewal))
                 proxy = None
                 if mode == "allowlist":
                     sandbox = (manifest.sandbox.uid, manifest.sandbox.gid) if os.geteuid() == 0 else None
@@ -184,7 +187,12 @@ def execute(
                     session = broker.store.get_session(session_id)
                     assert session is not None
                     # renewed behind their placeholders until the command ends (stopped before the revocation)
-                    stack.enter_context(Rotator(broker, manifest, session_id, session.expires_at, interceptor))
+                    rotator = stack.enter_context(
+                        Rotator(broker, manifest, session_id, session.expires_at, interceptor)
+                    )
+                    # a kind: secret's new KV version swapped in behind its placeholder (stopped before it too)
+                    refresher = SecretRefresher(broker, manifest, session_id, session.expires_at, interceptor)
+                    renewal.attach(rotator, stack.enter_context(refresher))
                 halt.attach_proxy(proxy, interceptor)
                 status = _run(document, manifest, options, proxy, halt)
         finally:

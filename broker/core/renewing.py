@@ -11,6 +11,11 @@ whose ``expires_at`` is before the session's, under the session lock:
 3. its files replace the old ones atomically (a reader sees the old token or
    the new one, never half of either), ``session.json`` too;
 4. the old credential is revoked.
+
+A session with ``inject: proxy`` credentials is run by ``broker exec``,
+whose proxy alone can take a new secret: ``renew`` asks that exec to renew
+them now (``broker.core.running.forcing``) and answers with what it did;
+with no exec of the session on this host it refuses (exit 2).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from broker.core.credential.mint import Minting
 from broker.core.credential.revoke import revoke_credential
 from broker.core.inputs.manifest import Manifest, parse_manifest
 from broker.core.inputs.policy import decide
+from broker.core.running.forcing import RunningRenewal, ask_running
 from broker.core.session_document import SessionDocument
 from broker.core.store.interface import SessionRecord
 from broker.core.store.states import CredentialState, SessionState
@@ -48,22 +54,31 @@ class Renewal:
         }
 
 
-def renew_session(broker: Broker, session_id: str) -> list[Renewal]:
+def renew_session(broker: Broker, session_id: str) -> list[Renewal] | list[RunningRenewal]:
+    _, manifest = _loaded(broker, session_id)  # a first look without the lock: a running exec holds it
+    if manifest.proxied:
+        return ask_running(broker, session_id, manifest.proxied)
     with holding(broker.session_lock(session_id), f"session {session_id}"):
-        session = broker.store.get_session(session_id)
-        if session is None:
-            raise UnknownSession(f"unknown session {session_id[:64]!r}")
-        if session.state != SessionState.ACTIVE:
-            raise BadInput(f"session {session_id} is {session.state}; only active sessions are renewed")
-        if session.manifest is None or session.document is None:
-            raise BadInput(f"session {session_id} was issued by an older broker and cannot be renewed")
-        manifest = parse_manifest(
-            str(session.manifest["text"]).encode(),
-            broker.config,
-            as_json=bool(session.manifest["json"]),
-            identity=(session.uid, session.gid),  # the sandbox it was issued for, whoever renews
-        )
+        session, manifest = _loaded(broker, session_id)
         return _renew(broker, session, manifest)
+
+
+def _loaded(broker: Broker, session_id: str) -> tuple[SessionRecord, Manifest]:
+    """The active session and its stored manifest (as issued for its sandbox, whoever renews)."""
+    session = broker.store.get_session(session_id)
+    if session is None:
+        raise UnknownSession(f"unknown session {session_id[:64]!r}")
+    if session.state != SessionState.ACTIVE:
+        raise BadInput(f"session {session_id} is {session.state}; only active sessions are renewed")
+    if session.manifest is None or session.document is None:
+        raise BadInput(f"session {session_id} was issued by an older broker and cannot be renewed")
+    manifest = parse_manifest(
+        str(session.manifest["text"]).encode(),
+        broker.config,
+        as_json=bool(session.manifest["json"]),
+        identity=(session.uid, session.gid),  # the sandbox it was issued for, whoever renews
+    )
+    return session, manifest
 
 
 def _renew(broker: Broker, session: SessionRecord, manifest: Manifest) -> list[Renewal]:

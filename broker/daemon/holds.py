@@ -40,7 +40,9 @@ from broker.core.inputs.manifest import Manifest
 from broker.core.issuing import DelegationSocket, issue
 from broker.core.resuming import granted
 from broker.core.revoking import RevokeReport, revoke_locked
+from broker.core.running.forcing import Renewal
 from broker.core.running.halting import Halt
+from broker.core.running.refreshing import SecretRefresher
 from broker.core.running.rotating import Rotator
 from broker.core.session_socket import SessionSocket
 from broker.daemon.access import owned_session
@@ -87,6 +89,7 @@ class Held:
     halt: Halt = field(default_factory=Halt)  # an outside revoke through the control socket
     control: ControlSocket | None = None
     rotator: Rotator | None = None  # renews its proxied credentials behind their placeholders
+    refresher: SecretRefresher | None = None  # swaps in a kind: secret's new KV version behind its placeholder
     session_socket: SessionSocket | None = None  # its broker.sock, when its rules allow children
     ended: threading.Event = field(default_factory=threading.Event)
     mutex: threading.Lock = field(default_factory=threading.Lock)
@@ -126,7 +129,9 @@ class Holds:
             if delegation.listener is not None:
                 held.session_socket = SessionSocket(broker, held.session, delegation.listener, inside[0])
                 held.session_socket.start()
-            held.control = ControlSocket(broker.config.state_dir, held.session, held.halt, held.halt.network)
+            renewal = Renewal(manifest)  # broker renew of its proxied credentials, once they are renewed here
+            control = ControlSocket(broker.config.state_dir, held.session, held.halt, held.halt.network, renewal)
+            held.control = control
             broker.store.mark_exec_bound(held.session)
             broker.checkpoint()
             env = child_environment(document, manifest, options, body.get("parent_env") or {})
@@ -145,6 +150,9 @@ class Holds:
             held.halt.attach_proxy(held.proxy, interceptor)
             if interceptor is not None:
                 held.rotator = Rotator(broker, manifest, held.session, record.expires_at, interceptor).start()
+                held.refresher = SecretRefresher(broker, manifest, held.session, record.expires_at, interceptor)
+                held.refresher.start()
+                renewal.attach(held.rotator, held.refresher)
         except BaseException:
             self.end(broker, held, "exec failed to start")
             raise
@@ -184,6 +192,8 @@ class Holds:
                     held.control.close()  # never from its own thread: a revoke there only halts
                 if held.rotator is not None:
                     held.rotator.stop()  # a renewal under way ends first: the revocation sees what it made
+                if held.refresher is not None:
+                    held.refresher.stop()  # likewise a refresh under way
                 if held.interceptor is not None:
                     held.interceptor.revoke()
                 if held.proxy is not None:

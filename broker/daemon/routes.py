@@ -273,11 +273,14 @@ def _incomplete(reports: list[RevokeReport]) -> tuple[int, str]:
 
 def _renew(broker: Broker, peer: Peer, session: str) -> tuple[Any, int]:
     from broker.core.renewing import renew_session
+    from broker.core.running.forcing import RunningRenewal, outcome_error
 
     record = owned_session(broker, peer, _session_id(session), "renew")
     renewals = renew_session(broker, record.id)
+    failed = outcome_error([r for r in renewals if isinstance(r, RunningRenewal)])
     pending = any(renewal.old_outcome == "pending" for renewal in renewals)
-    return _finish(broker, [r.to_json() for r in renewals]), RevokeIncomplete.exit_code if pending else 0
+    code = failed.exit_code if failed is not None else RevokeIncomplete.exit_code if pending else 0
+    return _finish(broker, [r.to_json() for r in renewals]), code
 
 
 def _network(broker: Broker, peer: Peer, session: str, body: Any) -> Any:

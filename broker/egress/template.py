@@ -9,15 +9,20 @@ secret instead (the text around ``{}`` compared without regard to case:
 ``bearer`` is ``Bearer``). The placeholder anywhere else (another header,
 the path, the body, another host) goes out as it is, worthless. Answers are
 masked like the token swap's (``mask_pairs``): the secret never comes back
-into the sandbox.
+into the sandbox. A renewed value (a new KV version, ``rotated``) stays
+behind the same placeholder even when its length differs; an answer echoing
+it then shows a stand-in of its own length (the placeholder cut or
+extended), so the answer's framing holds.
 """
 
 from __future__ import annotations
 
 import hmac
+import secrets
 from collections.abc import Sequence
 from pathlib import Path
 
+from broker.egress.inject import ALPHABET
 from broker.egress.operations import Answer
 from broker.egress.terminate.injector import Header, HeadOnly, RequestHead
 from broker.vocab.secret import Secret
@@ -46,6 +51,7 @@ class HeaderTemplate:
         self._secret: bytes | None = secret.reveal_bytes() or None
         self._upstream_ca_file = upstream_ca_file
         self._placeholder_secret = placeholder
+        self._stand_in = _stand_in(self._placeholder, len(self._secret or b""))
 
     @property
     def credential(self) -> str:
@@ -83,7 +89,7 @@ class HeaderTemplate:
 
     def mask_pairs(self) -> Sequence[tuple[bytes, bytes]]:
         secret = self._secret
-        return [(secret, self._placeholder)] if secret is not None else []
+        return [(secret, self._stand_in)] if secret is not None else []
 
     def forget(self) -> None:
         self._secret = None
@@ -93,3 +99,11 @@ class HeaderTemplate:
         return HeaderTemplate(
             self._credential, self._hosts, self._header, self._placeholder_secret, secret, self._upstream_ca_file
         )
+
+
+def _stand_in(placeholder: bytes, length: int) -> bytes:
+    """What an answer shows in place of a secret of ``length`` bytes: the placeholder, cut or extended with
+    random letters and digits to that length (the same length keeps a body's framing)."""
+    if len(placeholder) >= length:
+        return placeholder[:length]
+    return placeholder + "".join(secrets.choice(ALPHABET) for _ in range(length - len(placeholder))).encode()

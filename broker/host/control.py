@@ -11,13 +11,17 @@ exchange is one line each way: ``revoke`` and, once the session's proxy
 refuses, ``stopped``; or ``allow HOST:PORT`` / ``disallow HOST:PORT``
 (``broker session allow|disallow``) and, once the proxy decides new
 connections on the changed list, ``done`` (``none``: this exec runs no
-proxy, or the destination did not parse). Paths are reached through a directory descriptor, so a
+proxy, or the destination did not parse); or ``renew`` / ``renew NAME``
+(``broker renew`` of a running session's proxied credentials) and one JSON
+line: a list of what each renewal did (``none``: nothing here renews).
+Paths are reached through a directory descriptor, so a
 long ``state_dir`` never runs into the 108-byte limit of a socket address.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import socket
 import threading
@@ -30,10 +34,14 @@ from broker.vocab.session_ids import check_session_id
 REQUEST, STOPPED, REFUSED = b"revoke\n", b"stopped\n", b"refused\n"
 DONE, NONE = b"done\n", b"none\n"
 NETWORK_VERBS = (b"allow", b"disallow")
+RENEW = b"renew"
+MAX_ANSWER = 64 * 1024  # a renew's JSON answer: a line per credential, at most a few dozen
 MAX_LINE = 300  # a verb, a space and a destination (at most 262 characters)
 ANSWER_TIMEOUT = 30.0
 #: Called with (allow or not, the destination's text as sent); True once the proxy applies it.
 OnNetwork = Callable[[bool, str], bool]
+#: Called with the credential named (None: every one); what each renewal did, or None when nothing renews here.
+OnRenew = Callable[[str | None], list[dict[str, str]] | None]
 
 
 def control_dir(state_dir: Path) -> Path:
@@ -69,12 +77,18 @@ class ControlSocket:
     """Listens for ``revoke`` for one session and calls ``on_revoke`` (once per request) for an allowed peer."""
 
     def __init__(
-        self, state_dir: Path, session_id: str, on_revoke: Callable[[], None], on_network: OnNetwork | None = None
+        self,
+        state_dir: Path,
+        session_id: str,
+        on_revoke: Callable[[], None],
+        on_network: OnNetwork | None = None,
+        on_renew: OnRenew | None = None,
     ) -> None:
         self._directory = control_dir(state_dir)
         self._name = _socket_name(session_id)
         self._on_revoke = on_revoke
         self._on_network = on_network
+        self._on_renew = on_renew
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         with _reachable(self._directory, self._name) as address:
             with contextlib.suppress(FileNotFoundError):
@@ -106,11 +120,23 @@ class ControlSocket:
                     connection.sendall(STOPPED)
                     continue
                 verb, _, destination = line.rstrip(b"\n").partition(b" ")
+                if verb == RENEW and line.endswith(b"\n"):  # answered from a thread: a revoke never waits for it
+                    named = destination.decode("ascii", "replace") or None
+                    threading.Thread(target=self._renew, args=(connection.dup(), named), daemon=True).start()
+                    continue
                 if verb in NETWORK_VERBS and line.endswith(b"\n"):
                     applied = self._on_network is not None and self._on_network(
                         verb == b"allow", destination.decode("ascii", "replace")
                     )
                     connection.sendall(DONE if applied else NONE)
+
+    def _renew(self, connection: socket.socket, credential: str | None) -> None:
+        with connection, contextlib.suppress(OSError):
+            done = self._on_renew(credential) if self._on_renew is not None else None
+            if done is None:
+                connection.sendall(NONE)
+                return
+            connection.sendall(json.dumps(done, separators=(",", ":")).encode()[: MAX_ANSWER - 1] + b"\n")
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
@@ -166,3 +192,32 @@ def ask_to_revoke(state_dir: Path, session_id: str) -> bool:
             return client.recv(len(STOPPED)) == STOPPED
     except OSError:
         return False
+
+
+def ask_renew(state_dir: Path, session_id: str, credential: str | None) -> list[dict[str, str]] | None:
+    """Ask the ``exec`` running ``session_id`` to renew its proxied credentials now (``credential`` alone, when
+    named): what each renewal did; None when no exec of the session listens on this host or none renews there."""
+    name = _socket_name(session_id)
+    request = RENEW + (b" " + credential.encode("ascii") if credential else b"") + b"\n"
+    answer = b""
+    try:
+        with _reachable(state_dir / "control", name) as address, socket.socket(socket.AF_UNIX) as client:
+            client.settimeout(ANSWER_TIMEOUT)
+            client.connect(address)
+            client.sendall(request)
+            while not answer.endswith(b"\n") and len(answer) < MAX_ANSWER:
+                piece = client.recv(MAX_ANSWER - len(answer))
+                if not piece:
+                    break
+                answer += piece
+    except OSError:
+        return None
+    if not answer.endswith(b"\n") or answer in (NONE, REFUSED):
+        return None
+    try:
+        done = json.loads(answer)
+    except ValueError:
+        return None
+    if not isinstance(done, list) or not all(isinstance(item, dict) for item in done):
+        return None
+    return [{str(k): str(v) for k, v in item.items()} for item in done]

@@ -55,6 +55,7 @@ from providers.vault.request import (
     dynamic_config,
     parse_vault_request,
 )
+from providers.vault.secret import SecretRequest, current_version
 from providers.warm import Sdk
 
 if TYPE_CHECKING:
@@ -174,6 +175,16 @@ class VaultProvider(Provider[AnyVaultRequest]):
                 minted,
             )
         return minted
+
+    def version_of(self, reference: Mapping[str, str]) -> str | None:
+        """The KV version a ``kind: secret`` was read at (``VersionedSecrets``); None for the kinds that expire."""
+        return reference.get("version") or None if reference.get("kind") == "secret" else None
+
+    def current_version(self, request: AnyVaultRequest) -> str:
+        """A ``kind: secret``'s current KV version (its metadata: no value is read)."""
+        if not isinstance(request, SecretRequest):
+            raise ProviderError(f"vault {self.name}: only kind: secret has versions", retryable=False)
+        return current_version(self.engines, request)
 
     def minted_problems(self, accessor: str, policies: tuple[str, ...]) -> list[str]:
         """What is wrong with a new token, looked up by accessor: anything but exactly ``policies``, no entity."""

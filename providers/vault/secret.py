@@ -12,13 +12,17 @@ lists the paths (``secret_paths``, globs where ``*`` stops at ``/``) and the
 hosts such secrets may go to (``secret_hosts``, globs over ``HOST:PORT``);
 anything else is denied. Reading it mints nothing at Vault, so revoking it
 is the proxy forgetting it; the KV version read is the credential's
-reference (a new version is what a renewal swaps in).
+reference (a new version is what a renewal swaps in). ``current_version``
+reads the secret's KV metadata (``read`` on ``MOUNT/metadata/PATH``), which
+a running session polls to notice a new version
+(``broker.core.running.refreshing``).
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from broker.vocab.errors import ProviderError
@@ -143,3 +147,34 @@ def read_secret(engines: Engines, request: SecretRequest, context: MintContext) 
         expires_at=context.session_expires_at,
         scope=request.scope(),
     )
+
+
+def current_version(engines: Engines, request: SecretRequest) -> str:
+    """The KV secret's ``current_version`` (its metadata: no value is read); an error when the current version
+    is deleted or destroyed (a read of it would fail: the value in use stays)."""
+    mount = engines.mounts["secret"]
+    where = f"vault {engines.name}: {mount}/{request.path}"
+    with engines.vault.errors(f"read {mount}/metadata/{request.path}"):
+        response = engines.vault.client().secrets.kv.v2.read_secret_metadata(path=request.path, mount_point=mount)
+    data = (response or {}).get("data") or {}
+    version = data.get("current_version")
+    if not isinstance(version, int) or isinstance(version, bool) or version <= 0:
+        raise ProviderError(f"{where} has no current version", retryable=False)
+    facts = (data.get("versions") or {}).get(str(version)) or {}
+    if facts.get("destroyed"):
+        raise ProviderError(f"{where}: its current version {version} is destroyed", retryable=False)
+    if _passed(facts.get("deletion_time")):
+        raise ProviderError(f"{where}: its current version {version} is deleted", retryable=False)
+    return str(version)
+
+
+def _passed(when: object) -> bool:
+    """Whether a KV ``deletion_time`` (RFC 3339, empty when none; in the future under ``delete_version_after``)
+    has come."""
+    if not isinstance(when, str) or not when:
+        return False
+    try:
+        at = datetime.strptime(when[:19], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC)
+    except ValueError:
+        return True  # a time that does not parse: taken as deleted, the value in use stays
+    return at <= datetime.now(UTC)

@@ -1,4 +1,5 @@
-"""``broker renew``: credentials that end before their session re-minted, the files swapped, the old ones revoked."""
+"""``broker renew``: credentials that end before their session re-minted, the files swapped, the old ones revoked;
+a running exec's proxied credentials renewed by that exec, behind their placeholders."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from broker.cli.context import Invocation, echo, print_json
 from broker.cli.opening import open_broker
 from broker.cli.render import RENEW_PENDING, renew_lines
 from broker.core.renewing import renew_session
+from broker.core.running.forcing import RunningRenewal, outcome_error
 from broker.vocab.errors import RevokeIncomplete
 from broker.vocab.session_ids import check_session_id
 
@@ -18,7 +20,14 @@ def renew(run: Invocation, session: str, as_json: bool) -> None:
     if as_json:
         print_json([r.to_json() for r in renewals])
         return
+        failed = outcome_error([r for r in renewals if isinstance(r, RunningRenewal)])
+        if failed is not None:
+            raise failed
+        return
     for line in renew_lines([r.to_json() for r in renewals]):
         echo(line)
+    failed = outcome_error([r for r in renewals if isinstance(r, RunningRenewal)])
+    if failed is not None:
+        raise failed
     if any(r.old_outcome == "pending" for r in renewals):
         raise RevokeIncomplete(RENEW_PENDING)

@@ -25,7 +25,9 @@ renewal, under the exec's session lock (held for the whole command):
 A failed mint leaves the old secret in the proxy and is tried again
 (``credential.renewal_failed``) while the old one lasts. The files never
 change: they hold the placeholder. ``stop`` waits for a renewal under way,
-so the session's revocation sees every credential it made.
+so the session's revocation sees every credential it made. ``rotate_now``
+renews one at once (``broker renew`` reaching the exec,
+``broker.core.running.forcing``), one renewal at a time with the thread's.
 """
 
 from __future__ import annotations
@@ -89,6 +91,7 @@ class Rotator:
         self.renewals = 0
         self._held: dict[str, _Held] = {}
         self._stop = threading.Event()
+        self._turn = threading.Lock()  # one renewal at a time: the thread's, or one asked for by rotate_now
         self._thread = threading.Thread(target=self._run, name="rotate", daemon=True)
 
     def start(self) -> Rotator:
@@ -114,6 +117,8 @@ class Rotator:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join()
+        with self._turn:  # one asked for by rotate_now is finished too
+            pass
 
     def __enter__(self) -> Rotator:
         return self.start()
@@ -127,21 +132,31 @@ class Rotator:
             wait = (held.due() - self.broker.clock()).total_seconds()
             if wait > 0 and self._stop.wait(wait):
                 return
-            try:
-                self.rotate(name, held)
-            except PolicyDenied as exc:
-                self._log("credential.renewal_denied", name, reason=exc.message)
-                del self._held[name]
-            except BrokerError as exc:
-                self._failed(name, held, exc.message)
-            except Exception as exc:  # a bug: the old secret stays until it ends; the session goes on
-                self._failed(name, held, f"unexpected {type(exc).__name__}")
+            with self._turn:
+                if self._held.get(name) is held and not self._stop.is_set():  # else renewed meanwhile: look again
+                    self._attempt(name, held)
+
+    def _attempt(self, name: str, held: _Held) -> tuple[str, str] | None:
+        """One renewal; None when done, else ``denied`` or ``failed`` and why."""
+        try:
+            self.rotate(name, held)
+        except PolicyDenied as exc:
+            self._log("credential.renewal_denied", name, reason=exc.message)
+            self._held.pop(name, None)
+            return "denied", exc.message
+        except BrokerError as exc:
+            self._failed(name, held, exc.message)
+            return "failed", exc.message
+        except Exception as exc:  # a bug: the old secret stays until it ends; the session goes on
+            self._failed(name, held, f"unexpected {type(exc).__name__}")
+            return "failed", f"unexpected {type(exc).__name__}"
+        return None
 
     def _failed(self, name: str, held: _Held, why: str) -> None:
         now = self.broker.clock()
         left = (held.expires_at - now).total_seconds()
         if left <= 0 or now >= self.expires_at:
-            del self._held[name]
+            self._held.pop(name, None)  # (not held at all when rotate_now renews one that lasts the session)
             return
         held.retry_at = now + timedelta(seconds=max(1.0, min(RETRY, left / 4)))
         with contextlib.suppress(BrokerError):
@@ -186,6 +201,42 @@ class Rotator:
         self._held[name] = replace(held, minted_at=now, expires_at=credential.expires_at, record=name, retry_at=None)
         if credential.expires_at >= self.expires_at:
             del self._held[name]  # it lasts as long as the session now
+
+    def rotate_now(self, name: str) -> dict[str, str] | None:
+        """Renew ``name`` at once, also one that lasts as long as the session; what was done (``outcome``
+        ``renewed``, ``failed`` or ``denied``), None when it is not a proxied credential this can renew."""
+        with self._turn:
+            if self._stop.is_set() or self.broker.clock() >= self.expires_at:
+                return None
+            held = self._held.get(name) or self._holdable(name)
+            if held is None:
+                return None
+            old = held.expires_at
+            failed = self._attempt(name, held)
+            if failed is not None:
+                return {"name": name, "outcome": failed[0], "reason": failed[1]}
+            if self._held and self._thread.ident is None:
+                self._thread.start()  # a credential renewed for less than the session: renewed again before it ends
+            records = {c.name: c for c in self.broker.store.credentials(self.session_id)}
+            new, retired = records.get(name), records.get(held.record)
+            return {
+                "name": name,
+                "outcome": "renewed",
+                "old_expires_at": iso(old),
+                "new_expires_at": iso(new.expires_at if new is not None and new.expires_at is not None else old),
+                "old_outcome": str(retired.state) if retired is not None else "unknown",
+            }
+
+    def _holdable(self, name: str) -> _Held | None:
+        """A proxied credential the thread does not renew (it lasts as long as the session), held to renew now."""
+        requests = {request.name: request for request in self.manifest.credentials}
+        if name not in self.manifest.proxied or not self.interceptor.can_rotate(name):
+            return None
+        record = next((c for c in self.broker.store.credentials(self.session_id) if c.name == name), None)
+        if record is None or record.state != CredentialState.ACTIVE or record.expires_at is None:
+            return None
+        fraction = FRACTION.get(record.type, DEFAULT_FRACTION)
+        return _Held(requests[name], self.broker.clock(), record.expires_at, name, fraction)
 
     def _log(self, event: str, name: str, **fields: object) -> None:
         broker = self.broker

@@ -51,3 +51,20 @@ def test_the_template_fills_only_its_own_header_with_the_placeholder() -> None:
     assert template.mask_pairs() == [(s, p)]
     template.forget()
     assert sent((b"authorization", b"Bearer " + p)) is None and template.mask_pairs() == []
+
+
+@pytest.mark.parametrize("length", [12, 23, 40])
+def test_a_rotated_value_of_another_length_stays_behind_the_same_placeholder(length: int) -> None:
+    """A new KV version may be shorter or longer: the sandbox's placeholder still selects it, and an answer
+    echoing it shows a stand-in of its own length (the body's framing holds), never the value."""
+    placeholder, old = Secret("sk-" + "p" * 20), Secret("sk-" + "s" * 20)
+    template = HeaderTemplate("openai", frozenset({("api.openai.com", 443)}), "x-api-key: {}", placeholder, old)
+    new = Secret("sk-" + "n" * (length - 3))
+    rotated = template.rotated(new)
+    passage = rotated.begin(RequestHead(b"GET", b"/", ((b"x-api-key", placeholder.reveal_bytes()),)))
+    assert isinstance(passage, HeadOnly) and passage.head is not None
+    assert passage.head.headers == ((b"x-api-key", new.reveal_bytes()),)
+    [(secret, stand_in)] = rotated.mask_pairs()
+    assert secret == new.reveal_bytes() and len(stand_in) == length and b"n" * 8 not in stand_in
+    assert stand_in[:length].startswith(placeholder.reveal_bytes()[: min(length, 23)])
+    assert template.mask_pairs() == [(old.reveal_bytes(), placeholder.reveal_bytes())]  # the old one unchanged

@@ -1,4 +1,5 @@
-"""The operators' settings: ``fleet_revoke_wait`` beside a fleet store, ``[daemon] metrics_listen``.
+"""The operators' settings: ``fleet_revoke_wait`` beside a fleet store, ``[daemon] metrics_listen``,
+``[egress] secret_refresh``.
 
 Both are read once, strictly: a wait a revoke could hang on for minutes, a
 wait with no fleet to wait for, or a listener address that is a host name
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.core.inputs.config import DEFAULT_FLEET_REVOKE_WAIT, Config, load_config
+from broker.core.inputs.config import DEFAULT_FLEET_REVOKE_WAIT, DEFAULT_SECRET_REFRESH, Config, load_config
 from broker.vocab.errors import ConfigError
 
 BASE = 'state_dir = "s"\nruntime_dir = "/run/b"\npolicy_dir = "p"\n'
@@ -48,6 +49,8 @@ def test_a_fleet_revoke_waits_five_seconds_unless_told_and_zero_means_no_wait(tm
         (BASE + '[daemon]\nmetrics_listen = "127.0.0.1:0"\n', "daemon.metrics_listen: port '0' is not 1-65535"),
         (BASE + '[daemon]\nmetrics_listen = "127.0.0.1:70000"\n', "port '70000' is not 1-65535"),
         (BASE + "[daemon]\nmetrics_listen = 9464\n", "daemon.metrics_listen: expected a string"),
+        (BASE + "[egress]\nsecret_refresh = 0\n", "egress.secret_refresh: a duration must be positive"),
+        (BASE + '[egress]\nsecret_refresh = "often"\n', "egress.secret_refresh: 'often' is not a duration"),
     ],
 )
 def test_bad_operator_settings_fail_with_one_line(tmp_path: Path, text: str, fragment: str) -> None:
@@ -63,3 +66,9 @@ def test_metrics_listen_takes_an_ip_address_of_either_family(tmp_path: Path) -> 
         assert daemon is not None and daemon.metrics_listen == address
     daemon = load(tmp_path, BASE + "[daemon]\n").daemon
     assert daemon is not None and daemon.metrics_listen is None  # no listener unless asked
+
+
+def test_a_kv_secret_is_checked_for_a_new_version_every_minute_unless_told(tmp_path: Path) -> None:
+    assert load(tmp_path, BASE).secret_refresh == DEFAULT_SECRET_REFRESH == 60
+    assert load(tmp_path, BASE + '[egress]\nsecret_refresh = "15s"\n').secret_refresh == 15
+    assert load(tmp_path, BASE + '[egress]\nsecret_refresh = "5m"\n').secret_refresh == 300

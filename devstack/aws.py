@@ -7,7 +7,9 @@ against it shows what the broker sends and stores, not what AWS would deny.
 backends); ``python -m devstack.aws PORT`` runs it in a process of its own
 until SIGTERM (the bench: moto's request handling stays off the driver's GIL),
 with ``--presigned`` checking and serving presigned S3 URLs under IAM
-authentication (the presigned-URL section below).
+authentication (the presigned-URL section below), and ``--sts-lifetime N``
+making AssumeRole sessions end after N seconds, enforced
+(``devstack.aws_iam``, its last section).
 """
 
 from __future__ import annotations
@@ -83,13 +85,21 @@ def create_role(endpoint_url: str, name: str = ROLE_NAME, **identity: str) -> di
     return role
 
 
-def start_moto_presigned(port: int) -> MotoServer:
-    """``start_moto`` with presigned S3 URLs checked and served under IAM authentication (``PresignedAsHeaders``)."""
+def start_moto_presigned(port: int, sts_lifetime: int | None = None) -> MotoServer:
+    """``start_moto`` with presigned S3 URLs checked and served under IAM authentication (``PresignedAsHeaders``);
+    with ``sts_lifetime``, AssumeRole sessions that end after that many seconds (``devstack.aws_iam.ShortSessions``)."""
     from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
     from werkzeug.serving import make_server
 
+    from devstack.aws_iam import ShortSessions, cap_sts_lifetime, evaluate_source_identity
+
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    app: Callable[[Environ, StartResponse], Iterable[bytes]]
     app = PresignedAsHeaders(DomainDispatcherApplication(create_backend_app))
+    if sts_lifetime is not None:
+        cap_sts_lifetime(sts_lifetime)
+        evaluate_source_identity()
+        app = ShortSessions(app, ACCOUNT)
     server = make_server("127.0.0.1", port, app, True, request_handler=MotoRequestHandler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return MotoServer(f"http://127.0.0.1:{server.server_address[1]}", _Served(server))
@@ -217,10 +227,13 @@ def _credentials(key_id: str, token: str | None) -> Any:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) not in (1, 2) or not argv[0].isdigit() or argv[1:] not in ([], ["--presigned"]):
-        sys.stderr.write("usage: python -m devstack.aws PORT [--presigned]\n")
+    lifetime = argv[3] if argv[2:3] == ["--sts-lifetime"] and len(argv) == 4 else None
+    shapes = ([], ["--presigned"]) if lifetime is None else (["--presigned", "--sts-lifetime", lifetime],)
+    if not argv or not argv[0].isdigit() or argv[1:] not in shapes or not (lifetime or "1").isdigit():
+        sys.stderr.write("usage: python -m devstack.aws PORT [--presigned [--sts-lifetime SECONDS]]\n")
         return 2
-    moto = start_moto_presigned(int(argv[0])) if argv[1:] else start_moto(int(argv[0]))
+    port = int(argv[0])
+    moto = start_moto_presigned(port, int(lifetime) if lifetime else None) if argv[1:] else start_moto(port)
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     signal.signal(signal.SIGINT, lambda *_: done.set())

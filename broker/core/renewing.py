@@ -27,8 +27,8 @@ from broker.core.credential.mint import Minting
 from broker.core.credential.revoke import revoke_credential
 from broker.core.inputs.manifest import Manifest, parse_manifest
 from broker.core.inputs.policy import decide
+from broker.core.running.documenting import refresh_document
 from broker.core.running.forcing import RunningRenewal, ask_running
-from broker.core.session_document import SessionDocument
 from broker.core.store.interface import SessionRecord
 from broker.core.store.states import CredentialState, SessionState
 from broker.host.sessiondir import SessionDirectory
@@ -124,18 +124,5 @@ def _renew(broker: Broker, session: SessionRecord, manifest: Manifest) -> list[R
         outcome = revoke_credential(broker, session.id, session.task, retired_record, broker.clock(), reason="renewed")
         assert old.expires_at is not None
         renewals.append(Renewal(old.name, iso(old.expires_at), iso(credential.expires_at), outcome))
-    _refresh_document(broker, session, directory, renewals)
+    refresh_document(broker, session, {r.name: r.new_expires_at for r in renewals})
     return renewals
-
-
-def _refresh_document(
-    broker: Broker, session: SessionRecord, directory: SessionDirectory, renewals: list[Renewal]
-) -> None:
-    assert session.document is not None
-    document = SessionDocument.from_json(session.document).renewed({r.name: r.new_expires_at for r in renewals})
-    directory.unseal()
-    try:
-        directory.write_file("session.json", document.file_content())
-    finally:
-        directory.seal()
-    broker.store.set_session_document(session.id, document.to_json())

@@ -11,8 +11,9 @@ the exec does then, for each proxied credential or the one named: a
 ``kind: secret`` has its KV version checked at once (a new one swapped in;
 the same one: ``unchanged``), any other that can take a new secret behind
 its placeholder is renewed at once, with the same steps, records and log
-events as a renewal the exec starts itself; one whose injector cannot (an
-AWS key pair the proxy re-signs with) is reported ``cannot``. The answer
+events as a renewal the exec starts itself (an AWS key pair the proxy
+re-signs with as well); one that cannot (the session is ending) is
+reported ``cannot``. The answer
 lists what was done; the logging is the renewals' own. ``ask_running`` is
 the asking side: with no exec of the session on this host it refuses
 (exit 2); a renewal denied by the policy is exit 3, one that failed exit 4
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
     from broker.core.running.refreshing import SecretRefresher
     from broker.core.running.rotating import Rotator
 
-CANNOT = "it cannot be renewed behind its placeholder (a key pair the proxy re-signs with, or the session is ending)"
+CANNOT = "it cannot be renewed behind its placeholder now (the session is ending, or its proxy takes no new secret)"
 
 
 class Renewal:

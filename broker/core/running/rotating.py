@@ -6,7 +6,7 @@ broker can renew what stands behind it. While an ``exec`` runs (directly or
 held by the daemon), a ``Rotator`` thread renews each proxied credential
 that ends before its session: at five sixths of the lifetime the provider
 reported for a GitHub token (50 minutes of an hour), at two thirds for the
-others (Vault, AWS), never later than ``SPARE`` seconds before its end (nor
+others (Vault, AWS STS keys), never later than ``SPARE`` seconds before its end (nor
 than twice ``GRACE``, so that the old one is revoked before it ends). One
 renewal, under the exec's session lock (held for the whole command):
 
@@ -17,10 +17,15 @@ renewal, under the exec's session lock (held for the whole command):
    longer than the session has left;
 3. the proxy takes the new secret behind the same placeholder
    (``Interceptor.rotate``: a request under way keeps the one it began
-   with, so none fails during the swap);
+   with, so none fails during the swap); for AWS the new STS key id, secret
+   and token, which the proxy re-signs with from then on (the sandbox's
+   placeholder keys, and the secret its signatures are verified with, stay);
 4. after ``GRACE`` seconds (requests already sent with the old secret are
-   answered) the old credential is revoked, and ``credential.renewed`` is
-   logged.
+   answered; for AWS, also once no request re-signed with the old keys is
+   still under way, or they end, ``Interceptor.draining``) the old
+   credential is revoked, and ``credential.renewed`` is logged;
+5. the session document (``session.json`` and the store's copy) gets the
+   new ``expires_at`` of the credential (``refresh_document``).
 
 A failed mint leaves the old secret in the proxy and is tried again
 (``credential.renewal_failed``) while the old one lasts. The files never
@@ -38,10 +43,12 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from broker.core.broker import Broker
+from broker.core.credential.aws_held import real_keys
 from broker.core.credential.mint import Minting
 from broker.core.credential.revoke import revoke_credential
 from broker.core.inputs.manifest import Manifest
 from broker.core.inputs.policy import decide
+from broker.core.running.documenting import refresh_document
 from broker.core.store.states import CredentialState
 from broker.egress.terminate.plan import Interceptor
 from broker.vocab.errors import BrokerError, PolicyDenied
@@ -53,6 +60,7 @@ FRACTION = {"github_app": 5 / 6}
 DEFAULT_FRACTION = 2 / 3
 SPARE = 30.0  # renewed at least this long before it ends (or at its fraction, for a shorter lifetime)
 GRACE = 2.0  # the old secret stays valid this long after the swap
+DRAIN_POLL = 0.1  # how often the end of requests still under way on the old secret is looked for
 RETRY = 30.0  # a failed renewal is tried again after this (or sooner, before the old one ends)
 
 
@@ -105,7 +113,7 @@ class Rotator:
             if record.expires_at is None or record.expires_at >= self.expires_at:
                 continue
             if not self.interceptor.can_rotate(name):
-                continue  # its injector cannot take a new secret (a SigV4 key pair)
+                continue  # its injector cannot take a new secret
             fraction = FRACTION.get(record.type, DEFAULT_FRACTION)
             self._held[name] = _Held(requests[name], now, record.expires_at, name, fraction)
         if self._held:
@@ -183,9 +191,13 @@ class Rotator:
         context = minting.context(held.request, ttl_cap=remaining, generation=generation)
         credential = minting.mint(held.request, context)
         minting.record(held.request, credential, renewal_of=held.record)
-        if not self.interceptor.rotate(name, credential.secret):
+        facts = broker.config.providers[held.request.provider].proxy
+        resigns = facts is not None and facts.resigns  # AWS: the proxy re-signs with the key id, secret and token
+        if not self.interceptor.rotate(name, real_keys(credential) if resigns else credential.secret):
             return  # revoked meanwhile: the session's revocation revokes the new one with the rest
         self._stop.wait(GRACE)  # cut short when the session ends: its revocation takes both then
+        while self.interceptor.draining(name) and broker.clock() < held.expires_at and not self._stop.is_set():
+            self._stop.wait(DRAIN_POLL)  # an upload re-signed with the old keys is not cut off by their revocation
         old = next((c for c in store.credentials(session_id) if c.name == held.record), None)
         if old is not None and old.state == CredentialState.ACTIVE:
             revoke_credential(broker, session_id, self.manifest.task, old, broker.clock(), reason="renewed")
@@ -201,6 +213,12 @@ class Rotator:
         self._held[name] = replace(held, minted_at=now, expires_at=credential.expires_at, record=name, retry_at=None)
         if credential.expires_at >= self.expires_at:
             del self._held[name]  # it lasts as long as the session now
+        session = store.get_session(session_id)
+        if session is not None:
+            try:
+                refresh_document(broker, session, {name: iso(credential.expires_at)})
+            except BrokerError as exc:  # the renewal stands: the proxy has the new secret, the log says so
+                self._log("credential.document_stale", name, reason=exc.message)
 
     def rotate_now(self, name: str) -> dict[str, str] | None:
         """Renew ``name`` at once, also one that lasts as long as the session; what was done (``outcome``

@@ -21,11 +21,24 @@ revocation, in the XML of the signature's service (the host's when the
 signature does not read): ``revoked_answer``, which the proxy also gives
 every request to these hosts once the session is revoked, so an SDK raises
 an error that says so.
+
+``rotated`` is the renewal behind the placeholder: a new ``Resigner`` with the
+same placeholder keys (the sandbox signs as before, and is verified with the
+same placeholder secret) and the renewed STS keys for re-signing. The proxy
+swaps it in (``Interceptor.rotate``); a request under way keeps the passage
+it began with, so a streaming upload that started before the swap finishes
+its chunk chain with the keys it was re-signed with, and the next request
+begins on the new keys. The keys it replaced stay in its ``mask_pairs``, so
+an answer to a request still under way never carries them back either.
+``busy`` counts the requests still under way on a ``Resigner``: the old keys
+are revoked only once the one they were replaced in has none left (or they
+end), so a long upload re-signed with them is not cut off by their revocation.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 from broker.egress.operations import Answer
@@ -57,9 +70,10 @@ def host_service(host: str) -> str:
 class ResignedPassage:
     """A verified request on its way upstream (the request path's ``Passage`` over the verifier's)."""
 
-    def __init__(self, verified: Verified, service: str) -> None:
+    def __init__(self, verified: Verified, service: str, closed: Callable[[], None] = lambda: None) -> None:
         self._verified = verified
         self._service = service
+        self._closed: Callable[[], None] | None = closed
         self.head: RequestHead | None = _request_head(verified.head) if verified.head is not None else None
 
     def feed(self, piece: bytes) -> Iterable[bytes]:
@@ -83,7 +97,12 @@ class ResignedPassage:
             raise refused(error.refusal, self._service) from None
 
     def close(self) -> None:
-        self._verified.close()
+        closed, self._closed = self._closed, None
+        try:
+            self._verified.close()
+        finally:
+            if closed is not None:
+                closed()
 
 
 class Resigner:
@@ -99,13 +118,29 @@ class Resigner:
         upstream_ca_file: Path | None = None,
         spool_dir: Path | None = None,
         spool: SpoolLimits | None = None,
+        previous: AwsKeys | None = None,
     ) -> None:
         self._name = name
         self._hosts = hosts
         self._upstream_ca_file = upstream_ca_file
+        self._spool_dir = spool_dir
+        self._spool = spool
         self.placeholder = placeholder
         self._real: AwsKeys | None = real
+        self._previous = previous  # the keys this one replaced: still masked in answers to requests under way
         self._verifier: Verifier | None = Verifier(placeholder, real, spool_dir=spool_dir, spool=spool)
+        self._open = 0
+        self._mutex = threading.Lock()
+
+    @property
+    def busy(self) -> int:
+        """How many requests re-signed by this injector are still under way (their passages not closed)."""
+        with self._mutex:
+            return self._open
+
+    def _closed(self) -> None:
+        with self._mutex:
+            self._open -= 1
 
     @property
     def credential(self) -> str:
@@ -127,7 +162,23 @@ class Resigner:
         verdict = verifier.begin(Head(head.method, head.target, head.headers))
         if isinstance(verdict, Refusal):
             raise refused(verdict, host_service(_host(head)))
-        return ResignedPassage(verdict, verdict.signed.scope.service)
+        with self._mutex:
+            self._open += 1
+        return ResignedPassage(verdict, verdict.signed.scope.service, self._closed)
+
+    def rotated(self, real: AwsKeys) -> Resigner:
+        """This credential's injector with the renewed STS keys ``real`` behind the same placeholder (after
+        ``forget`` the proxy drops it at once: ``Interceptor.rotate``)."""
+        return Resigner(
+            self._name,
+            self._hosts,
+            self.placeholder,
+            real,
+            upstream_ca_file=self._upstream_ca_file,
+            spool_dir=self._spool_dir,
+            spool=self._spool,
+            previous=self._real,
+        )
 
     def revoked_answer(self, head: RequestHead) -> Answer:
         """What a request to these hosts gets once the session is revoked: 403 and the S3 or STS XML error with
@@ -138,17 +189,31 @@ class Resigner:
         real = self._real
         if real is None:
             return []
+        pairs = self._pairs(real)
+        if self._previous is not None:
+            pairs += self._pairs(self._previous)
+        return [(secret, stand_in) for secret, stand_in in pairs if len(secret) == len(stand_in)]
+
+    def _pairs(self, real: AwsKeys) -> list[tuple[bytes, bytes]]:
+        """Each real value with its placeholder; a renewed token of another length gets the placeholder's token
+        cut or repeated to its length (an answer keeps its length, and still never carries the real one)."""
         pairs = [
             (real.access_key_id.encode(), self.placeholder.access_key_id.encode()),
             (real.secret_access_key.reveal_bytes(), self.placeholder.secret_access_key.reveal_bytes()),
         ]
         if real.session_token is not None and self.placeholder.session_token is not None:
-            pairs.append((real.session_token.reveal_bytes(), self.placeholder.session_token.reveal_bytes()))
-        return [(secret, stand_in) for secret, stand_in in pairs if len(secret) == len(stand_in)]
+            token = real.session_token.reveal_bytes()
+            pairs.append((token, _fitted(self.placeholder.session_token.reveal_bytes(), len(token))))
+        return pairs
 
     def forget(self) -> None:
         self._verifier = None
         self._real = None
+        self._previous = None
+
+
+def _fitted(stand_in: bytes, length: int) -> bytes:
+    return (stand_in * (length // max(len(stand_in), 1) + 1))[:length]
 
 
 def _revoked(head: RequestHead) -> InjectionRefused:

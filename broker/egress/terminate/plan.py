@@ -36,6 +36,7 @@ from broker.vocab.secret import Secret
 
 if TYPE_CHECKING:  # the guards bring h11 and asyncio: the proxy's, not an issue's
     from broker.egress.guards import AnswerGuard
+    from broker.egress.sigv4.values import AwsKeys
 
 CAFactory = Callable[[Sequence[str]], SessionCA]
 
@@ -59,6 +60,7 @@ class Interceptor:
         self.upstream_ca_file = upstream_ca_file  # for hosts no credential of the session goes to
         self._revoked = threading.Event()
         self._upstream: dict[Path | None, ssl.SSLContext] = {}
+        self._replaced: dict[str, Injector] = {}  # each rotated credential's injector before its last rotation
         self._mutex = threading.Lock()
 
     # -- building (at issue) ------------------------------------------------------------------
@@ -115,9 +117,10 @@ class Interceptor:
         with self._mutex:
             return any(i.credential == credential and hasattr(i, "rotated") for i in self._injectors)
 
-    def rotate(self, credential: str, secret: Secret) -> bool:
+    def rotate(self, credential: str, secret: Secret | AwsKeys) -> bool:
         """Put the renewed ``secret`` behind ``credential``'s unchanged placeholder: requests from now on carry
-        it, a request under way keeps the one it began with. False once the session is revoked (nothing is
+        it, a request under way keeps the one it began with (a token; for a re-signed AWS credential, its new
+        STS key id, secret and session token). False once the session is revoked (nothing is
         handed a secret after that) or when its injector cannot rotate."""
         with self._mutex:
             current = next((i for i in self._injectors if i.credential == credential), None)
@@ -125,10 +128,20 @@ class Interceptor:
         if self.revoked or rotated is None:
             return False
         self.replace(credential, rotated(secret))
+        with self._mutex:
+            if current is not None:
+                self._replaced[credential] = current
         if self.revoked:  # revoked meanwhile: what was just put in is dropped as well
             self.revoke()
             return False
         return True
+
+    def draining(self, credential: str) -> bool:
+        """Whether requests begun on ``credential``'s injector before its last rotation are still under way (an
+        injector that counts them: a re-signer, whose old keys a long upload may still be sending under)."""
+        with self._mutex:
+            old = self._replaced.get(credential)
+        return bool(getattr(old, "busy", 0))
 
     # -- deciding (in the proxy) ----------------------------------------------------------------
 
@@ -177,7 +190,9 @@ class Interceptor:
     def revoke(self) -> None:
         """From now on every request to a terminated host is refused, and the secrets are dropped."""
         self._revoked.set()
-        for injector in list(self._injectors):
+        with self._mutex:
+            replaced = list(self._replaced.values())
+        for injector in [*self._injectors, *replaced]:
             injector.forget()
 
     @property

@@ -12,6 +12,7 @@ and logs ``credential.renewed``; the log verifies.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -47,6 +48,7 @@ while [ "$(date +%s)" -lt "$end" ]; do
 done
 [ "$first_repo" = "$(cat /run/secrets/repo/token)" ] && [ "$first_kv" = "$(cat /run/secrets/kv/token)" ] \
   && echo placeholders=unchanged
+echo "document=$(tr -d '\n' < /run/secrets/session.json)"
 """
 
 
@@ -170,4 +172,9 @@ def test_one_placeholder_through_several_real_expiries(stage: Stage, openbao: Op
     assert not any(openbao.accessor_exists(a) for a in accessors)
     reasons = [r["reason"] for r in records if r["event"] == "credential.revoked"]
     assert reasons.count("renewed") == len(renewed)
+    # session.json was rewritten after each renewal: it names when the secret behind each placeholder ends now.
+    document = json.loads(next(line for line in lines if line.startswith("document="))[len("document=") :])
+    ends = {c["name"]: c["expires_at"] for c in document["credentials"]}
+    for name in ("repo", "kv"):
+        assert ends[name] in {r["expires_at"] for r in per[name]}, (name, ends[name])
     assert stage.env.run("audit", "verify").code == 0

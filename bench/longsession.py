@@ -37,6 +37,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from datetime import datetime
@@ -147,16 +148,10 @@ def renewals(records: list[dict[str, Any]], calls: list[tuple[float, str]], name
         mine = [at for at, _ in calls if previous < at <= done]
         swapped = [at for at in swaps if previous < at <= done]
         if mine and swapped:
-            first = mine[0]
-            found.append(
-                {
-                    "swapped_at": swapped[0],
-                    "mint_ms": round((swapped[0] - first) * 1000, 1),
-                    "without_grace_ms": round((done - first - GRACE) * 1000, 1),
-                    "cut_short": done - swapped[0] < GRACE,
-                    "calls": len(mine),
-                }
-            )
+            first, swap = mine[0], swapped[0]
+            found.append({"swapped_at": swap, "mint_ms": round((swap - first) * 1000, 1), "calls": len(mine),
+                          "without_grace_ms": round((done - first - GRACE) * 1000, 1),
+                          "cut_short": done - swap < GRACE})  # fmt: skip
         previous = done
     return found
 
@@ -164,9 +159,6 @@ def renewals(records: list[dict[str, Any]], calls: list[tuple[float, str]], name
 def summarise(samples: list[list[Any]], epoch: float, swaps: list[float]) -> dict[str, Any]:
     """One target's requests: made, failed, the slowest (overall, after its tunnel's first, within 1 s of a swap)."""
     failed = [(at, status) for at, _, status in samples if status != "200"]
-    statuses: dict[str, int] = {}
-    for _, _, status in samples:
-        statuses[status] = statuses.get(status, 0) + 1
     # the first request on a tunnel pays for opening it (the proxy's CONNECT, 2 x RTT, TLS twice)
     firsts = {0} | {i + 1 for i, (_, _, status) in enumerate(samples) if status != "200"}
     steady = [(ms, at) for i, (at, ms, _) in enumerate(samples) if i not in firsts]
@@ -178,7 +170,7 @@ def summarise(samples: list[list[Any]], epoch: float, swaps: list[float]) -> dic
         "requests": len(samples),
         "failed": len(failed),
         "failures": failed[:10],
-        "statuses": statuses,
+        "statuses": dict(Counter(status for _, _, status in samples)),
         "slowest_ms": slowest[1],
         "slowest_at_s": slowest[0],
         "slowest_steady_ms": max(steady, default=(0.0, 0.0))[0],
@@ -189,7 +181,7 @@ def summarise(samples: list[list[Any]], epoch: float, swaps: list[float]) -> dic
     }
 
 
-def setup(work: Path, stack: ExitStack, hours: float) -> tuple[BrokerEnv, Path, dict[str, Any], Any]:
+def setup(work: Path, stack: ExitStack) -> tuple[BrokerEnv, Path, dict[str, Any], Any]:
     """The providers behind latency, a broker installation, the task; what the figure checks afterwards."""
     bao: OpenBao = start_openbao()
     stack.callback(stop_openbao, bao)
@@ -287,7 +279,7 @@ def run(work: Path, hours: float) -> dict[str, Any]:
     work.mkdir(parents=True, exist_ok=True)
     seconds = hours * SCALE
     with ExitStack() as stack:
-        env, task, targets, (emulator, bao, github_api, vault_api) = setup(work, stack, hours)
+        env, task, targets, (emulator, bao, github_api, vault_api) = setup(work, stack)
         workspace = work / "workspace"
         workspace.mkdir()
         os.chown(workspace, 1000, 1000)

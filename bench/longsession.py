@@ -15,17 +15,18 @@ Both providers (the emulator and a real OpenBao dev server) sit behind
 2 x RTT for each new connection, TCP + TLS), on both paths: the broker's
 calls (mint, revoke) and the sandbox's requests (through the session's proxy,
 a TLS front and the latency proxy to the server). ``broker exec --network
-allowlist`` runs a Python client in bubblewrap which sends, five times a
-second for the whole session, one GitHub API request and one Vault KV read,
-each on its own keep-alive tunnel, with the placeholder it reads from its
-file each time. The figures: requests made and failed (goal 0), distinct
-placeholders the sandbox saw (goal 1 per credential), renewals counted twice
-(``credential.renewed`` in the issuance log; tokens the emulator minted and
-Vault accessors the log issued), every old token revoked (GitHub says
-``revoked``, OpenBao no longer knows the accessor), the slowest request, and
-each renewal's own duration at this latency: from its first provider call to
-``credential.renewed``, less the ``GRACE`` it deliberately waits before the
-old token is revoked.
+allowlist`` runs a Python client (``bench/sandbox_client.py``) in bubblewrap
+which sends, five times a second for the whole session, one GitHub API
+request and one Vault KV read, each on its own keep-alive tunnel, with the
+placeholder it reads from its file each time. The figures: requests made and
+failed (goal 0), distinct placeholders the sandbox saw (goal 1 per
+credential), renewals counted twice (``credential.renewed`` in the issuance
+log; tokens the emulator minted and Vault accessors the log issued), every
+old token revoked (GitHub says ``revoked``, OpenBao no longer knows the
+accessor), the slowest request (overall, after a tunnel's first, within 1 s
+after a swap), and each renewal's own duration at this latency: from its
+first provider call to ``credential.renewed``, less the ``GRACE`` it
+deliberately waits before the old token is revoked.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import WORK, Report, Row, Settings
-from broker.core.running.rotating import FRACTION, GRACE
+from broker.core.running.rotating import DEFAULT_FRACTION, FRACTION, GRACE
 from devstack.github import APP_ID, OWNER, REPOSITORIES, new_emulator, rsa_key_pair, write_key
 from devstack.openbao import ROOT_TOKEN, OpenBao, start_openbao, stop_openbao
 from tests.fixtures.brokerenv import BrokerEnv, make_env
@@ -58,56 +59,8 @@ RTT = 0.040
 HANDSHAKE_RTTS = 2.0  # TCP + TLS 1.3
 REPO = f"{OWNER}/{REPOSITORIES[0]}"
 
-#: The client in the sandbox (the system's python3, stdlib only). It prints one JSON line at the end.
-CLIENT = r"""
-import http.client, json, os, ssl, sys, time, urllib.parse
-seconds, rate = float(sys.argv[1]), float(sys.argv[2])
-proxy = urllib.parse.urlsplit(os.environ["HTTPS_PROXY"])
-context = ssl.create_default_context(cafile=os.environ["SSL_CERT_FILE"])
-targets = json.loads(sys.argv[3])
-state = {name: {"placeholders": set(), "samples": [], "connections": 0, "connection": None} for name in targets}
-
-def connect(name):
-    host, port = targets[name]["host"].rsplit(":", 1)
-    connection = http.client.HTTPSConnection(proxy.hostname, proxy.port, context=context, timeout=30)
-    connection.set_tunnel(host, int(port))
-    state[name]["connections"] += 1
-    return connection
-
-def send(name):
-    target, mine = targets[name], state[name]
-    placeholder = open(target["file"]).read().strip()
-    mine["placeholders"].add(placeholder)
-    if mine["connection"] is None:
-        mine["connection"] = connect(name)
-    begun = time.perf_counter()
-    try:
-        header = {target["header"]: target["form"].format(placeholder)}
-        mine["connection"].request("GET", target["path"], headers=header)
-        response = mine["connection"].getresponse()
-        response.read()
-        status = str(response.status)
-    except (OSError, http.client.HTTPException) as exc:
-        status = type(exc).__name__
-        mine["connection"].close()
-        mine["connection"] = None
-    mine["samples"].append((round(begun - start, 3), round((time.perf_counter() - begun) * 1000, 2), status))
-
-epoch, start = time.time(), time.perf_counter()
-tick = 0
-while (due := start + tick / rate) < start + seconds:
-    now = time.perf_counter()
-    if now < due:
-        time.sleep(due - now)
-    for name in targets:
-        send(name)
-    tick += 1
-out = {"epoch": epoch, "behind_schedule_s": round(time.perf_counter() - start - seconds, 2)}
-for name, mine in state.items():
-    out[name] = {"placeholders": len(mine["placeholders"]), "connections": mine["connections"],
-                 "samples": mine["samples"]}
-print(json.dumps(out))
-"""
+#: The client in the sandbox (the system's python3 runs its text: the sandbox does not see this checkout).
+CLIENT = (Path(__file__).parent / "sandbox_client.py").read_text()
 
 
 class Timed(list[tuple[float, str]]):
@@ -117,15 +70,11 @@ class Timed(list[tuple[float, str]]):
         super().append((time.time(), str(line)))
 
 
-def timed(proxy: SlowProxy) -> SlowProxy:
-    proxy.lines = Timed()  # type: ignore[assignment]
-    return proxy
-
-
 @contextmanager
 def latency(port: int) -> Iterator[SlowProxy]:
     with slow_proxy(port, RTT, every_request=True, handshake=HANDSHAKE_RTTS * RTT) as proxy:
-        yield timed(proxy)
+        proxy.lines = Timed()  # type: ignore[assignment]
+        yield proxy
 
 
 def stamp(record: dict[str, Any]) -> float:
@@ -300,7 +249,7 @@ def run(work: Path, hours: float) -> dict[str, Any]:
         for target, name in (("github", "repo"), ("vault", "kv")):
             swaps = [r["swapped_at"] for r in renewal[name]]
             client[target] = summarise(seen[target]["samples"], seen["epoch"], swaps)
-            client[target] |= {"placeholders": seen[target]["placeholders"], "tunnels": seen[target]["connections"]}
+            client[target] |= {"placeholders": seen[target]["placeholders"], "tunnels": seen[target]["tunnels"]}
         renewed = {n: sum(1 for r in records if r["event"] == "credential.renewed" and r["credential"] == n)
                    for n in ("repo", "kv")}  # fmt: skip
         issued = [r for r in records if r["event"] == "credential.issued"]
@@ -324,8 +273,8 @@ def run(work: Path, hours: float) -> dict[str, Any]:
             "revoked_as_renewed": revoked_reasons.count("renewed"),
             "renewal": renewal,
             "expected_renewals": {
-                "repo": int(seconds // (SCALE * FRACTION["github_app"])),
-                "kv": int(seconds // (SCALE * 2 / 3)),
+                "repo": round(seconds / (SCALE * FRACTION["github_app"]), 1),
+                "kv": round(seconds / (SCALE * DEFAULT_FRACTION), 1),
             },
             "audit_verify": verify.code,
             "load_average": list(os.getloadavg()),
@@ -346,6 +295,14 @@ def add_rows(result: dict[str, Any], report: Report) -> None:
     mint = {n: [r["mint_ms"] for r in renewal[n]] for n in ("repo", "kv")}
     ok = failed == 0 and placeholders == 1 and every_old_revoked and min(renewed.values()) > 0
     github, vault = client["github"], client["vault"]
+
+    def pair(key: str) -> str:
+        return f"{github[key]:.0f} / {vault[key]:.0f}"
+
+    def most(spans: dict[str, list[float]]) -> str:
+        return f"{max(spans['repo'], default=0):.0f} / {max(spans['kv'], default=0):.0f}"
+
+    near = f"{github['near_swap']['slowest_ms']:.0f} / {vault['near_swap']['slowest_ms']:.0f}"
     report.add(
         Row(
             "longsession",
@@ -357,16 +314,12 @@ def add_rows(result: dict[str, Any], report: Report) -> None:
             ok and result["audit_verify"] == 0,
             f"({made} requests, {failed} failed; renewals logged: GitHub {renewed['repo']} (tokens minted"
             f" {result['github_tokens_minted']}, revoked {result['github_tokens_revoked']}), Vault {renewed['kv']}"
-            f" (tokens {result['vault_tokens_issued']}, revoked {result['vault_tokens_revoked']}); expected"
-            f" {result['expected_renewals']['repo']} and {result['expected_renewals']['kv']}; slowest request"
-            f" GitHub {github['slowest_ms']:.0f} ms, Vault {vault['slowest_ms']:.0f} ms (a tunnel's first);"
-            f" after it {github['slowest_steady_ms']:.0f} / {vault['slowest_steady_ms']:.0f} ms, within 1 s after"
-            f" a swap {github['near_swap']['slowest_ms']:.0f} / {vault['near_swap']['slowest_ms']:.0f} ms, medians"
-            f" {github['median_ms']:.0f} / {vault['median_ms']:.0f} ms; a renewal, its {GRACE:.0f} s grace left"
-            f" out: GitHub {max(whole['repo'], default=0):.0f} ms at most (mint to swap"
-            f" {max(mint['repo'], default=0):.0f}), Vault {max(whole['kv'], default=0):.0f} ms (mint to swap"
-            f" {max(mint['kv'], default=0):.0f}); 1 simulated hour = {SCALE} s; load average"
-            f" {result['load_average'][0]:.1f})",
+            f" (tokens {result['vault_tokens_issued']}, revoked {result['vault_tokens_revoked']}); at most"
+            f" {result['expected_renewals']['repo']:g} and {result['expected_renewals']['kv']:g} by the clock;"
+            f" GitHub / Vault: slowest request {pair('slowest_ms')} ms (a tunnel's first), after it"
+            f" {pair('slowest_steady_ms')} ms, within 1 s after a swap {near} ms, medians {pair('median_ms')} ms;"
+            f" a renewal, its {GRACE:.0f} s grace left out: {most(whole)} ms at most (mint to swap {most(mint)});"
+            f" 1 simulated hour = {SCALE} s; load average {result['load_average'][0]:.1f})",
             result,
         )
     )

@@ -33,9 +33,9 @@ median over repeated runs, both sides of a ratio interleaved in the same run:
   approvals   through ``broker serve``: approve-to-session, a child session against an issue, 100 pending listed
 
 The fleet figure starts a PostgreSQL of its own beside the stack (bench/fleet.py); egress, dynamic,
-daemon, terminated and awsproxy start what they need themselves (bench/egress.py, bench/vault_dynamic.py,
-bench/daemon.py, bench/terminated.py with bench/gitpush.py and bench/proxychild.py, bench/aws_resign.py;
-each also runs alone with ``python -m``).
+daemon, terminated, awsproxy and longsession start what they need themselves (bench/egress.py,
+bench/vault_dynamic.py, bench/daemon.py, bench/terminated.py with bench/gitpush.py and bench/proxychild.py,
+bench/aws_resign.py, bench/longsession.py with bench/sandbox_client.py; each also runs alone with ``python -m``).
 
 Prints a table and writes ``bench-results/bench-<git short sha>.json`` and
 ``bench-results/latest.json``. ``--quick`` for a smoke run, ``--only a,b``

@@ -122,6 +122,7 @@ def summarise(samples: list[list[Any]], epoch: float, swaps: list[float]) -> dic
         "statuses": dict(Counter(status for _, _, status in samples)),
         "slowest_ms": slowest[1],
         "slowest_at_s": slowest[0],
+        "first_ms": samples[0][1] if samples else 0.0,
         "slowest_steady_ms": max(steady, default=(0.0, 0.0))[0],
         "slowest_steady_at_s": max(steady, default=(0.0, 0.0))[1],
         "near_swap": {"n": len(near), "slowest_ms": max(near, default=0.0)},
@@ -316,8 +317,8 @@ def add_rows(result: dict[str, Any], report: Report) -> None:
             f" {result['github_tokens_minted']}, revoked {result['github_tokens_revoked']}), Vault {renewed['kv']}"
             f" (tokens {result['vault_tokens_issued']}, revoked {result['vault_tokens_revoked']}); at most"
             f" {result['expected_renewals']['repo']:g} and {result['expected_renewals']['kv']:g} by the clock;"
-            f" GitHub / Vault: slowest request {pair('slowest_ms')} ms (a tunnel's first), after it"
-            f" {pair('slowest_steady_ms')} ms, within 1 s after a swap {near} ms, medians {pair('median_ms')} ms;"
+            f" GitHub / Vault: slowest request {pair('slowest_ms')} ms at {pair('slowest_at_s')} s; each tunnel's"
+            f" first {pair('first_ms')} ms; within 1 s after a swap {near} ms; medians {pair('median_ms')} ms;"
             f" a renewal, its {GRACE:.0f} s grace left out: {most(whole)} ms at most (mint to swap {most(mint)});"
             f" 1 simulated hour = {SCALE} s; load average {result['load_average'][0]:.1f})",
             result,

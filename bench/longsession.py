@@ -291,6 +291,7 @@ def add_rows(result: dict[str, Any], report: Report) -> None:
     every_old_revoked = (
         result["github_tokens_revoked"] == result["github_tokens_minted"] == 1 + renewed["repo"]
         and result["vault_tokens_revoked"] == result["vault_tokens_issued"] == 1 + renewed["kv"]
+        and result["revoked_as_renewed"] == sum(renewed.values())
     )
     whole = {n: [r["without_grace_ms"] for r in renewal[n] if not r["cut_short"]] for n in ("repo", "kv")}
     mint = {n: [r["mint_ms"] for r in renewal[n]] for n in ("repo", "kv")}

@@ -44,6 +44,7 @@ FIGURES = (
     "operations",
     "terminated",
     "rotation",
+    "longsession",
     "metrics",
     "awsproxy",
     "approvals",

@@ -28,12 +28,14 @@ median over repeated runs, both sides of a ratio interleaved in the same run:
   metrics     a /metrics scrape with 10,000 live sessions in a real SQLite store; span() with tracing off and on
   awsproxy    SigV4 through the proxy: verify + re-sign added per small AWS request, a 256 MiB put_object
               (aws-chunked) through the proxy vs direct on loopback and over the modelled link, the proxy's RSS
+  longsession 8 simulated hours (1 h = 24 s) of 5 requests/s to GitHub and to Vault, each behind 40 ms, from
+              ``broker exec`` in bubblewrap: failed requests, placeholders seen, renewals, every old token revoked
   approvals   through ``broker serve``: approve-to-session, a child session against an issue, 100 pending listed
 
 The fleet figure starts a PostgreSQL of its own beside the stack (bench/fleet.py); egress, dynamic,
-daemon, terminated and awsproxy start what they need themselves (bench/egress.py, bench/vault_dynamic.py,
-bench/daemon.py, bench/terminated.py with bench/gitpush.py and bench/proxychild.py, bench/aws_resign.py;
-each also runs alone with ``python -m``).
+daemon, terminated, awsproxy and longsession start what they need themselves (bench/egress.py,
+bench/vault_dynamic.py, bench/daemon.py, bench/terminated.py with bench/gitpush.py and bench/proxychild.py,
+bench/aws_resign.py, bench/longsession.py with bench/sandbox_client.py; each also runs alone with ``python -m``).
 
 Prints a table and writes ``bench-results/bench-<git short sha>.json`` and
 ``bench-results/latest.json``. ``--quick`` for a smoke run, ``--only a,b``
@@ -82,6 +84,7 @@ from bench.fleet import figure_fleet
 from bench.fleet_log import figure_fleet_log
 from bench.fleet_revoke import figure_fleet_revoke
 from bench.local import BrokerSetup, Stack, base_env, floor_params, unmount_under
+from bench.longsession import figure_longsession
 from bench.memory import figure_memory
 from bench.metrics import figure_metrics
 from bench.operations import figure_operations
@@ -319,6 +322,8 @@ def main(argv: Sequence[str]) -> int:
                 steps.append(("terminated", lambda: figure_terminated(settings, report)))
             if "rotation" in selected:
                 steps.append(("rotation", lambda: figure_rotation(settings, report)))
+            if "longsession" in selected:
+                steps.append(("longsession", lambda: figure_longsession(settings, report)))
             if "metrics" in selected:
                 steps.append(("metrics", lambda: figure_metrics(settings, report)))
             if "awsproxy" in selected:

@@ -26,6 +26,12 @@ not an AWS emulator's. Clients are botocore's, with their defaults.
   ``LINK``: 40 ms RTT, 1 Gbit/s, between the proxy and the upstream); the
   terminated path without re-signing beside it.
 - The proxy child's peak RSS (``VmHWM``) once the uploads are done.
+
+Beside each upload figure, where the CPU went in a round (per process, from
+``/proc/PID/task/*/schedstat``: seconds run, and seconds the proxy waited
+runnable for a CPU) and the load average: client, proxy, link and upstream
+share this machine's cores, so when the proxy cannot get a CPU the figure
+measures the CPU the path costs, not the link.
 """
 
 from __future__ import annotations
@@ -43,7 +49,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import WORK, Report, Row, Settings
+from bench.common import WORK, Report, Row, Settings, schedstat
 from bench.gitpush import LINK
 from bench.tunnels import Child
 
@@ -266,13 +272,28 @@ def big_upload(work: Path, mib: int, rounds: int, **link: Any) -> dict[str, Any]
     sides = Sides(work, terminated=True, **link)
     body = os.urandom(mib << 20)
     samples: dict[str, list[float]] = {"direct": [], "terminated": [], "proxied": []}
+    cpu: dict[str, list[float]] = {side: [] for side in samples}  # seconds every process of the path ran, a round
+    waited: dict[str, list[float]] = {"terminated": [], "proxied": []}  # seconds the proxy waited for a CPU
+    pids = {
+        "client": os.getpid(),
+        "upstream": sides.upstream.process.pid,
+        "link": sides.link.process.pid if sides.link is not None else None,
+        "proxied": sides.proxy.process.pid,
+        "terminated": sides.plain.process.pid if sides.plain is not None else None,
+    }
     try:
         clients = {side: sides.client("s3", side) for side in samples}
         for number in range(rounds):
             for side in tuple(samples) if number % 2 == 0 else tuple(reversed(samples)):
+                path = ("client", "upstream", "link") + ((side,) if side != "direct" else ())
+                before = {name: schedstat(pids[name]) for name in path}
                 start = time.perf_counter()
                 clients[side].put_object(Bucket="agent-bucket", Key=f"big-{number}", Body=body)
                 samples[side].append(time.perf_counter() - start)
+                after = {name: schedstat(pids[name]) for name in path}
+                cpu[side].append(sum(after[name][0] - before[name][0] for name in path))
+                if side in waited:
+                    waited[side].append(after[side][1] - before[side][1])
         peak = sides.peak_rss_mib()
     finally:
         sides.close()
@@ -285,6 +306,9 @@ def big_upload(work: Path, mib: int, rounds: int, **link: Any) -> dict[str, Any]
         "direct_mib_s": mib / statistics.median(samples["direct"]),
         "proxied_mib_s": mib / statistics.median(samples["proxied"]),
         "terminated_mib_s": mib / statistics.median(samples["terminated"]),
+        "cpu_s": {side: statistics.median(v) for side, v in cpu.items()},
+        "proxy_waited_s": statistics.median(waited["proxied"]),
+        "load": round(os.getloadavg()[0], 2),
         "peak_rss_mib": peak,
         "samples": samples,
     }
@@ -325,7 +349,9 @@ def add_rows(small: dict[str, Any], uploads: dict[str, dict[str, Any]], report: 
                 f"({found['proxied_mib_s']:.0f} vs {found['direct_mib_s']:.0f} MiB/s; the same terminated path"
                 f" without re-signing: {found['terminated_mib_s']:.0f} MiB/s; median of"
                 f" {len(found['samples']['direct'])} alternating rounds, ratio"
-                f" {found['ratio_min'] * 100:.0f}-{found['ratio_max'] * 100:.0f}%)",
+                f" {found['ratio_min'] * 100:.0f}-{found['ratio_max'] * 100:.0f}%; CPU a round, every process of"
+                f" the path: {found['cpu_s']['direct']:.2f} s direct, {found['cpu_s']['proxied']:.2f} s through the"
+                f" proxy, which waited {found['proxy_waited_s']:.2f} s runnable for a CPU; load {found['load']})",
                 {k: v for k, v in found.items() if k != "samples"} | {"samples": json.dumps(found["samples"])},
             )
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import resource
 import statistics
@@ -269,3 +270,13 @@ def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return ""
+
+
+def schedstat(pid: int | None) -> tuple[float, float]:
+    """Seconds a process's threads ran, and waited runnable for a CPU (``/proc/PID/task/*/schedstat``)."""
+    run = wait = 0
+    for stat in Path(f"/proc/{pid}/task").glob("*/schedstat") if pid is not None else ():
+        with contextlib.suppress(OSError, ValueError):
+            ran, waited, _ = stat.read_text().split()
+            run, wait = run + int(ran), wait + int(waited)
+    return run / 1e9, wait / 1e9

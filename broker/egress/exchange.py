@@ -122,7 +122,8 @@ async def next_event(conn: h11.Connection, reader: asyncio.StreamReader, timeout
         event = conn.next_event()
         if event is not h11.NEED_DATA:
             return event
-        data = await asyncio.wait_for(reader.read(chunk), timeout)
+        async with asyncio.timeout(timeout):  # not wait_for: no task per read, on the path every body byte takes
+            data = await reader.read(chunk)
         conn.receive_data(data)
 
 

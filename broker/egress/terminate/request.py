@@ -45,6 +45,7 @@ from broker.egress.operations import Answer, BodyCheck, Decision
 from broker.egress.terminate.answers import send_answer, send_continue, text_answer
 from broker.egress.terminate.evidence import Evidence
 from broker.egress.terminate.injector import Header, HeadOnly, InjectionRefused, Passage, RequestHead
+from broker.egress.terminate.outgoing import Outgoing
 from broker.egress.terminate.plan import Interceptor
 from broker.egress.terminate.upstream import Hooks, UpstreamLink
 from broker.egress.terminate.writer import EvidenceWriter
@@ -280,18 +281,20 @@ class Cycle:
 
     async def _pump(self, passage: Passage, held: list[bytes], up: h11.Connection, out: asyncio.StreamWriter) -> None:
         """The head and body upstream through the passage: what was held, then the rest as it arrives. What is
-        ready goes in one write (one TLS record, one system call, where a small request is all ready at once)."""
-        buffer = bytearray(up.send(_request(passage.head)) or b"") if passage.head is not None else bytearray()
+        ready goes in one write (one TLS record, one system call, where a small request is all ready at once);
+        a large piece goes as it is, not copied into that write (a body streams through without being joined)."""
+        ready = Outgoing()
+        if passage.head is not None:
+            ready.add(up.send(_request(passage.head)))
 
         def send(pieces: Iterable[bytes]) -> None:
             for piece in pieces:
                 if piece:
-                    buffer.extend(up.send(h11.Data(data=piece)) or b"")
+                    ready.add(up.send(h11.Data(data=piece)))
 
         async def flush() -> None:
-            if buffer:
-                out.write(bytes(buffer))
-                buffer.clear()
+            if ready:
+                out.writelines(ready.take())
                 await out.drain()
 
         for piece in held:
@@ -303,9 +306,9 @@ class Cycle:
                 send(passage.feed(event.data))
         ending = passage.end()
         if ending.head is not None:
-            buffer.extend(up.send(_request(ending.head)) or b"")
+            ready.add(up.send(_request(ending.head)))
         send(ending.pieces)
-        buffer.extend(up.send(h11.EndOfMessage()) or b"")
+        ready.add(up.send(h11.EndOfMessage()))
         await flush()
 
     async def _relay(self, up: h11.Connection, upstream: asyncio.StreamReader, masker: Masker, stale_ok: bool) -> None:
@@ -322,7 +325,8 @@ class Cycle:
             if event is h11.NEED_DATA:
                 await self._flush()
                 try:
-                    data = await asyncio.wait_for(upstream.read(self.limits.body_chunk), self.limits.idle_timeout)
+                    async with asyncio.timeout(self.limits.idle_timeout):
+                        data = await upstream.read(self.limits.body_chunk)
                 except ConnectionError:
                     if stale_ok and not answered:
                         raise _Stale() from None

@@ -19,13 +19,9 @@ def renew(run: Invocation, session: str, as_json: bool) -> None:
         renewals = renew_session(broker, session)
     if as_json:
         print_json([r.to_json() for r in renewals])
-        return
-        failed = outcome_error([r for r in renewals if isinstance(r, RunningRenewal)])
-        if failed is not None:
-            raise failed
-        return
-    for line in renew_lines([r.to_json() for r in renewals]):
-        echo(line)
+    else:
+        for line in renew_lines([r.to_json() for r in renewals]):
+            echo(line)
     failed = outcome_error([r for r in renewals if isinstance(r, RunningRenewal)])
     if failed is not None:
         raise failed

@@ -6,7 +6,9 @@ with a ``kind: secret`` placeholder, waits, and calls it again. With
 the running proxy take the new KV version the test writes in between: the
 renew answers with the version it swapped in, the second call reaches the
 service with the new value and the same placeholder, and ``credential.renewed``
-is logged. A second renew finds the version unchanged. Through the daemon,
+is logged. A second renew finds the version unchanged; a third, of a current
+version destroyed, lists the failure and exits 4, with ``--json`` as without
+(before, ``--json`` printed it and exited 0). Through the daemon,
 which holds the exec, the same command reaches it. A session whose exec is
 gone (killed: the session still active until swept) is refused with one
 line and exit 2.
@@ -156,6 +158,12 @@ def test_renew_makes_the_running_exec_swap_in_the_new_kv_version_now(stage: Stag
         again = env.run_process("renew", "--session", session)
         assert again.code == 0, again.stderr
         assert again.stdout == "  openai: KV version 2 is still the current one; nothing to swap\n"
+        stage.write(key("sk-proj-", 64))
+        stage.openbao.client().secrets.kv.v2.destroy_secret_versions(path=stage.path, versions=[3])
+        failed = env.run_process("renew", "--session", session, "--json")  # the answer first, then its exit code
+        assert failed.code == 4, failed.stderr
+        assert [(r["name"], r["outcome"]) for r in failed.json()] == [("openai", "failed")]
+        assert failed.stderr.count("\n") == 1 and "renewal of 'openai' failed" in failed.stderr
         (stage.workspace / "go").touch()
         status, after = stage.wait("after").split()
         assert (status, after) == ("200", placeholder)  # the same placeholder in the sandbox

@@ -17,7 +17,7 @@ Usage (run by path as a subprocess by the bench, so it pays interpreter start an
 
     python bench/floor.py issue  PARAMS.json      # prints the session directory
     python bench/floor.py revoke PARAMS.json DIR
-    python bench/floor.py aws-issue  PARAMS.json  # the AWS calls alone (bench/aws_round_trips.py);
+    python bench/floor.py aws-issue  PARAMS.json  # the AWS calls alone (bench/commands/aws_round_trips.py);
     python bench/floor.py aws-revoke PARAMS.json DIR  # the other SDKs are imported by issue/revoke only
 """
 

@@ -17,7 +17,7 @@ median over repeated runs, both sides of a ratio interleaved in the same run:
   daemon      ``broker serve``: thin-client cold start, issue/revoke vs the floor, 32 concurrent cycles, RSS
   fleetlog    a 1,000,000-record fleet chain COPYed into PostgreSQL: ``audit export`` + ``audit verify`` of it
   latency     the stack task through the daemon and the direct CLI vs the three-provider floor, on
-              loopback and with every provider behind a 40 ms RTT proxy (bench/stack_rtt.py)
+              loopback and with every provider behind a 40 ms RTT proxy (bench/serving/stack_rtt.py)
   fleet       3 hosts on one PostgreSQL store x N concurrent cycles; the store's cost per issue/revoke vs SQLite
   fleetrevoke a revoke on host B of host A's GitHub session, confirmed by A's daemon (p95 of B's command)
   operations  the operations check's decision per request, in process (REST, GraphQL, reviews, git push and fetch)
@@ -32,10 +32,14 @@ median over repeated runs, both sides of a ratio interleaved in the same run:
               ``broker exec`` in bubblewrap: failed requests, placeholders seen, renewals, every old token revoked
   approvals   through ``broker serve``: approve-to-session, a child session against an issue, 100 pending listed
 
-The fleet figure starts a PostgreSQL of its own beside the stack (bench/fleet.py); egress, dynamic,
-daemon, terminated, awsproxy and longsession start what they need themselves (bench/egress.py,
-bench/vault_dynamic.py, bench/daemon.py, bench/terminated.py with bench/gitpush.py and bench/proxychild.py,
-bench/aws_resign.py, bench/longsession.py with bench/sandbox_client.py; each also runs alone with ``python -m``).
+The fleet figure starts a PostgreSQL of its own beside the stack (bench/fleets/fleet.py);
+egress, dynamic, daemon, terminated, awsproxy and longsession start what they need
+themselves (bench/proxy/egress.py, bench/commands/vault_dynamic.py,
+bench/serving/daemon.py, bench/proxy/terminated.py with bench/proxy/gitpush.py and
+bench/proxy/proxychild.py, bench/proxy/aws_resign.py, bench/proxy/longsession.py with
+bench/proxy/sandbox_client.py; each also runs alone with ``python -m``). The figures
+live in rooms: ``commands`` (the broker's commands as processes), ``serving`` (``broker
+serve``), ``fleets`` (PostgreSQL), ``proxy`` (the egress proxy).
 
 Prints a table and writes ``bench-results/bench-<git short sha>.json`` and
 ``bench-results/latest.json``. ``--quick`` for a smoke run, ``--only a,b``
@@ -58,10 +62,13 @@ from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench.approvals import figure_approvals
-from bench.audit import figure_audit
-from bench.aws_resign import figure_awsproxy
-from bench.cold import figure_cold
+from bench.commands.audit import figure_audit
+from bench.commands.cold import figure_cold
+from bench.commands.concurrency import figure_concurrent
+from bench.commands.cycles import figure_cycles
+from bench.commands.memory import figure_memory
+from bench.commands.sweep import figure_sweep
+from bench.commands.vault_dynamic import figure_dynamic
 from bench.common import (
     BROKER,
     FIGURES,
@@ -76,23 +83,20 @@ from bench.common import (
     cpu_busy,
     git,
 )
-from bench.concurrency import figure_concurrent
-from bench.cycles import figure_cycles
-from bench.daemon import figure_daemon
-from bench.egress import figure_egress
-from bench.fleet import figure_fleet
-from bench.fleet_log import figure_fleet_log
-from bench.fleet_revoke import figure_fleet_revoke
+from bench.fleets.fleet import figure_fleet
+from bench.fleets.fleet_log import figure_fleet_log
+from bench.fleets.fleet_revoke import figure_fleet_revoke
 from bench.local import BrokerSetup, Stack, base_env, floor_params, unmount_under
-from bench.longsession import figure_longsession
-from bench.memory import figure_memory
-from bench.metrics import figure_metrics
-from bench.operations import figure_operations
-from bench.rotation import figure_rotation
-from bench.stack_rtt import figure_latency
-from bench.sweep import figure_sweep
-from bench.terminated import figure_terminated
-from bench.vault_dynamic import figure_dynamic
+from bench.proxy.aws_resign import figure_awsproxy
+from bench.proxy.egress import figure_egress
+from bench.proxy.longsession import figure_longsession
+from bench.proxy.operations import figure_operations
+from bench.proxy.rotation import figure_rotation
+from bench.proxy.terminated import figure_terminated
+from bench.serving.approvals import figure_approvals
+from bench.serving.daemon import figure_daemon
+from bench.serving.metrics import figure_metrics
+from bench.serving.stack_rtt import figure_latency
 
 # -- main ----------------------------------------------------------------------------------
 

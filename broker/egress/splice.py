@@ -4,7 +4,7 @@ The bytes of a plain tunnel are opaque to the proxy, so they never enter
 Python: each direction moves socket -> pipe -> socket with the GIL released
 and no buffer of the proxy's own (a pipe's pages are the kernel's), which
 keeps the proxy's memory flat and its CPU per byte close to what a C relay
-of the same design spends (bench/egress.py). Two threads per tunnel, and tunnels count against the proxy's
+of the same design spends (bench/proxy/egress.py). Two threads per tunnel, and tunnels count against the proxy's
 connection limit, so threads are bounded too. A half-close passes on; an
 error, or ``idle_timeout`` without progress, in either direction shuts both
 sockets down, which ends the other direction as well. Where the kernel
@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 
 CHUNK = 64 * 1024  # a default pipe's capacity, and the fallback's buffer
 #: A busy direction's pipe. Against the default 64 KiB it cuts the proxy's CPU per byte by about a quarter
-#: (fewer splices and wake-ups; bench/egress.py, alternating rounds); the bytes are still the kernel's.
+#: (fewer splices and wake-ups; bench/proxy/egress.py, alternating rounds); the bytes are still the kernel's.
 BULK_PIPE = 512 * 1024
 #: What enlarged pipes of this process may hold together. A pipe's capacity counts against its user's
 #: ``fs.pipe-user-pages-soft`` (64 MiB by default) whether it is filled or not, and past that limit every new

@@ -2,7 +2,7 @@
 
 Part of ``scripts/bench`` (``--only egress``; ``--quick`` makes it small), or alone:
 
-    .venv/bin/python -m bench.egress [--requests 1000] [--tunnels 64] [--mib 10] [--rounds 5]
+    .venv/bin/python -m bench.proxy.egress [--requests 1000] [--tunnels 64] [--mib 10] [--rounds 5]
         [--rtt 40] [--link-mbit 1000] [--links loopback,wan] [--floor] [--compare OLD_SPLICE.py ...]
 
 The proxy runs in a child process of its own (so its peak RSS and its CPU
@@ -10,11 +10,11 @@ time are its own), allowing one local HTTP server and the sinks. Latency:
 ``--requests`` GETs directly and through the proxy, alternating
 (plain-HTTP forwarding, a new connection each, as curl makes them); the
 figure is the difference of the medians and of the p99s. Throughput
-(``bench/tunnels.py``): ``--tunnels`` concurrent CONNECT tunnels each
+(``bench/proxy/tunnels.py``): ``--tunnels`` concurrent CONNECT tunnels each
 sending ``--mib`` MiB to a sink, against as many direct connections, in
 ``--rounds`` alternating rounds, on loopback and over a modelled link
 (``--rtt`` ms, ``--link-mbit`` shared). ``--floor`` (on in ``scripts/bench``)
-adds ``bench/relay.c``, the same splice design in C with nothing else, as
+adds ``bench/proxy/relay.c``, the same splice design in C with nothing else, as
 one more side: what a second TCP hop costs on this machine whatever the
 relay. ``--compare`` adds a proxy whose tunnels use another copy of
 ``broker/egress/splice.py`` (a before/after in the same rounds). Every loop
@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import Report, Row, Settings
-from bench.tunnels import SINK, Child, Link, describe, floor_relay, rounds
+from bench.proxy.tunnels import SINK, Child, Link, describe, floor_relay, rounds
 from broker.egress.splice import BULK_PIPE
 
 CHILD = """
@@ -227,7 +227,7 @@ def main() -> int:
     parser.add_argument(
         "--compare", action="append", default=[], help="another splice.py, run as one more proxy in the same rounds"
     )
-    parser.add_argument("--floor", action="store_true", help="add bench/relay.c (the design in C) to the rounds")
+    parser.add_argument("--floor", action="store_true", help="add bench/proxy/relay.c (the design in C) to the rounds")
     parser.add_argument("--links", default="loopback,wan", help="which links to measure tunnels on")
     args = parser.parse_args()
     compare = tuple(args.compare)

@@ -107,12 +107,14 @@ class Child:
 
 
 def floor_relay(workdir: Path, pipe_bytes: int) -> Child | None:
-    """``bench/relay.c`` compiled and started: the same design in C, nothing else; None without a C compiler."""
+    """``bench/proxy/relay.c`` compiled and started: the same design in C, nothing else; None without a C compiler."""
     compiler = shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
         return None
     binary = workdir / "relay"
-    subprocess.run([compiler, "-O2", "-pthread", "-o", str(binary), str(ROOT / "bench" / "relay.c")], check=True)
+    subprocess.run(
+        [compiler, "-O2", "-pthread", "-o", str(binary), str(ROOT / "bench" / "proxy" / "relay.c")], check=True
+    )
     return Child("", argv=[str(binary), str(pipe_bytes)])
 
 

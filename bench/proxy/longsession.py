@@ -1,7 +1,7 @@
 """A long session: 8 simulated hours of steady requests in ``broker exec`` on one placeholder, tokens renewed behind it.
 
 Part of ``scripts/bench`` (``--only longsession``), or alone: ``python -m
-bench.longsession [--quick] [--hours 8]``. Time is scaled: one simulated
+bench.proxy.longsession [--quick] [--hours 8]``. Time is scaled: one simulated
 hour is ``SCALE`` (24) real seconds, so 8 hours take 192 s. The GitHub App
 emulator's tokens end after 24 s (GitHub's hour) and the Vault token's ttl
 is 24 s; 24 s is the shortest lifetime at which the renewal points are the
@@ -15,7 +15,7 @@ Both providers (the emulator and a real OpenBao dev server) sit behind
 2 x RTT for each new connection, TCP + TLS), on both paths: the broker's
 calls (mint, revoke) and the sandbox's requests (through the session's proxy,
 a TLS front and the latency proxy to the server). ``broker exec --network
-allowlist`` runs a Python client (``bench/sandbox_client.py``) in bubblewrap
+allowlist`` runs a Python client (``bench/proxy/sandbox_client.py``) in bubblewrap
 which sends, five times a second for the whole session, one GitHub API
 request and one Vault KV read, each on its own keep-alive tunnel, with the
 placeholder it reads from its file each time. The figures: requests made and
@@ -241,7 +241,7 @@ def run(work: Path, hours: float) -> dict[str, Any]:
         )  # fmt: skip
         took = time.perf_counter() - began
         if result.code != 0 or not result.stdout.strip():
-            raise RuntimeError(f"bench.longsession: exec exited {result.code}: {result.stderr.strip()[-400:]}")
+            raise RuntimeError(f"bench.proxy.longsession: exec exited {result.code}: {result.stderr.strip()[-400:]}")
         seen = json.loads(result.stdout.strip().splitlines()[-1])
         records = env.log_records()
         renewal = {"repo": renewals(records, list(github_api.lines), "repo"),

@@ -1,7 +1,7 @@
 """The SigV4 figures: what verifying and re-signing adds per small AWS request, and a 256 MiB upload through it.
 
 Part of ``scripts/bench`` (``--only awsproxy``), or alone:
-``python -m bench.aws_resign [--quick]``.
+``python -m bench.proxy.aws_resign [--quick]``.
 
 The proxy runs in a child process of its own, as in a session: it terminates
 TLS for one ``127.0.0.1:PORT`` with the session CA, and an AWS credential's
@@ -22,7 +22,7 @@ not an AWS emulator's. Clients are botocore's, with their defaults.
 - A 256 MiB ``put_object`` (botocore's default: aws-chunked with a trailing
   CRC32, which the proxy checks as it streams) direct and through the proxy,
   rounds alternating; the figure is the median of the per-round throughput
-  ratios, on loopback and over the bench's modelled link (``bench.gitpush``'s
+  ratios, on loopback and over the bench's modelled link (``bench.proxy.gitpush``'s
   ``LINK``: 40 ms RTT, 1 Gbit/s, between the proxy and the upstream); the
   terminated path without re-signing beside it.
 - The proxy child's peak RSS (``VmHWM``) once the uploads are done.
@@ -50,8 +50,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import WORK, Report, Row, Settings, schedstat
-from bench.gitpush import LINK
-from bench.tunnels import Child
+from bench.proxy.gitpush import LINK
+from bench.proxy.tunnels import Child
 
 KEYS = {
     "placeholder": ["ASIAPLACEHOLDER00001", "p" * 40, "t" * 356],
@@ -387,7 +387,7 @@ def figure_awsproxy(settings: Settings, report: Report) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.aws_resign", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.proxy.aws_resign", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--requests", type=int, default=1000)
     args = parser.parse_args()

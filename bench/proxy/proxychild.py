@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.tunnels import Child
+from bench.proxy.tunnels import Child
 
 #: The SPEC's operations, on the bench's loopback host (the port filled in).
 RULE = {

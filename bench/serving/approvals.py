@@ -3,7 +3,7 @@
 Part of ``scripts/bench`` (``--only approvals``; ``--quick`` makes it small), or alone; either way it
 starts its own OpenBao dev server (devstack) and its own daemon:
 
-    .venv/bin/python -m bench.approvals [--runs 15] [--pending 100]
+    .venv/bin/python -m bench.serving.approvals [--runs 15] [--pending 100]
 
 Figures (medians of ``--runs`` runs):
 - approve-to-session: a thin client ``broker issue --json`` waits for its approval; an approver (another
@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import PYTHON, Report, Row, Settings
-from bench.daemon import http, run, wait
+from bench.serving.daemon import http, run, wait
 from devstack.openbao import ROOT_TOKEN, TOKEN_ROLE, start_openbao, stop_openbao
 
 APPROVER_UID = 59124  # no account: an approver by uid
@@ -96,14 +96,14 @@ def _approve_to_session(work: Path, sock: Path, env: dict[str, str]) -> float:
     )  # fmt: skip
     assert approver.stdin is not None and approver.stdout is not None
     if approver.stdout.readline().strip() != "ready":
-        raise RuntimeError("bench.approvals: the approver could not connect")
+        raise RuntimeError("bench.serving.approvals: the approver could not connect")
     started = time.perf_counter()
     approver.stdin.write("go\n")
     approver.stdin.flush()
     out, err = waiting.communicate(timeout=120)
     elapsed = time.perf_counter() - started
     if approver.communicate(timeout=60)[0].strip() != "200" or waiting.returncode != 0:
-        raise RuntimeError(f"bench.approvals: approve-to-session failed: {err.strip()[-200:]}")
+        raise RuntimeError(f"bench.serving.approvals: approve-to-session failed: {err.strip()[-200:]}")
     http(sock, "DELETE", f"/v1/sessions/{json.loads(out)['session']}")
     return elapsed
 
@@ -163,7 +163,7 @@ def measure(runs: int, pending: int) -> dict[str, Any]:
             status, document = http(target, "POST", "/v1/sessions", child_task)
             elapsed = time.perf_counter() - begun
             if status != 201:
-                raise RuntimeError(f"bench.approvals: an issue answered {status}: {document}")
+                raise RuntimeError(f"bench.serving.approvals: an issue answered {status}: {document}")
             http(target, "DELETE", f"/v1/sessions/{document['session']}")
             if index >= 2:  # the first pair warms
                 samples.append(elapsed * 1000)
@@ -171,7 +171,7 @@ def measure(runs: int, pending: int) -> dict[str, Any]:
         for _ in range(pending):
             status, _ = http(sock, "POST", "/v1/sessions", _task("deploy-bench"))
             if status != 202:
-                raise RuntimeError(f"bench.approvals: a request answered {status}")
+                raise RuntimeError(f"bench.serving.approvals: a request answered {status}")
         answer_ms, thin_ms = [], []
         for _ in range(runs):
             begun = time.perf_counter()
@@ -181,7 +181,7 @@ def measure(runs: int, pending: int) -> dict[str, Any]:
             run([PYTHON, "-m", "broker", "approvals", "--json"], env)
             thin_ms.append((time.perf_counter() - begun) * 1000)
         if len(listed) < pending:
-            raise RuntimeError(f"bench.approvals: {len(listed)} requests listed, {pending} made")
+            raise RuntimeError(f"bench.serving.approvals: {len(listed)} requests listed, {pending} made")
     finally:
         if daemon is not None:
             daemon.send_signal(signal.SIGTERM)

@@ -1,7 +1,7 @@
 """Rotation under load: a proxied token swapped behind its placeholder while 50 requests/s go through the proxy.
 
 Part of ``scripts/bench`` (``--only rotation``), or alone: ``python -m
-bench.rotation [--quick]``. The session's proxy terminates one loopback
+bench.proxy.rotation [--quick]``. The session's proxy terminates one loopback
 host for a GitHub-shaped token (the header swap); the upstream (TLS,
 keep-alive) answers 200 only for a token it holds valid and 401 for any
 other, as GitHub does for a revoked one. A client keeps one tunnel and sends

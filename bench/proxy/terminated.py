@@ -1,11 +1,11 @@
 """The terminated-host figures: what the operations decision adds per request, and 1,000 requests/s with evidence.
 
 Part of ``scripts/bench`` (``--only terminated``), or alone:
-``python -m bench.terminated [--quick]``. ``bench/gitpush.py`` adds the
+``python -m bench.proxy.terminated [--quick]``. ``bench/proxy/gitpush.py`` adds the
 50 MiB git push over the modelled link to the same figure.
 
 Each proxy runs in a child process of its own with its evidence on a real,
-signed issuance log, the upstream in another (``bench/proxychild.py``);
+signed issuance log, the upstream in another (``bench/proxy/proxychild.py``);
 clients keep one tunnel each, as gh and git do.
 
 - Decision latency: two proxies that both terminate the host (a credential
@@ -37,8 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import WORK, Report, Row, Settings
-from bench.proxychild import RULE, ProxyChild, one, tunnel, upstream
-from bench.tunnels import machine_busy, self_cpu
+from bench.proxy.proxychild import RULE, ProxyChild, one, tunnel, upstream
+from bench.proxy.tunnels import machine_busy, self_cpu
 
 
 def decision_latency(work: Path, requests: int) -> dict[str, Any]:
@@ -289,7 +289,7 @@ def add_rows(
 
 
 def figure_terminated(settings: Settings, report: Report) -> None:
-    from bench.gitpush import figure_gitpush
+    from bench.proxy.gitpush import figure_gitpush
 
     work = Path(tempfile.mkdtemp(prefix="terminated-", dir=WORK if WORK.exists() else None))
     requests = settings.egress_requests
@@ -302,7 +302,7 @@ def figure_terminated(settings: Settings, report: Report) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.terminated", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.proxy.terminated", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--rate", type=int, default=1000)
@@ -317,7 +317,7 @@ def main() -> int:
     cost = log_cost(work / "cost", 2000 if args.quick else 20000)
     add_rows(latency, load, alone, cost, report)
     if not args.no_push:
-        from bench.gitpush import measure_push
+        from bench.proxy.gitpush import measure_push
 
         measure_push(work / "push", quick=args.quick, report=report)
     return 0

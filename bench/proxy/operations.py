@@ -9,7 +9,7 @@ shuffled order each round; a batch's time over its size is one sample and
 the figure is the median sample. No network: the proxy's own cost around
 the decision is the egress figure's.
 
-Run alone: ``python -m bench.operations [--quick]``.
+Run alone: ``python -m bench.proxy.operations [--quick]``.
 """
 
 from __future__ import annotations
@@ -149,7 +149,7 @@ def figure_operations(settings: Settings, report: Report) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.operations", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m bench.proxy.operations", description=__doc__)
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     add_rows(measure(7 if args.quick else 31, 50 if args.quick else 200), Report())

@@ -6,7 +6,7 @@ that delays every byte by half the round trip each way and lets it through
 no faster than the link's rate (one token bucket per direction, shared by
 every connection, as a sandbox host's egress is), holding at most a
 bandwidth-delay product's worth in flight (what TCP's window allows). The
-proxy (``bench.terminated.ProxyChild``, with the git operations
+proxy (``bench.proxy.terminated.ProxyChild``, with the git operations
 ``push: refs/heads/agent/*`` and every request logged) stays next to the
 client, as it does in a deployment. Each round pushes one commit holding
 50 MiB of random bytes (stored, not deflated: the figure is the transport,
@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import Report, Row, Settings
-from bench.proxychild import ProxyChild
-from bench.tunnels import Child
+from bench.proxy.proxychild import ProxyChild
+from bench.proxy.tunnels import Child
 
 GIT_UPSTREAM = """
 import sys

@@ -1,6 +1,6 @@
 """The long-session figure's client, run inside the sandbox: steady requests with the placeholder, timed.
 
-``bench/longsession.py`` passes this file's text to the system's ``python3 -I
+``bench/proxy/longsession.py`` passes this file's text to the system's ``python3 -I
 -c`` in ``broker exec`` (the sandbox sees ``/usr`` but not this checkout), so
 it uses the standard library alone. Arguments: seconds, requests per second
 to each target, the targets as JSON (``host`` HOST:PORT, ``path``, ``file``

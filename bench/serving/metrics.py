@@ -17,7 +17,7 @@ empty ``with`` of a shared null context, and with tracing on (the
 OpenTelemetry SDK batching to ``devstack.otlp`` in a process of its own),
 each the median of batches.
 
-Run alone: ``python -m bench.metrics [--quick]``.
+Run alone: ``python -m bench.serving.metrics [--quick]``.
 """
 
 from __future__ import annotations
@@ -233,7 +233,7 @@ def measure(report: Report, *, quick: bool, live: int = 10_000) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.metrics", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m bench.serving.metrics", description=__doc__)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--live", type=int, default=10_000)
     args = parser.parse_args()

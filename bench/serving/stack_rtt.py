@@ -1,7 +1,7 @@
 """The latency figure: the stack task through the daemon and the direct CLI against the three-provider floor.
 
 Part of ``scripts/bench`` (``--only latency``), or alone with the stack it starts
-itself (``python -m bench.stack_rtt [--runs 9] [--rtt 40]``). Twice: on loopback
+itself (``python -m bench.serving.stack_rtt [--runs 9] [--rtt 40]``). Twice: on loopback
 (the servers themselves) and with every provider behind a latency proxy
 (``--rtt`` ms per request, a connection's first request 2 x RTT more for TCP
 + TLS; the same proxies for every side). Each time one broker installation
@@ -35,10 +35,10 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from bench.aws_round_trips import BUYS as AWS_BUYS
+from bench.commands.aws_round_trips import BUYS as AWS_BUYS
 from bench.common import BROKER, FLOOR, PYTHON, WORK, Report, Row, Settings, median, must, run
-from bench.daemon import http, wait
 from bench.local import BrokerSetup, Stack, Urls, base_env, floor_params, stack_urls
+from bench.serving.daemon import http, wait
 from tests.fixtures.latencyproxy import LatencyProxy, latency_proxy
 from tests.fixtures.slowproxy import SlowProxy, slow_proxy
 
@@ -52,7 +52,8 @@ def port(url: str) -> int:
     return found
 
 
-#: What each call the broker keeps buys (the floor makes its calls because a script would); AWS: bench.aws_round_trips.
+#: What each call the broker keeps buys (the floor makes its calls because a script would); AWS:
+#: bench.commands.aws_round_trips.
 BUYS = {
     "issue": {
         "vault POST /v1/auth/token/create/<role>": "the token (orphan, exact policies, capped ttl and uses)",
@@ -154,7 +155,7 @@ def measure(stack: Stack, runs: int, rtt_ms: float, label: str) -> dict[str, Any
             session = json.loads(out)["session"]
             report = json.loads(timed(side, "revoke", broker(config, "revoke", "--session", session, "--json"), record))
             if not report["dir_removed"] or any(c["outcome"] != "revoked" for c in report["credentials"]):
-                raise RuntimeError(f"bench.stack_rtt: {side} revoke of {session}: {report}")
+                raise RuntimeError(f"bench.serving.stack_rtt: {side} revoke of {session}: {report}")
 
         def floor_cycle(record: bool) -> None:
             issue = [PYTHON, FLOOR, "issue", str(params)]
@@ -168,13 +169,13 @@ def measure(stack: Stack, runs: int, rtt_ms: float, label: str) -> dict[str, Any
             def issue() -> str:
                 status, document = http(sock, "POST", "/v1/sessions", task)
                 if status != 201:
-                    raise RuntimeError(f"bench.stack_rtt: the daemon answered {status}: {document}")
+                    raise RuntimeError(f"bench.serving.stack_rtt: the daemon answered {status}: {document}")
                 return str(document["session"])
 
             def revoke(session: str) -> str:
                 status, document = http(sock, "DELETE", f"/v1/sessions/{session}")
                 if status != 200:
-                    raise RuntimeError(f"bench.stack_rtt: the daemon revoke answered {status}: {document}")
+                    raise RuntimeError(f"bench.serving.stack_rtt: the daemon revoke answered {status}: {document}")
                 return ""
 
             session = timed("daemon answer", "issue", issue, record)

@@ -23,7 +23,7 @@ import math
 from collections.abc import Sequence
 
 from bench.common import WORK, Report, Row, Settings, median, summary
-from bench.fleet import fleet_setup, serving
+from bench.fleets.fleet import fleet_setup, serving
 from bench.local import Stack, base_env
 from devstack.postgres import create_fleet_db, start_postgres, stop_postgres
 

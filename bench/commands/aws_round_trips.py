@@ -21,7 +21,7 @@ and one JSON document: medians and quartiles in ms, the ratio to the floor,
 and the calls and connections each side made (what each broker call buys:
 ``BUYS``).
 
-    .venv/bin/python -m bench.aws_round_trips [--runs 15] [--rtt 40] [--handshakes 2]
+    .venv/bin/python -m bench.commands.aws_round_trips [--runs 15] [--rtt 40] [--handshakes 2]
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from devstack.aws import ACCOUNT, REGION, create_role, iam_client, start_moto
 from tests.fixtures.brokerenv import BrokerEnv, make_env
 from tests.fixtures.latencyproxy import LatencyProxy, latency_proxy
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BROKER_ROLE, FLOOR_ROLE = "bench-broker", "bench-floor"
 SESSION_POLICY = {
     "Version": "2012-10-17",
@@ -226,7 +226,9 @@ def measure(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.aws_round_trips", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.commands.aws_round_trips", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--runs", type=int, default=15, help="timed cycles per latency (default 15)")
     parser.add_argument("--rtt", type=float, default=40, help="milliseconds added to every request (default 40)")
     parser.add_argument("--handshakes", type=float, default=2, help="RTTs a new connection adds (default 2)")

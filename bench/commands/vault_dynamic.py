@@ -10,7 +10,7 @@ connection), so that each sequential Vault call on the critical path shows
 as one more RTT. The goal: the three dynamic kinds add no more than one
 round trip each (3 x RTT). Alone it prints the rows and a JSON document.
 
-    .venv/bin/python -m bench.vault_dynamic [--runs 15] [--rtt 40]
+    .venv/bin/python -m bench.commands.vault_dynamic [--runs 15] [--rtt 40]
 """
 
 from __future__ import annotations

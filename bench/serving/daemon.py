@@ -3,7 +3,7 @@
 Part of ``scripts/bench`` (``--only daemon``; ``--quick`` makes it small), or alone; either
 way it starts its own OpenBao dev server (devstack) and its own daemon:
 
-    .venv/bin/python -m bench.daemon [--runs 15] [--cycles 1000] [--concurrent 32]
+    .venv/bin/python -m bench.serving.daemon [--runs 15] [--cycles 1000] [--concurrent 32]
 
 Figures (medians of ``--runs`` runs unless said otherwise):
 - cold start: ``python -c pass`` next to ``broker status`` as the daemon's thin client and as the direct CLI;
@@ -73,7 +73,7 @@ def wait(condition: Callable[[], bool], what: str, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
-            raise RuntimeError(f"bench.daemon: gave up waiting for {what}")
+            raise RuntimeError(f"bench.serving.daemon: gave up waiting for {what}")
         time.sleep(0.05)
 
 
@@ -102,7 +102,7 @@ def timed(action: Callable[[], object], runs: int) -> float:
 def run(args: list[str], env: dict[str, str] | None = None) -> str:
     done = subprocess.run(args, capture_output=True, text=True, env=env, check=False)
     if done.returncode != 0:
-        raise RuntimeError(f"bench.daemon: {' '.join(args[:4])}... failed: {done.stderr.strip()}")
+        raise RuntimeError(f"bench.serving.daemon: {' '.join(args[:4])}... failed: {done.stderr.strip()}")
     return done.stdout
 
 
@@ -239,7 +239,8 @@ def add_rows(found: dict[str, Any], report: Report) -> None:
         thin = ms[f"{kind}, thin client"] / floor
         report.add(
             Row(
-                # The 0.3x goal is against the three-provider floor: the latency figure (bench/stack_rtt.py).
+                # The 0.3x goal is against the three-provider floor: the latency figure
+                # (bench/serving/stack_rtt.py).
                 "daemon", f"daemon: `broker {kind}` via the thin client / Vault-only floor", round(thin, 2), "x",
                 "", None, f"({ms[f'{kind}, thin client']:.0f} vs {floor:.0f} ms)", found,
             )

@@ -10,6 +10,8 @@ so joining it saves no record.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 LARGE = 16 * 1024  # a TLS record's worth of plaintext
 
 
@@ -31,6 +33,11 @@ class Outgoing:
             return
         self._close_small()
         self._pieces.append(data)
+
+    def extend(self, parts: Iterable[bytes] | None) -> None:
+        """The parts of one framed piece (h11's ``send_with_data_passthrough``): its frame and its data."""
+        for part in parts or ():
+            self.add(part)
 
     def take(self) -> list[bytes]:
         """Everything ready, in order; the buffer is empty afterwards."""

@@ -289,8 +289,8 @@ class Cycle:
 
         def send(pieces: Iterable[bytes]) -> None:
             for piece in pieces:
-                if piece:
-                    ready.add(up.send(h11.Data(data=piece)))
+                if piece:  # h11 frames it; its bytes are not joined into a copy (``Outgoing`` keeps them apart)
+                    ready.extend(up.send_with_data_passthrough(h11.Data(data=piece)))
 
         async def flush() -> None:
             if ready:

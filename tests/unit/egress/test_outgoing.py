@@ -31,3 +31,14 @@ def test_nothing_ready_is_false() -> None:
     ready.add(b"")
     ready.add(None)
     assert not ready
+
+
+def test_a_framed_piece_s_parts_keep_its_data_apart_and_uncopied() -> None:
+    big = os.urandom(4 * LARGE)
+    ready = Outgoing()
+    ready.add(b"head")
+    ready.extend([b"10000\r\n", big, b"\r\n"])  # what h11's send_with_data_passthrough gives for one piece
+    ready.extend(None)
+    ready.extend([b"0\r\n\r\n"])
+    pieces = ready.take()
+    assert pieces == [b"head10000\r\n", big, b"\r\n0\r\n\r\n"] and pieces[1] is big

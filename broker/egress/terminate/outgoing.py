@@ -21,6 +21,7 @@ class Outgoing:
     def __init__(self) -> None:
         self._pieces: list[bytes] = []
         self._small = bytearray()
+        self.size = 0  # bytes ready
 
     def __bool__(self) -> bool:
         return bool(self._pieces or self._small)
@@ -28,6 +29,7 @@ class Outgoing:
     def add(self, data: bytes | None) -> None:
         if not data:
             return
+        self.size += len(data)
         if len(data) < LARGE:
             self._small.extend(data)
             return
@@ -43,6 +45,7 @@ class Outgoing:
         """Everything ready, in order; the buffer is empty afterwards."""
         self._close_small()
         pieces, self._pieces = self._pieces, []
+        self.size = 0
         return pieces
 
     def _close_small(self) -> None:

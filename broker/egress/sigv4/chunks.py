@@ -78,7 +78,8 @@ class ChunkReader:
                 take = min(self._left, len(view))
                 self._left -= take
                 self.decoded += take
-                yield ChunkData(bytes(view[:take]))
+                # A piece that is all data goes on as it is: no copy of the bytes most of a body is made of.
+                yield ChunkData(data if take == len(data) else bytes(view[:take]))
                 view = view[take:]
                 if not self._left:
                     self._state = _DATA_END

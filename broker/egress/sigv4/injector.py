@@ -77,10 +77,13 @@ class ResignedPassage:
         self.head: RequestHead | None = _request_head(verified.head) if verified.head is not None else None
 
     def feed(self, piece: bytes) -> Iterable[bytes]:
+        """The pieces that may go upstream now, checked before this returns; a spooled chunk's bytes are read
+        from its spool as they are taken, so a chunk larger than memory is never held whole."""
         try:
-            return list(self._verified.feed(piece))
+            pieces = self._verified.feed(piece)
         except RequestRefused as error:
             raise refused(error.refusal, self._service) from None
+        return self._pieces(iter(pieces))
 
     def end(self) -> Ending:
         try:

@@ -10,6 +10,8 @@ so joining it saves no record.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 LARGE = 16 * 1024  # a TLS record's worth of plaintext
 
 
@@ -19,6 +21,7 @@ class Outgoing:
     def __init__(self) -> None:
         self._pieces: list[bytes] = []
         self._small = bytearray()
+        self.size = 0  # bytes ready
 
     def __bool__(self) -> bool:
         return bool(self._pieces or self._small)
@@ -26,16 +29,23 @@ class Outgoing:
     def add(self, data: bytes | None) -> None:
         if not data:
             return
+        self.size += len(data)
         if len(data) < LARGE:
             self._small.extend(data)
             return
         self._close_small()
         self._pieces.append(data)
 
+    def extend(self, parts: Iterable[bytes] | None) -> None:
+        """The parts of one framed piece (h11's ``send_with_data_passthrough``): its frame and its data."""
+        for part in parts or ():
+            self.add(part)
+
     def take(self) -> list[bytes]:
         """Everything ready, in order; the buffer is empty afterwards."""
         self._close_small()
         pieces, self._pieces = self._pieces, []
+        self.size = 0
         return pieces
 
     def _close_small(self) -> None:

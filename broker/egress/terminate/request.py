@@ -1,30 +1,23 @@
 """One request through a terminated host, from its head to its evidence record.
 
-The steps, in order; each may refuse, and a refused request sends nothing
-upstream:
+The steps, in order; each may refuse, and a refused request sends nothing upstream:
 
 1. the session is not revoked, and the evidence log takes records;
-2. the guards (``broker.egress.guards``): the tunnel's own ``Host``, an
-   origin-form target, no routing headers; for a credential's host, none of
-   the headers its provider's guard takes out (Vault: response wrapping);
-3. the operations decision (``OperationsChecker``) on the head, or, when the
-   body decides (a push's ref updates, a GraphQL document, a review), on the
-   body: it is read and held (within the check's bound, ``100 Continue``
-   sent first when the client waits for it) until the decision comes; a
-   refusal is the check's own answer (git's report-status, GitHub's 403
-   JSON, a line of text), after which the rest of the body is read and
-   dropped (at most ``max_discarded_body``) so the client reads the answer
-   and the connection serves the next request, or the connection is closed;
-4. the credential step: the first injector of the host that takes the
-   request (``broker.egress.terminate.injector``) gives the passage its
-   head and body go upstream through;
-5. forward on the tunnel's kept upstream connection, the rest of the body
-   streamed while the answer is relayed (an upstream may answer early); the
-   answer's secrets become their stand-ins (``Masker``), a guarded host's
-   JSON answer is held and checked for the key its guard refuses (Vault: a
-   wrapping token);
-6. the ``egress.request`` record (``broker.egress.terminate.evidence``),
-   handed to the evidence writer whatever happened.
+2. the guards (``broker.egress.guards``): the tunnel's own ``Host``, an origin-form target, no routing headers;
+   for a credential's host, none of the headers its provider's guard takes out (Vault: response wrapping);
+3. the operations decision (``OperationsChecker``) on the head, or, when the body decides (a push's ref updates,
+   a GraphQL document, a review), on the body: it is read and held (within the check's bound, ``100 Continue``
+   sent first when the client waits for it) until the decision comes; a refusal is the check's own answer (git's
+   report-status, GitHub's 403 JSON, a line of text), after which the rest of the body is read and dropped (at
+   most ``max_discarded_body``) so the client reads the answer and the connection serves the next request, or
+   the connection is closed;
+4. the credential step: the first injector of the host that takes the request
+   (``broker.egress.terminate.injector``) gives the passage its head and body go upstream through;
+5. forward on the tunnel's kept upstream connection, the rest of the body streamed while the answer is relayed
+   (an upstream may answer early); the answer's secrets become their stand-ins (``Masker``), a guarded host's
+   JSON answer is held and checked for the key its guard refuses (Vault: a wrapping token);
+6. the ``egress.request`` record (``broker.egress.terminate.evidence``), handed to the evidence writer whatever
+   happened.
 
 ``run`` returns whether the client's connection may carry another request.
 """
@@ -281,33 +274,35 @@ class Cycle:
 
     async def _pump(self, passage: Passage, held: list[bytes], up: h11.Connection, out: asyncio.StreamWriter) -> None:
         """The head and body upstream through the passage: what was held, then the rest as it arrives. What is
-        ready goes in one write (one TLS record, one system call, where a small request is all ready at once);
-        a large piece goes as it is, not copied into that write (a body streams through without being joined)."""
+        ready goes in one write (one TLS record, one system call, where a small request is all ready at once); a
+        large piece goes as it is, framed by h11 but not copied (``send_with_data_passthrough``, ``Outgoing``);
+        a spooled chunk's pieces go as they are read, a write each ``body_chunk``, never gathered whole."""
         ready = Outgoing()
         if passage.head is not None:
             ready.add(up.send(_request(passage.head)))
-
-        def send(pieces: Iterable[bytes]) -> None:
-            for piece in pieces:
-                if piece:
-                    ready.add(up.send(h11.Data(data=piece)))
 
         async def flush() -> None:
             if ready:
                 out.writelines(ready.take())
                 await out.drain()
 
+        async def send(pieces: Iterable[bytes]) -> None:
+            for piece in pieces:
+                ready.extend(up.send_with_data_passthrough(h11.Data(data=piece)) if piece else None)
+                if ready.size >= self.limits.body_chunk:
+                    await flush()
+
         for piece in held:
-            send(passage.feed(piece))
+            await send(passage.feed(piece))
         while self.conn.their_state is h11.SEND_BODY:
             await flush()
             event = await self._body_event()
             if isinstance(event, h11.Data):
-                send(passage.feed(event.data))
+                await send(passage.feed(event.data))
         ending = passage.end()
         if ending.head is not None:
             ready.add(up.send(_request(ending.head)))
-        send(ending.pieces)
+        await send(ending.pieces)
         ready.add(up.send(h11.EndOfMessage()))
         await flush()
 

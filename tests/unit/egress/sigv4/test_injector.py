@@ -7,15 +7,20 @@ tested through the real proxy in ``tests/integration/egress/sigv4/test_sandbox.p
 
 from __future__ import annotations
 
+import os
+import tracemalloc
 from pathlib import Path
 
 import pytest
 
 from broker.core.credential.aws_held import placeholder_keys
 from broker.core.inputs.config import load_config
-from broker.egress.terminate.injector import InjectionRefused
+from broker.egress.operations import Answer
+from broker.egress.sigv4.injector import Resigner
+from broker.egress.terminate.injector import InjectionRefused, RequestHead
 from tests.fixtures.brokerenv import make_env
-from tests.fixtures.sigv4 import make_keys, resigner, sts_head
+from tests.fixtures.sigv4 import HOSTS, make_keys, resigner, sts_head
+from tests.fixtures.sigv4_chunks import signed_upload
 
 
 def test_placeholders_have_the_real_shapes_and_differ_from_the_real_keys() -> None:
@@ -69,3 +74,25 @@ def test_an_aws_provider_without_proxy_hosts_re_signs_for_its_region_s_sts_and_s
         "s3.eu-west-2.amazonaws.com:443",
     ]
     assert [str(h) for h in config.proxy_targets["mine"].hosts] == ["127.0.0.1:8443"]
+
+
+def test_a_signed_chunk_larger_than_memory_goes_on_from_its_spool_piece_by_piece(tmp_path: Path) -> None:
+    real = make_keys()
+    injector = Resigner("store", HOSTS, placeholder_keys(real), real, spool_dir=tmp_path)
+    data = os.urandom(16 << 20)
+    upload = signed_upload(data, host="s3.us-east-1.amazonaws.com", size=len(data), keys=injector.placeholder)
+    passage = injector.begin(RequestHead(upload.head.method, upload.head.target, upload.head.headers))
+    assert not isinstance(passage, Answer)
+    sent = 0
+    tracemalloc.start()
+    try:
+        for start in range(0, len(upload.body), 65536):
+            for piece in passage.feed(upload.body[start : start + 65536]):  # taken as they come, like the proxy
+                sent += len(piece)
+        sent += sum(len(piece) for piece in passage.end().pieces)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+        passage.close()
+    assert sent == len(upload.body)
+    assert peak < 2 << 20  # the 16 MiB chunk was never held whole: it went from the spool in pieces

@@ -19,7 +19,7 @@ TABLES: dict[str, dict[str, Any]] = {
     "github_app": {"type": "github_app", "app_id": "1", "private_key_file": "k.pem"},
 }
 EXPECTED = {
-    "vault": {"Warming", "FindsMinted", "ChecksGrants", "Refreshing", "Narrowing"},
+    "vault": {"Warming", "FindsMinted", "ChecksGrants", "Refreshing", "Narrowing", "VersionedSecrets"},
     "aws_sts": {"Warming", "FindsMinted", "Reserving", "SharesLocks", "Narrowing"},
     "github_app": {"Warming", "Narrowing"},
 }

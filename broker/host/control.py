@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from broker.host.peercred import peer_credentials
+from broker.vocab.errors import ProviderError
 from broker.vocab.session_ids import check_session_id
 
 REQUEST, STOPPED, REFUSED = b"revoke\n", b"stopped\n", b"refused\n"
@@ -199,17 +200,26 @@ def ask_renew(state_dir: Path, session_id: str, credential: str | None) -> list[
     named): what each renewal did; None when no exec of the session listens on this host or none renews there."""
     name = _socket_name(session_id)
     request = RENEW + (b" " + credential.encode("ascii") if credential else b"") + b"\n"
-    answer = b""
+    answer, asked = b"", False
     try:
         with _reachable(state_dir / "control", name) as address, socket.socket(socket.AF_UNIX) as client:
             client.settimeout(ANSWER_TIMEOUT)
             client.connect(address)
             client.sendall(request)
+            asked = True
             while not answer.endswith(b"\n") and len(answer) < MAX_ANSWER:
                 piece = client.recv(MAX_ANSWER - len(answer))
                 if not piece:
                     break
                 answer += piece
+    except TimeoutError:
+        if not asked:
+            return None
+        raise ProviderError(  # the exec is there and renewing: saying it runs no exec would be wrong
+            f"session {session_id}'s exec did not answer within {ANSWER_TIMEOUT:g} s; its renewal may still"
+            " finish (a replaced AWS key pair waits for uploads still under way on it): see credential.renewed"
+            " in the log"
+        ) from None
     except OSError:
         return None
     if not answer.endswith(b"\n") or answer in (NONE, REFUSED):

@@ -36,6 +36,7 @@ from tests.fixtures.sandbox import sandbox_unavailable
 from tests.fixtures.tls import make_test_ca
 from tests.integration.daemon.test_exec import _client_process, _workspace
 from tests.integration.egress.test_any_service import key, service_policy
+from tests.integration.egress.test_secret_refresh import TASK
 from tests.integration.host.test_exec import workspace
 
 if TYPE_CHECKING:
@@ -55,25 +56,6 @@ wait_for() { while [ ! -e "/workspace/$1" ]; do sleep 0.05; done; }
 step before "$(call before) $(cat /run/secrets/openai/secret)"
 wait_for go
 step after "$(call after) $(cat /run/secrets/openai/secret)"
-"""
-
-TASK = """
-version: 1
-task: fix-build-7
-ttl: 20m
-sandbox: {{uid: 1000, gid: 1000, mount_path: /run/secrets}}
-network:
-  allow: ["{host}"]
-credentials:
-  - name: openai
-    provider: vault
-    kind: secret
-    path: {path}
-    field: api_key
-    inject: proxy
-    hosts: ["{host}"]
-    header: "Authorization: Bearer {{}}"
-    env: OPENAI_API_KEY
 """
 
 

@@ -17,6 +17,7 @@ import pytest
 from broker.egress.sigv4 import AwsKeys, Reason, Refusal, RequestRefused, SpoolLimits, Verifier
 from tests.fixtures.sigv4 import Captured, forward, header, make_keys
 from tests.fixtures.sigv4_chunks import chunk_signature, crc32, signed_upload, signing_key, trailer_signature
+from tests.unit.egress.sigv4.test_examples import EXAMPLE
 
 PLACEHOLDER = make_keys()
 REAL = make_keys()
@@ -24,10 +25,7 @@ EMPTY = hashlib.sha256(b"").hexdigest()
 
 
 def test_the_signer_of_these_tests_gives_aws_published_chunk_signatures() -> None:
-    from broker.vocab.secret import Secret
-
-    example = AwsKeys("AKIAIOSFODNN7EXAMPLE", Secret("wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"))
-    key, stamp = signing_key(example, "20130524"), "20130524T000000Z"
+    key, stamp = signing_key(EXAMPLE, "20130524"), "20130524T000000Z"  # AWS's published example keys
     seed = "4f232c4386841ef735655705268965c44a0e4690baa4adea153f7db9fa80a0a9"
     first = chunk_signature(key, stamp, seed, b"a" * 65536)
     assert first == "ad80c730a21e5b8d04586a2213dd63b9a0e99e0e2307b0ade35a65485a288648"

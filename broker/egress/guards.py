@@ -61,6 +61,7 @@ class Refusal(enum.StrEnum):
     HOST = "host"  # the request names another host than the tunnel's
     TARGET = "target"  # not an origin-form target
     MALFORMED = "malformed"  # not HTTP/1.1 that h11 accepts
+    FRAMING = "framing"  # two framings of the body (Transfer-Encoding and Content-Length): ``broker.egress.framing``
     WRAPPED = "wrapped-answer"  # an answer holding what its provider's guard refuses (Vault: a wrapping token)
     UNCHECKED = "unchecked-answer"  # a guarded JSON answer too long to be checked
     CREDENTIAL = "credential"  # a credential's injector refused it (an AWS signature that does not verify)

@@ -9,10 +9,10 @@ else is refused. With ``reviews: {approve: false}`` (the default) a review
 created or submitted with event ``APPROVE`` is refused (``POST
 /repos/O/R/pulls/N/reviews`` and ``.../reviews/ID/events``, their body read).
 
-A request naming another method in a header (``X-HTTP-Method-Override`` and
-its kin, which some frameworks obey) is refused: the method the broker checks
-must be the method the upstream runs. A body the broker must read may not be
-content-encoded. A refusal is a 403 in GitHub's own error shape.
+A method or path named in a header (``X-HTTP-Method-Override`` and its kin)
+is refused before any operations decide (``broker.egress.guards``). A body the
+broker must read may not be content-encoded. A refusal is a 403 in GitHub's
+own error shape.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from broker.egress.operations.model import APPROVE, GithubApiOperations
 from broker.egress.operations.segments import SegmentGlob
 
 GRAPHQL_PATHS = frozenset({"/graphql", "/api/graphql"})
-METHOD_OVERRIDES = frozenset({"x-http-method-override", "x-http-method", "x-method-override"})
 REVIEW_PATHS = tuple(
     SegmentGlob.of(prefix + path, leading_slash=True)
     for prefix in ("", "/api/v3")
@@ -38,12 +37,9 @@ def check_api(
     method: str,
     paths: tuple[str, ...],
     query: str,
-    header_names: frozenset[str],
     encoding: str,
 ) -> Decision | JsonBodyCheck:
     """The head's decision, or the body check of a GraphQL request or a review."""
-    if header_names & METHOD_OVERRIDES:
-        return refused_github(rule, "a method-override header is refused")
     for path in paths:
         denied = next((route for route in section.deny if route.matches(method, path)), None)
         if denied is not None:

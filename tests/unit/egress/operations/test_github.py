@@ -105,18 +105,11 @@ def test_another_spelling_of_a_denied_route_is_refused(target: str) -> None:
     assert not decide("PUT", target, using=wide).allowed
 
 
-@pytest.mark.parametrize(
-    ("method", "headers"),
-    [
-        ("put", ()),
-        ("Put", ()),
-        ("POST", (("X-HTTP-Method-Override", "PUT"),)),
-        ("POST", (("x-http-method", "PUT"),)),
-        ("POST", (("X-Method-Override", "PUT"),)),
-    ],
-)
-def test_the_method_checked_is_the_method_run(method: str, headers: tuple[tuple[str, str], ...]) -> None:
-    assert not decide(method, "/repos/o/r/pulls/1/merge", headers=headers, using=checker(allow=["* *"])).allowed
+@pytest.mark.parametrize("method", ["put", "Put"])
+def test_the_method_checked_is_the_method_run(method: str) -> None:
+    # A method named in a header (X-HTTP-Method-Override and its kin) is refused before the operations decide, on
+    # every terminated host: tests/security/egress/test_overrides.py.
+    assert not decide(method, "/repos/o/r/pulls/1/merge", using=checker(allow=["* *"])).allowed
 
 
 @pytest.mark.parametrize("event", ["APPROVE", "approve", " Approve "])

@@ -7,7 +7,9 @@ queries pass whether or not ``allow`` names the endpoint, mutations only when
 listed); otherwise an ``allow`` route must match every reading, and everything
 else is refused. With ``reviews: {approve: false}`` (the default) a review
 created or submitted with event ``APPROVE`` is refused (``POST
-/repos/O/R/pulls/N/reviews`` and ``.../reviews/ID/events``, their body read).
+/repos/O/R/pulls/N/reviews`` and ``.../reviews/ID/events``, their body read);
+a review there carries its event in its JSON body alone, so one with a query
+string is refused (as GraphQL is: a server may read the event from either).
 
 GitHub also answers a repository's routes by its id, ``/repositories/ID/...``
 (what its pagination links name), an organisation's by
@@ -119,6 +121,8 @@ def check_api(
             return refused_github(rule, f"{method} {reading} is not in allow")
         matched.append(route)
     if not section.approve and method == "POST" and any(may_match(g, r) for g in REVIEW_PATHS for r in every):
+        if query:
+            return refused_github(rule, "a review takes its event from its JSON body alone, never a query string")
         if encoding:
             return refused_github(rule, "a review whose body is content-encoded cannot be read")
         return JsonBodyCheck(lambda body: _review(rule, body), lambda reason: refused_github(rule, reason))

@@ -1,11 +1,14 @@
-"""``github_api`` limits hold for GitHub's other spelling of a request: a repository by id.
+"""``github_api`` limits hold for GitHub's other spellings of a request: a repository by id, a review's query.
 
 GitHub answers a repository's routes by its id as well as by its name:
 ``PUT /repositories/1296269/pulls/1/merge`` merges as ``PUT
 /repos/OWNER/REPO/pulls/1/merge`` does (its pagination links name that form;
 GHES serves it under ``/api/v3``). Under a broad allow, a ``deny`` written for
 the name form must refuse the id form too, and so must the check of an
-approving review. curl goes through the session's proxy (in process,
+approving review. And a review's event given in the query string (``POST
+.../reviews?event=APPROVE`` with the body ``{}``) is not read from the body
+the check reads: a server that takes parameters from the query would approve.
+curl goes through the session's proxy (in process,
 ``tests/fixtures/operations_stage.py``) to the recording stand-in of a GHES
 API; what reached it is what it recorded.
 """
@@ -67,3 +70,17 @@ def test_a_denied_route_is_refused_in_its_by_id_spelling_too(stage: Stage) -> No
         ("PUT", f"/api/v3/REPOSITORIES/{REPO_ID}/pulls/1/merge/"),
         ("POST", f"/api/v3/repositories/{REPO_ID}/pulls/1/reviews"),
     ]
+
+
+def test_an_approving_review_s_event_in_the_query_string_is_refused(stage: Stage) -> None:
+    limit(stage, allow=["GET *", "POST /api/v3/repos/*/*/pulls/*/reviews"], reviews={"approve": False})
+    reviews = "/api/v3/repos/octo/widgets/pulls/1/reviews"
+    for query in ("?event=APPROVE", "?event=approve", "?%65vent=APPROVE", "?x=1&event=APPROVE"):
+        status, text = curl(stage, "POST", reviews + query, "{}")
+        assert status == 403, (query, text)
+        assert "never a query string" in json.loads(text)["message"]
+    assert stage.api.requests() == []
+    assert curl(stage, "POST", reviews, '{"event": "COMMENT", "body": "nits"}')[0] == 201
+    assert stage.api.requests() == [("POST", reviews)]
+    records = stage.records(5)
+    assert [r["decision"] for r in records] == ["refused"] * 4 + ["allowed"]

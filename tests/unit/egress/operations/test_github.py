@@ -144,6 +144,14 @@ def test_an_allow_route_takes_the_by_id_spelling_only_for_every_name() -> None:
     assert decide("GET", "/repositories", using=checker(allow=["GET /repositories"])).allowed
 
 
+@pytest.mark.parametrize("query", ["?event=APPROVE", "?event=COMMENT", "?%65vent=approve", "?x=1&event=approve"])
+def test_a_review_carries_its_event_in_its_body_alone(query: str) -> None:
+    for target in ("/repos/o/r/pulls/1/reviews", "/repos/o/r/pulls/1/reviews/7/events"):
+        refused = decide("POST", target + query, {})
+        assert github_error(refused)["message"].endswith("never a query string")
+    assert decide("POST", "/repos/o/r/pulls/1/reviews?event=APPROVE", {}, using=checker(reviews={"approve": True}))
+
+
 @pytest.mark.parametrize("event", ["APPROVE", "approve", " Approve "])
 def test_an_approving_review_is_refused(event: str) -> None:
     for target in ("/repos/o/r/pulls/1/reviews", "/repos/o/r/pulls/1/reviews/7/events", "/repos/o/r/pulls/1/reviews/"):

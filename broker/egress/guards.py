@@ -10,8 +10,19 @@ both are in canonical form (``canonical_host``: lower case, one trailing dot
 dropped; an IPv6 literal as its address; the https port 443 elided), an
 origin-form target (``/path``), and none of the headers fronts take another
 host from (``Forwarded``, ``X-Forwarded-Host`` and the like). Upstream gets
-the canonical authority as its ``Host``. Anything else is refused with 400
-before a connection upstream is opened.
+the canonical authority as its ``Host``.
+
+Likewise the request runs the method and the path of its request line, which
+the operations decision, the credential's injector and the ``egress.request``
+record are all about: a header some frameworks and fronts take another
+method from (``X-HTTP-Method-Override``, ``X-HTTP-Method``,
+``X-Method-Override``: Express's method-override, ASP.NET, Google's APIs) or
+another path (``X-Original-URL``, ``X-Rewrite-URL``, ``X-Override-URL``: IIS,
+Symfony-style front controllers) is refused on every terminated host, with
+operations or a credential alone. Header names are compared case-insensitively
+and with ``_`` as ``-`` (a CGI-style gateway reads ``X_HTTP_Method_Override``
+as ``X-HTTP-Method-Override``). Anything else is refused with 400 before a
+connection upstream is opened.
 
 A provider can hand out, on request, an answer that carries the secret
 elsewhere: Vault wraps any answer in a single-use wrapping token when asked
@@ -51,6 +62,17 @@ HTTPS_PORT = 443
 ROUTING_HEADERS = frozenset(
     {b"forwarded", b"x-forwarded-host", b"x-forwarded-server", b"x-host", b"x-original-host", b"x-http-host-override"}
 )
+#: Headers a framework or front may take another method or path from than the request line's.
+OVERRIDE_HEADERS = frozenset(
+    {
+        b"x-http-method-override",
+        b"x-http-method",
+        b"x-method-override",
+        b"x-original-url",
+        b"x-rewrite-url",
+        b"x-override-url",
+    }
+)
 _JSON_TYPES = frozenset({b"", b"application/json", b"text/json"})
 
 
@@ -61,6 +83,8 @@ class Refusal(enum.StrEnum):
     HOST = "host"  # the request names another host than the tunnel's
     TARGET = "target"  # not an origin-form target
     MALFORMED = "malformed"  # not HTTP/1.1 that h11 accepts
+    FRAMING = "framing"  # two framings of the body (Transfer-Encoding and Content-Length): ``broker.egress.framing``
+    OVERRIDE = "override"  # a header naming another method or path than the request line's
     WRAPPED = "wrapped-answer"  # an answer holding what its provider's guard refuses (Vault: a wrapping token)
     UNCHECKED = "unchecked-answer"  # a guarded JSON answer too long to be checked
     CREDENTIAL = "credential"  # a credential's injector refused it (an AWS signature that does not verify)
@@ -115,7 +139,7 @@ def checked_headers(request: h11.Request, host: str, port: int) -> list[Header]:
     """The headers of a request inside the tunnel to ``host``:``port``, its one ``Host`` in canonical form.
 
     ``Refused`` (400) when the target is not origin-form, when there is not exactly one ``Host`` naming this
-    authority, or when a header names a host for a front to route by.
+    authority, when a header names a host for a front to route by, or another method or path to run.
     """
     authority = tunnel_authority(host, port)
     if not request.target.startswith(b"/"):
@@ -127,10 +151,21 @@ def checked_headers(request: h11.Request, host: str, port: int) -> list[Header]:
             f"a request inside this tunnel carries exactly one Host header, {authority.decode()}",
             Refusal.HOST,
         )
-    routing = sorted({name.decode() for name, _ in request.headers if name in ROUTING_HEADERS})
+    routing = _named(request.headers, ROUTING_HEADERS)
     if routing:
-        raise Refused(400, f"a request inside the tunnel names no other host ({routing[0]})", Refusal.HOST)
+        raise Refused(400, f"a request inside the tunnel names no other host ({routing})", Refusal.HOST)
+    override = _named(request.headers, OVERRIDE_HEADERS)
+    if override:
+        raise Refused(
+            400, f"a request runs the method and path of its request line: {override} is refused", Refusal.OVERRIDE
+        )
     return [(b"host", authority), *((name, value) for name, value in request.headers if name != b"host")]
+
+
+def _named(headers: Sequence[Header], names: frozenset[bytes]) -> str:
+    """The first of ``names`` (in sorted order) among ``headers``, as the request wrote it; empty when none."""
+    found = sorted(name for name, _ in headers if name.lower().replace(b"_", b"-") in names)
+    return found[0].decode("ascii", "replace") if found else ""
 
 
 @dataclass(frozen=True)

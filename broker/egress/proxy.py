@@ -26,9 +26,10 @@ connections are bounded: at most
 ``max_connections`` at once, request heads of at most ``max_head_bytes``,
 and buffers of ``chunk`` bytes with back-pressure in each direction; an
 open tunnel is copied by the kernel (``broker.egress.splice``). Plain
-HTTP is one request per connection (``Connection: close`` both ways);
-``Transfer-Encoding`` and ``Content-Length`` pass on, and h11 frames each
-side's body to match them.
+HTTP is one request per connection (``Connection: close`` both ways); a
+request has one framing, the proxy's upstream (``broker.egress.framing``: one
+with both ``Transfer-Encoding`` and ``Content-Length`` is refused with 400),
+and h11 frames each side's body to match it.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ from broker.egress.exchange import (
     parse_authority,
     read_head,
 )
+from broker.egress.framing import declared, framed
 from broker.egress.guards import Refusal, RefusedRequest, tunnel_authority
 from broker.egress.terminate.request import REVOKED
 from broker.egress.terminate.tunnel import serve_plain, serve_tunnel
@@ -262,8 +264,11 @@ class EgressProxy:
             await self.vetted_addresses(host, port)  # a destination not allowed is denied before anything else
             await serve_plain(self, self.interceptor, host, port, url, request, (conn, reader, writer), self.evidence)
             return
+        if not self.allows(host, port):
+            raise self._deny(host, port)
+        framing = declared(request.headers, request.http_version)  # one framing of the body, or 400
         headers = [(k, v) for k, v in request.headers if k not in HOP_BY_HOP and k != b"host"]
-        headers = [(b"host", url.netloc.encode("ascii")), *headers, (b"connection", b"close")]
+        headers = [(b"host", url.netloc.encode("ascii")), *framed(headers, framing), (b"connection", b"close")]
         origin = (url.path or "/") + (f"?{url.query}" if url.query else "")
         upstream_reader, upstream_writer = await self.open_upstream(host, port)
         await self._exchange(conn, request.method, origin, headers, reader, writer, upstream_reader, upstream_writer)

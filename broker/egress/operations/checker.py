@@ -25,16 +25,13 @@ def _text(value: bytes | str) -> str:
     return value.decode("latin-1") if isinstance(value, bytes) else value
 
 
-def _headers(headers: Iterable[tuple[bytes | str, bytes | str]]) -> tuple[frozenset[str], str]:
-    """The header names (lower case) and the content codings other than identity, comma-joined."""
-    names: set[str] = set()
+def _encoding(headers: Iterable[tuple[bytes | str, bytes | str]]) -> str:
+    """The content codings other than identity, comma-joined."""
     codings: list[str] = []
     for raw_name, raw_value in headers:
-        name = _text(raw_name).lower()
-        names.add(name)
-        if name == "content-encoding":
+        if _text(raw_name).lower() == "content-encoding":
             codings.extend(c.strip().lower() for c in _text(raw_value).split(","))
-    return frozenset(names), ",".join(c for c in codings if c and c != "identity")
+    return ",".join(c for c in codings if c and c != "identity")
 
 
 class OperationsChecker:
@@ -77,13 +74,13 @@ class OperationsChecker:
         except RouteError as exc:
             return refuse(str(exc))
         query = query_of(text)
-        names, encoding = _headers(headers)
+        encoding = _encoding(headers)
         if git is not None:
             kind = classify(verb, paths, query)
             if kind is not GitRequest.OTHER:
                 return check_git(git, rule, kind, verb, encoding)
         if api is not None:
-            return check_api(api, rule, verb, paths, query, names, encoding)
+            return check_api(api, rule, verb, paths, query, encoding)
         if http is not None:
             return _check_http(http, rule, verb, paths)
         return refused_text(rule, Kind.GIT, f"{verb} {paths[0]} is not git smart HTTP")

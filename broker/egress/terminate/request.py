@@ -3,8 +3,9 @@
 The steps, in order; each may refuse, and a refused request sends nothing upstream:
 
 1. the session is not revoked, and the evidence log takes records;
-2. the guards (``broker.egress.guards``): the tunnel's own ``Host``, an origin-form target, no routing headers;
-   for a credential's host, none of the headers its provider's guard takes out (Vault: response wrapping);
+2. one framing of the body (``broker.egress.framing``); the guards (``broker.egress.guards``): the tunnel's own
+   ``Host``, an origin-form target, no routing headers, no method or path override; for a credential's host,
+   none of the headers its provider's guard takes out (Vault: response wrapping);
 3. the operations decision (``OperationsChecker``) on the head, or, when the body decides (a push's ref updates,
    a GraphQL document, a review), on the body: it is read and held (within the check's bound, ``100 Continue``
    sent first when the client waits for it) until the decision comes; a refusal is the check's own answer (git's
@@ -13,7 +14,8 @@ The steps, in order; each may refuse, and a refused request sends nothing upstre
    the connection is closed;
 4. the credential step: the first injector of the host that takes the request
    (``broker.egress.terminate.injector``) gives the passage its head and body go upstream through;
-5. forward on the tunnel's kept upstream connection, the rest of the body streamed while the answer is relayed
+5. forward on the tunnel's kept upstream connection, the head framed by the proxy (never with the client's
+   framing headers), the rest of the body streamed while the answer is relayed
    (an upstream may answer early); the answer's secrets become their stand-ins (``Masker``), a guarded host's
    JSON answer is held and checked for the key its guard refuses (Vault: a wrapping token);
 6. the ``egress.request`` record (``broker.egress.terminate.evidence``), handed to the evidence writer whatever
@@ -32,6 +34,7 @@ from dataclasses import dataclass
 import h11
 
 from broker.egress.exchange import HOP_BY_HOP, Refused, next_event
+from broker.egress.framing import Framing, declared, framed
 from broker.egress.guards import AnswerGuard, HeldAnswer, Refusal, checked_headers, held_back
 from broker.egress.inject import Masker
 from broker.egress.operations import Answer, BodyCheck, Decision
@@ -100,6 +103,7 @@ class Cycle:
                 return False
             if self.sink is not None and self.sink.failing:
                 raise Refused(503, "the issuance log cannot take this request's record, so nothing is forwarded")
+            declared(self.request.headers, self.request.http_version)  # one framing of the body, or 400
             headers = checked_headers(self.request, host, port)  # the tunnel's own host, or 400
             guard = self.plan.answer_guard(host, port)
             if guard is not None:
@@ -384,14 +388,12 @@ class Cycle:
 
 
 def _request(head: RequestHead) -> h11.Request:
-    return h11.Request(method=head.method, target=head.target, headers=list(head.headers))
+    """The request upstream: ``head`` framed by the proxy (the framing its headers declare, written anew)."""
+    return h11.Request(method=head.method, target=head.target, headers=framed(head.headers, declared(head.headers)))
 
 
 def _has_body(request: h11.Request) -> bool:
-    for name, value in request.headers:
-        if name == b"transfer-encoding" or (name == b"content-length" and value.strip() != b"0"):
-            return True
-    return False
+    return declared(request.headers, request.http_version) not in (None, Framing(0))  # checked on arrival
 
 
 def _compressed(headers: Iterable[tuple[bytes, bytes]]) -> bool:

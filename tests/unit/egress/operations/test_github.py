@@ -105,18 +105,51 @@ def test_another_spelling_of_a_denied_route_is_refused(target: str) -> None:
     assert not decide("PUT", target, using=wide).allowed
 
 
+@pytest.mark.parametrize("method", ["put", "Put"])
+def test_the_method_checked_is_the_method_run(method: str) -> None:
+    # A method named in a header (X-HTTP-Method-Override and its kin) is refused before the operations decide, on
+    # every terminated host: tests/security/egress/test_overrides.py.
+    assert not decide(method, "/repos/o/r/pulls/1/merge", using=checker(allow=["* *"])).allowed
+
+
 @pytest.mark.parametrize(
-    ("method", "headers"),
+    ("deny", "target"),
     [
-        ("put", ()),
-        ("Put", ()),
-        ("POST", (("X-HTTP-Method-Override", "PUT"),)),
-        ("POST", (("x-http-method", "PUT"),)),
-        ("POST", (("X-Method-Override", "PUT"),)),
+        ("PUT /repos/*/*/pulls/*/merge", "/repositories/1296269/pulls/1/merge"),
+        ("PUT /repos/octo/widgets/pulls/*/merge", "/repositories/1296269/pulls/1/merge"),  # any repo the id may be
+        ("PUT /repos/o*/w*/pulls/*/merge", "/Repositories/1296269/pulls/1/merge/"),
+        ("PUT /repos/*", "/repositories/1296269/pulls/1/merge"),
+        ("PUT /api/v3/repos/*/*/pulls/*/merge", "/api/v3/repositories/1296269/pulls/1/merge"),
+        ("PUT /repositories/*/pulls/*/merge", "/repositories/1296269/pulls/1/merge"),  # the id form, written
+        ("DELETE /orgs/*/members/*", "/organizations/9919/members/x"),
+        ("PATCH /users/*", "/user/583231"),
     ],
 )
-def test_the_method_checked_is_the_method_run(method: str, headers: tuple[tuple[str, str], ...]) -> None:
-    assert not decide(method, "/repos/o/r/pulls/1/merge", headers=headers, using=checker(allow=["* *"])).allowed
+def test_a_deny_route_holds_for_github_s_by_id_spelling(deny: str, target: str) -> None:
+    method = deny.partition(" ")[0]
+    wide = checker(allow=["* *"], deny=[deny])
+    refused = decide(method, target, using=wide)
+    assert "(by id, as /" in github_error(refused)["message"] or "/repositories/*" in deny
+    assert decide(method, target.replace("1296269", "x1").replace("9919", "x1").replace("583231", "x1"), using=wide)
+
+
+def test_an_allow_route_takes_the_by_id_spelling_only_for_every_name() -> None:
+    assert decide("GET", "/repositories/1296269/issues?page=2", using=checker(allow=["GET *"])).allowed
+    assert decide(
+        "GET", "/repositories/1296269/issues", using=checker(allow=["GET /repo*/*/issues", "GET /repos/*/*/issues"])
+    ).allowed
+    for allow in ("GET /repos/*/*/issues", "GET /repos/octo/*/issues", "GET /repositories/*/issues"):
+        refused = decide("GET", "/repositories/1296269/issues", using=checker(allow=[allow]))
+        assert github_error(refused)["message"].endswith("is not in allow")
+    assert decide("GET", "/repositories", using=checker(allow=["GET /repositories"])).allowed
+
+
+@pytest.mark.parametrize("query", ["?event=APPROVE", "?event=COMMENT", "?%65vent=approve", "?x=1&event=approve"])
+def test_a_review_carries_its_event_in_its_body_alone(query: str) -> None:
+    for target in ("/repos/o/r/pulls/1/reviews", "/repos/o/r/pulls/1/reviews/7/events"):
+        refused = decide("POST", target + query, {})
+        assert github_error(refused)["message"].endswith("never a query string")
+    assert decide("POST", "/repos/o/r/pulls/1/reviews?event=APPROVE", {}, using=checker(reviews={"approve": True}))
 
 
 @pytest.mark.parametrize("event", ["APPROVE", "approve", " Approve "])

@@ -199,7 +199,7 @@ class Issuing(Minting):
         self.interceptor = interceptor
         self.approved = approved
         self.delegated = delegated
-        self.delegation = delegation if decision.delegate_depth > 0 else None
+        self.delegation = delegation if decision.delegation.depth > 0 else None
         ancestors = delegated.ancestors if delegated is not None else ()
         sandbox = manifest.sandbox
         self.directory = SessionDirectory(runtime, self.session_id, sandbox.uid, sandbox.gid, ancestors)
@@ -228,7 +228,7 @@ class Issuing(Minting):
             host=self.broker.config.host,
             requester_uid=self.broker.requester.uid,
             parent=self.delegated.parent.id if self.delegated is not None else None,
-            delegate_depth=self.decision.delegate_depth,
+            delegate_depth=self.decision.delegation.depth,
         )
         if self.approved is None:
             self.broker.store.create_session(record)

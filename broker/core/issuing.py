@@ -76,9 +76,8 @@ from broker.vocab.tracing import carried, span
 from providers.base import CredentialRequest, MintedCredential
 
 if TYPE_CHECKING:
-    import socket
-
     from broker.core.delegation.coverage import Delegated
+    from broker.core.delegation.socket_request import DelegationSocket
 
 LOG = logging.getLogger("broker.issue")
 
@@ -98,15 +97,6 @@ def check(broker: Broker, manifest: Manifest) -> Decision:
         credentials=[c.to_json() for c in decision.credentials],
     )
     return decision
-
-
-class DelegationSocket:
-    """Asks ``issuing`` for the session's ``broker.sock`` (when its rules allow children), owned by ``owner``;
-    holds the listening socket once it is bound."""
-
-    def __init__(self, owner: tuple[int, int] | None) -> None:
-        self.owner = owner
-        self.listener: socket.socket | None = None
 
 
 @contextlib.contextmanager
@@ -251,6 +241,7 @@ class Issuing(Minting):
         results = [future.result() for future in futures]  # the first failure raises here
         if self.delegation is not None:  # while the directory is the broker's alone: nothing in it can be swapped
             self.delegation.listener = self.directory.bind_socket(self.delegation.owner)
+            self.delegation.limits = self.decision.delegation
         document = self.document(results)
         self.directory.write_file("session.json", document.file_content())
         self.directory.seal()

@@ -184,7 +184,8 @@ class Issuing(Minting):
         runtime = broker.runtime
         now = broker.clock().replace(microsecond=0)
         session_id = approved.request if approved else delegated.session_id if delegated else new_session_id()
-        super().__init__(broker, manifest, decision, session_id, now + timedelta(seconds=decision.session_ttl))
+        expires_at, parent = now + timedelta(seconds=decision.session_ttl), delegated.parent.id if delegated else None
+        super().__init__(broker, manifest, decision, session_id, expires_at, parent=parent)
         self.now = now
         self.interceptor = interceptor
         self.approved = approved

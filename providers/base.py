@@ -108,6 +108,9 @@ class MintContext:
     session_expires_at: datetime
     mount_dir: PurePosixPath  # where this credential's files appear inside the sandbox
     generation: int = 0  # 0 at issue, n for the credential's n-th renewal
+    #: For a child session, asked for by a sandbox through its parent's ``broker.sock``: a provider whose
+    #: revocations share a budget keeps part of it for the sessions the policy issues.
+    delegated: bool = False
 
 
 @dataclass(frozen=True)

@@ -275,6 +275,23 @@ CORE_POLICY = (
                 "false",
             ),
             Key("delegate_depth", "integer", False, "Levels of children (1 to 8): 1 = children cannot delegate.", "1"),
+            Key(
+                "delegate_rate",
+                "integer",
+                False,
+                "Children a session's sandbox may ask for a minute (1 to 600), its children's included: every POST"
+                " /v1/sessions counts, and so do policy checks finding a wider manifest and requests refused for the"
+                " rate. Past it: HTTP 429, exit 3.",
+                "10",
+            ),
+            Key(
+                "delegate_total",
+                "integer",
+                False,
+                "Children a session's sandbox may ask for in its life (1 to 100000), its children's included,"
+                " policy checks finding a wider manifest too. Past it: HTTP 429, exit 3.",
+                "256",
+            ),
             Key("grants", "list", True, "What the rule allows, per provider instance."),
         ),
         "Deny by default: every credential must be covered by a grant of a rule matching task and requester.",

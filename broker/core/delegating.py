@@ -4,13 +4,15 @@ The parent must be live, unexpired and allowed children (``delegate_depth``
 left, from its rules' ``delegate`` and ``delegate_depth``). The child
 manifest is read as the parent's sandbox identity; its credentials are
 checked against the parent's (``broker.core.delegation.coverage``). A wider
-request mints nothing: exit 3 with every widening key, and a
-``session.denied`` record naming the parent. A covered one is issued as the
+request mints nothing: exit 3 with every widening key, and a bounded
+``session.denied`` record naming the parent (``broker.core.delegation.records``,
+once a minute per manifest). A covered one is issued as the
 parent's requester, into ``<parent's directory>/children/<id>`` (seen in the
 sandbox at ``<parent's mount_path>/children/<id>``), with ``parent`` in its
 session document, its record and its log records; it is revoked with its
 parent. A child with depth left gets a socket of its own. A session holds at
-most ``MAX_LIVE_CHILDREN`` live children at once.
+most ``MAX_LIVE_CHILDREN`` live children at once; how many it may ask for a
+minute and in all is its socket's ``ChildBudget`` (``broker.core.delegation.budget``).
 """
 
 from __future__ import annotations
@@ -23,11 +25,14 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from broker.core.broker import Broker, Requester, new_session_id
+from broker.core.delegation.budget import ChildBudget
 from broker.core.delegation.coverage import Delegated, cover
 from broker.core.delegation.lineage import ancestors
+from broker.core.delegation.records import log_wider
+from broker.core.delegation.socket_request import DelegationSocket
 from broker.core.inputs.manifest import Manifest, parse_manifest
 from broker.core.inputs.policy import Decision, decide
-from broker.core.issuing import DelegationSocket, issuing
+from broker.core.issuing import issuing
 from broker.core.session_document import SessionDocument
 from broker.core.store.interface import SessionRecord
 from broker.core.store.states import LIVE_SESSION_STATES, SessionState
@@ -66,8 +71,9 @@ def child_manifest(broker: Broker, parent: SessionRecord, body: bytes) -> Manife
     return manifest
 
 
-def check_child(broker: Broker, parent: SessionRecord, manifest: Manifest) -> Decision:
-    """The decision to issue ``manifest`` on, as a child of ``parent``; exit 3 (logged) when it is wider."""
+def check_child(broker: Broker, parent: SessionRecord, manifest: Manifest, budget: ChildBudget) -> Decision:
+    """The decision to issue ``manifest`` on, as a child of ``parent``; exit 3 (logged, as ``budget`` lets it) when
+    it is wider."""
     stored = parent.manifest or {}
     parent_manifest = parse_manifest(
         str(stored.get("text", "")).encode(),
@@ -85,31 +91,25 @@ def check_child(broker: Broker, parent: SessionRecord, manifest: Manifest) -> De
         reasons, decision = cover(
             broker.config, parent, parent_manifest, held, manifest, broker.clock(), limits.operations
         )
-    if decision is not None:
-        return decision
-    broker.log.append(
-        "session.denied",
-        session=None,
-        task=manifest.task,
-        requester=str(broker.requester),
-        parent=parent.id,
-        reasons=reasons,
-    )
-    broker.checkpoint()
+    if decision is not None:  # its own children count against the same budget: the tree's
+        shared = dataclasses.replace(decision.delegation, rate=budget.rate, total=budget.total)
+        return dataclasses.replace(decision, delegation=shared)
+    log_wider(broker, parent.id, manifest, reasons, budget)  # signed with the next checkpoint, not one of its own
     raise PolicyDenied(_message(parent.id, reasons), tuple(reasons))
 
 
 @contextlib.contextmanager
 def delegating(
-    broker: Broker, parent_id: str, body: bytes, owner: tuple[int, int] | None
+    broker: Broker, parent_id: str, body: bytes, owner: tuple[int, int] | None, budget: ChildBudget
 ) -> Iterator[tuple[SessionDocument, DelegationSocket]]:
-    """Issue a child of ``parent_id`` for the manifest ``body``; the block gets its document and its socket request
-    (bound when the child may delegate further), and commits it by ending cleanly (as ``issuing``)."""
+    """Issue a child of ``parent_id`` for the manifest ``body`` (counted already in ``budget``); the block gets its
+    document and its socket request (bound when the child may delegate further), and commits it by ending cleanly
+    (as ``issuing``)."""
     parent = parent_session(broker, parent_id)
     if parent.requester_uid is not None and parent.requester_uid != broker.requester.uid:
         broker = dataclasses.replace(broker, requester=Requester.of_uid(parent.requester_uid))
     manifest = child_manifest(broker, parent, body)
-    decision = check_child(broker, parent, manifest)
+    decision = check_child(broker, parent, manifest, budget)
     session_id = new_session_id()
     mount_path = PurePosixPath(parent.mount_path) / CHILDREN / session_id
     manifest = dataclasses.replace(manifest, sandbox=dataclasses.replace(manifest.sandbox, mount_path=mount_path))

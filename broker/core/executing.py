@@ -41,8 +41,10 @@ from pathlib import Path
 
 from broker.core.broker import Broker
 from broker.core.credential.proxied import session_interceptor
+from broker.core.delegation.budget import ChildBudget
+from broker.core.delegation.socket_request import DelegationSocket
 from broker.core.inputs.manifest import Manifest
-from broker.core.issuing import DelegationSocket, issue
+from broker.core.issuing import issue
 from broker.core.resuming import settle
 from broker.core.revoking import RevokeReport, revoke_locked
 from broker.core.running.forcing import Renewal
@@ -171,7 +173,8 @@ def execute(
         try:
             with contextlib.ExitStack() as stack:
                 if delegation.listener is not None:  # closed before the revocation below: no child comes after it
-                    stack.enter_context(SessionSocket(broker, session_id, delegation.listener, owner[0]))
+                    budget = ChildBudget(session_id, delegation.limits.rate, delegation.limits.total)
+                    stack.enter_context(SessionSocket(broker, session_id, delegation.listener, owner[0], budget))
                 stack.enter_context(ControlSocket(broker.config.state_dir, session_id, halt, halt.network, renewal))
                 proxy = None
                 if mode == "allowlist":

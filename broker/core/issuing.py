@@ -76,9 +76,8 @@ from broker.vocab.tracing import carried, span
 from providers.base import CredentialRequest, MintedCredential
 
 if TYPE_CHECKING:
-    import socket
-
     from broker.core.delegation.coverage import Delegated
+    from broker.core.delegation.socket_request import DelegationSocket
 
 LOG = logging.getLogger("broker.issue")
 
@@ -98,15 +97,6 @@ def check(broker: Broker, manifest: Manifest) -> Decision:
         credentials=[c.to_json() for c in decision.credentials],
     )
     return decision
-
-
-class DelegationSocket:
-    """Asks ``issuing`` for the session's ``broker.sock`` (when its rules allow children), owned by ``owner``;
-    holds the listening socket once it is bound."""
-
-    def __init__(self, owner: tuple[int, int] | None) -> None:
-        self.owner = owner
-        self.listener: socket.socket | None = None
 
 
 @contextlib.contextmanager
@@ -194,12 +184,13 @@ class Issuing(Minting):
         runtime = broker.runtime
         now = broker.clock().replace(microsecond=0)
         session_id = approved.request if approved else delegated.session_id if delegated else new_session_id()
-        super().__init__(broker, manifest, decision, session_id, now + timedelta(seconds=decision.session_ttl))
+        expires_at, parent = now + timedelta(seconds=decision.session_ttl), delegated.parent.id if delegated else None
+        super().__init__(broker, manifest, decision, session_id, expires_at, parent=parent)
         self.now = now
         self.interceptor = interceptor
         self.approved = approved
         self.delegated = delegated
-        self.delegation = delegation if decision.delegate_depth > 0 else None
+        self.delegation = delegation if decision.delegation.depth > 0 else None
         ancestors = delegated.ancestors if delegated is not None else ()
         sandbox = manifest.sandbox
         self.directory = SessionDirectory(runtime, self.session_id, sandbox.uid, sandbox.gid, ancestors)
@@ -228,7 +219,7 @@ class Issuing(Minting):
             host=self.broker.config.host,
             requester_uid=self.broker.requester.uid,
             parent=self.delegated.parent.id if self.delegated is not None else None,
-            delegate_depth=self.decision.delegate_depth,
+            delegate_depth=self.decision.delegation.depth,
         )
         if self.approved is None:
             self.broker.store.create_session(record)
@@ -251,6 +242,7 @@ class Issuing(Minting):
         results = [future.result() for future in futures]  # the first failure raises here
         if self.delegation is not None:  # while the directory is the broker's alone: nothing in it can be swapped
             self.delegation.listener = self.directory.bind_socket(self.delegation.owner)
+            self.delegation.limits = self.decision.delegation
         document = self.document(results)
         self.directory.write_file("session.json", document.file_content())
         self.directory.seal()

@@ -105,7 +105,7 @@ def _renew(broker: Broker, session: SessionRecord, manifest: Manifest) -> list[R
     if proxied:
         raise BadInput(f"credential {proxied[0]!r} has inject: proxy: its proxy cannot be given a renewed secret")
     renewals = []
-    minting = Minting(broker, manifest, decision, session.id, session.expires_at)
+    minting = Minting(broker, manifest, decision, session.id, session.expires_at, parent=session.parent)
     generation = 1 + sum(1 for c in broker.store.credentials(session.id) if "~" in c.name)
     for old in due:
         retired = f"{old.name}~{generation}"

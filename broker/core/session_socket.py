@@ -11,13 +11,19 @@ answers only for its session:
 * ``GET /v1/sessions``: its children; ``DELETE /v1/sessions/ID``: revoke one of them;
 * ``GET /v1/health``: which session this is.
 
-Nothing else of the broker is reachable through it (every other request is
-404), and only its owner connects: the socket is 0600, owned by the sandbox
-user (or the launcher whose user namespace maps it), and a peer of any
-other uid (``SO_PEERCRED``) is closed at once. A connection that sends no
-request head in time is closed (as the daemon's), and at most
-``MAX_CONNECTIONS`` are served at once. A child that may delegate further
-gets a socket of its own, served here too and closed with this one.
+A request for a child, and a policy check that finds a wider manifest, is
+counted in the session's ``ChildBudget`` (``delegate_rate`` a minute,
+``delegate_total`` in all, shared with its children's sockets); past it the
+answer is 429 with a one-line reason (``broker.core.delegation.records``
+logs it, once a minute). Nothing else of the broker is reachable through it
+(every other request is 404), and only its owner connects: the socket is
+0600, owned by the sandbox user (or the launcher whose user namespace maps
+it), and a peer of any other uid (``SO_PEERCRED``) is closed at once. A
+connection that sends no request head in time is closed (as the daemon's),
+and at most ``MAX_CONNECTIONS`` are served at once. A child that may
+delegate further gets a socket of its own, served here too and closed with
+this one; the last to close, the session's own, logs how many requests the
+tree's sockets refused.
 """
 
 from __future__ import annotations
@@ -32,11 +38,21 @@ from urllib.parse import urlsplit
 
 from broker.core.broker import Broker
 from broker.core.delegating import check_child, child_manifest, delegating, describe_parent, parent_session
+from broker.core.delegation.budget import ChildBudget
+from broker.core.delegation.records import admit, log_refused
 from broker.core.revoking import RevokeReport, revoke_session
 from broker.core.status import session_status
 from broker.host.peercred import peer_credentials
 from broker.host.wire import HTTP_STATUS, Request, Send, busy, error_body, serve_connection
-from broker.vocab.errors import REPORT_URL, BrokerError, DaemonUnreachable, RevokeIncomplete, UnknownSession
+from broker.vocab.errors import (
+    REPORT_URL,
+    BrokerError,
+    DaemonUnreachable,
+    PolicyDenied,
+    RateLimited,
+    RevokeIncomplete,
+    UnknownSession,
+)
 from broker.vocab.logs import event
 from broker.vocab.session_ids import check_session_id
 
@@ -47,13 +63,17 @@ ACCEPT_POLL = 0.5
 
 
 class SessionSocket:
-    """Serves one session's ``broker.sock`` (``listener``) to the uid ``owner`` until ``close``."""
+    """Serves one session's ``broker.sock`` (``listener``) to the uid ``owner`` until ``close``; what it may mint is
+    ``budget`` (its own, or its parent's for a child's socket)."""
 
-    def __init__(self, broker: Broker, session_id: str, listener: socket.socket, owner: int) -> None:
+    def __init__(
+        self, broker: Broker, session_id: str, listener: socket.socket, owner: int, budget: ChildBudget
+    ) -> None:
         self.broker = broker
         self.session_id = session_id
         self.listener = listener
         self.owner = owner
+        self.budget = budget
         self.stopping = threading.Event()
         self._mutex = threading.Lock()
         self._threads: set[threading.Thread] = set()
@@ -75,6 +95,11 @@ class SessionSocket:
             thread.join()
         for child in children:
             child.close()
+        if self.budget.session == self.session_id:  # the budget's own socket: the tree's refusals, counted
+            try:
+                log_refused(self.broker, self.budget)
+            except BrokerError as exc:  # the session's revocation comes next, whatever became of this record
+                event(LOG, "refusals not logged", session=self.session_id, error=exc.message)
 
     def __enter__(self) -> SessionSocket:
         return self.start()
@@ -134,6 +159,7 @@ class SessionSocket:
             self._dispatch(request, send)
         except BrokerError as exc:
             status = 404 if isinstance(exc, UnknownSession) else HTTP_STATUS.get(exc.exit_code, 500)
+            status = 429 if isinstance(exc, RateLimited) else status
             _answer(send, status, error_body(exc.message, exc.exit_code))
         except Exception as exc:
             LOG.exception("session socket request failed")
@@ -154,8 +180,7 @@ class SessionSocket:
         elif route == ("POST", "/v1/sessions"):
             self._child(request.body, send)
         elif route == ("POST", "/v1/policy/check"):
-            parent = parent_session(broker, self.session_id)
-            send(200, check_child(broker, parent, child_manifest(broker, parent, request.body)).to_json())
+            self._check(request.body, send)
         elif route == ("GET", "/v1/sessions"):
             send(200, [s.to_json() for s in self._children_status()])
         elif request.method == "DELETE" and (match := CHILD_PATH.fullmatch(path)):
@@ -166,12 +191,28 @@ class SessionSocket:
             name = f"{request.method[:10]} {path[:80]}"
             _answer(send, 404, error_body(f"no endpoint {name}: this socket answers only for {self.session_id}", 2))
 
+    def _check(self, body: bytes, send: Send) -> None:
+        """The coverage decision; counted in the budget only when it finds the manifest wider (or refuses)."""
+        broker = self.broker
+        ticket = admit(broker, self.session_id, self.budget)
+        try:
+            parent = parent_session(broker, self.session_id)
+            decision = check_child(broker, parent, child_manifest(broker, parent, body), self.budget)
+        except PolicyDenied:
+            raise
+        except BaseException:
+            self.budget.give_back(ticket)
+            raise
+        self.budget.give_back(ticket)  # covered: nothing minted, nothing logged
+        send(200, decision.to_json())
+
     def _child(self, body: bytes, send: Send) -> None:
         broker = self.broker
+        admit(broker, self.session_id, self.budget)  # counted whatever comes of it
         owner = self._socket_owner()
-        with delegating(broker, self.session_id, body, owner) as (session, socket_request):
+        with delegating(broker, self.session_id, body, owner, self.budget) as (session, socket_request):
             if socket_request.listener is not None:  # it may delegate further: its own socket, served here
-                child = SessionSocket(broker, session.id, socket_request.listener, self.owner)
+                child = SessionSocket(broker, session.id, socket_request.listener, self.owner, self.budget)
                 with self._mutex:
                     self._children[session.id] = child
                 child.start()

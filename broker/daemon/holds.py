@@ -35,9 +35,11 @@ from typing import TYPE_CHECKING, Any
 
 from broker.core.broker import Broker
 from broker.core.credential.proxied import session_interceptor
+from broker.core.delegation.budget import ChildBudget
+from broker.core.delegation.socket_request import DelegationSocket
 from broker.core.executing import ExecOptions, check_proxied, child_environment, network_mode, session_evidence
 from broker.core.inputs.manifest import Manifest
-from broker.core.issuing import DelegationSocket, issue
+from broker.core.issuing import issue
 from broker.core.resuming import granted
 from broker.core.revoking import RevokeReport, revoke_locked
 from broker.core.running.forcing import Renewal
@@ -127,7 +129,8 @@ class Holds:
         link.sessions.append(held.session)  # from here on, the connection's end revokes the session
         try:
             if delegation.listener is not None:
-                held.session_socket = SessionSocket(broker, held.session, delegation.listener, inside[0])
+                budget = ChildBudget(held.session, delegation.limits.rate, delegation.limits.total)
+                held.session_socket = SessionSocket(broker, held.session, delegation.listener, inside[0], budget)
                 held.session_socket.start()
             renewal = Renewal(manifest)  # broker renew of its proxied credentials, once they are renewed here
             control = ControlSocket(broker.config.state_dir, held.session, held.halt, held.halt.network, renewal)

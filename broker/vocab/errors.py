@@ -91,6 +91,16 @@ class PolicyDenied(BrokerError):
         self.reasons = reasons
 
 
+class RateLimited(PolicyDenied):
+    """Asked more often, or more in all, than the policy allows; nothing was done (exit 3; HTTP 429 on a socket).
+
+    ``limit`` names the limit: ``rate`` (a minute's) or ``total`` (a life's)."""
+
+    def __init__(self, message: str, limit: str) -> None:
+        super().__init__(message, (f"{limit}: {message}",))
+        self.limit = limit
+
+
 class ProviderError(BrokerError):
     """A provider failed (unreachable, refused, unexpected answer) (exit 4)."""
 

@@ -14,6 +14,13 @@ so two issues on this host cannot both take the last room. Brokers on other
 hosts (with ``shared_role_writers``) are only seen through what they already
 revoked. ``Reservations``, which the provider holds, does both the
 reservation and the measure ``status --json`` and ``doctor`` show.
+
+A child session (``MintContext.delegated``: its parent's sandbox asked for it
+through ``broker.sock``) gets room only below ``DELEGATED_BUDGET``, three
+quarters of the characters: a sandbox creating and revoking children, whose
+entries stay until their credentials expire (counted like any other: revoked
+or not, while unexpired), cannot take the last quarter, which is kept for the
+sessions the policy issues.
 """
 
 from __future__ import annotations
@@ -38,6 +45,8 @@ from providers.overlap import together
 
 #: How much later than at the check the new credentials may start (their expiry, and so their bucket, moves).
 MINT_SLACK = timedelta(minutes=10)
+#: What child sessions may fill of a role's inline policies: the rest is kept for the sessions the policy issues.
+DELEGATED_BUDGET = ROLE_INLINE_BUDGET * 3 // 4
 
 
 def role_name_of(role_arn: str) -> str:
@@ -129,8 +138,16 @@ class Reservations:
                 session_name, source_identity = generation_names(context.session_id, request.name, context.generation)
                 new.extend(entries_for(f"{role_id}:{session_name}", source_identity, expires))
             needed = max(needed, others + policy_size(reserved.merged(new).document()))
+        sessions = len(current)
+        if any(context.delegated for _, context in wanted) and needed > DELEGATED_BUDGET:
+            raise PolicyDenied(
+                f"aws {self.clients.name}: role {role_name} has {sessions} live broker session(s); revoking this"
+                f" child session as well would need {needed} of the {DELEGATED_BUDGET} characters of the role's"
+                f" {ROLE_INLINE_BUDGET} that child sessions may fill (the rest is kept for sessions the policy"
+                " issues), so it is not issued; retry once sessions expire",
+                (f"role {role_name}: no room a child session may take next to {sessions} live one(s)",),
+            )
         if needed > ROLE_INLINE_BUDGET:
-            sessions = len(current)
             raise PolicyDenied(
                 f"aws {self.clients.name}: role {role_name} has {sessions} live broker session(s); revoking this one"
                 f" as well would need {needed} of the {ROLE_INLINE_BUDGET} characters IAM allows the role's"

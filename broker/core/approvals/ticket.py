@@ -77,7 +77,7 @@ def open_request(broker: Broker, manifest: Manifest, decision: Decision, session
         manifest={"json": manifest.source_is_json, "text": manifest.source},
         host=broker.config.host,
         requester_uid=requester.uid,
-        delegate_depth=decision.delegate_depth,
+        delegate_depth=decision.delegation.depth,
     )
     broker.store.create_approval(session, approval)
     broker.log.append(

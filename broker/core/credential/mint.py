@@ -38,13 +38,21 @@ class Minting:
     """One session's credentials being minted (by ``issue``, or again by ``renew``)."""
 
     def __init__(
-        self, broker: Broker, manifest: Manifest, decision: Decision, session_id: str, expires_at: datetime
+        self,
+        broker: Broker,
+        manifest: Manifest,
+        decision: Decision,
+        session_id: str,
+        expires_at: datetime,
+        *,
+        parent: str | None = None,
     ) -> None:
         self.broker = broker
         self.manifest = manifest
         self.decision = decision
         self.session_id = session_id
         self.expires_at = expires_at
+        self.parent = parent  # a child session's parent: the sandbox of that one asked for it
 
     def context(self, request: CredentialRequest, *, ttl_cap: int | None = None, generation: int = 0) -> MintContext:
         """What the provider is told about the session it mints ``request`` for; ``ttl_cap`` shortens its TTL."""
@@ -60,6 +68,7 @@ class Minting:
             session_expires_at=self.expires_at,
             mount_dir=self.manifest.sandbox.mount_path / request.name,
             generation=generation,
+            delegated=self.parent is not None,
         )
 
     def mint(self, request: CredentialRequest, context: MintContext) -> MintedCredential:

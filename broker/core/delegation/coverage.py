@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from broker.core.inputs.approval import Delegation
 from broker.core.inputs.config import Config
 from broker.core.inputs.manifest import Manifest
 from broker.core.inputs.policy import CredentialDecision, Decision
@@ -93,7 +94,7 @@ def cover(
         credentials=tuple(decisions),
         network=NetworkDecision(child.network, True, f"parent {parent.id}" if child.network else None, ()),
         operations=operations if child.network else NO_OPERATIONS,
-        delegate_depth=max(parent.delegate_depth - 1, 0),
+        delegation=Delegation(max(parent.delegate_depth - 1, 0)),
     )
 
 

@@ -5,7 +5,8 @@ under the rule mints nothing until one of the approvers approves it (see
 ``broker.core.approvals``). ``delegate: true`` (with ``delegate_depth``,
 default 1): a session of the rule run by ``broker exec`` gets a socket on
 which its sandbox may ask for child sessions that are at most as wide as it
-(see ``broker.core.delegation``).
+(see ``broker.core.delegation``), at most ``delegate_rate`` a minute (default
+10) and ``delegate_total`` in the session's life (default 256).
 
 An approver is a uid (``1000``, or ``"uid:1000"``) or a group
 (``"group:release"``); a caller matches a group when the kernel counts it
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import grp
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 from broker.vocab.fields import Fields, shown
@@ -27,6 +28,10 @@ DEFAULT_APPROVAL_TIMEOUT = 15 * 60
 MAX_APPROVAL_TIMEOUT = 7 * 24 * 3600
 MAX_APPROVERS = 100
 MAX_DELEGATE_DEPTH = 8
+DEFAULT_DELEGATE_RATE = 10  # children a minute
+MAX_DELEGATE_RATE = 600
+DEFAULT_DELEGATE_TOTAL = 256  # children in a session's life
+MAX_DELEGATE_TOTAL = 100_000
 MAX_ID = 2**32 - 2
 GROUP_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}")
 UID_TEXT = re.compile(r"uid:([0-9]{1,10})")
@@ -95,13 +100,42 @@ def _approver(item: object) -> Approver | None:
     return Approver(item) if kind == "group" and GROUP_NAME.fullmatch(name) else None
 
 
-def read_delegation(fields: Fields) -> int:
-    """``delegate`` and ``delegate_depth``: how many levels of children the rule's sessions may have (0: none)."""
+@dataclass(frozen=True)
+class Delegation:
+    """What a rule lets its sessions pass on: levels of children (0: none), children a minute and in all."""
+
+    depth: int = 0
+    rate: int = DEFAULT_DELEGATE_RATE
+    total: int = DEFAULT_DELEGATE_TOTAL
+
+    @classmethod
+    def smallest(cls, delegations: Iterable[Delegation]) -> Delegation:
+        """A session's, from those of the rules it draws on: the smallest of each (no rules: none)."""
+        found = list(delegations)
+        if not found:
+            return NO_DELEGATION
+        return cls(min(d.depth for d in found), min(d.rate for d in found), min(d.total for d in found))
+
+    def to_json(self) -> dict[str, object]:
+        return {"delegate_depth": self.depth, "delegate_rate": self.rate, "delegate_total": self.total}
+
+
+NO_DELEGATION = Delegation()
+
+
+def read_delegation(fields: Fields) -> Delegation:
+    """``delegate``, ``delegate_depth``, ``delegate_rate`` and ``delegate_total``; each of the last three needs
+    ``delegate: true``."""
     delegate = fields.boolean("delegate", False)
     depth = fields.integer("delegate_depth", minimum=1, maximum=MAX_DELEGATE_DEPTH)
-    if depth is not None and not delegate:
-        raise fields.fail("delegate_depth", "needs delegate: true")
-    return (depth or 1) if delegate else 0
+    rate = fields.integer("delegate_rate", minimum=1, maximum=MAX_DELEGATE_RATE)
+    total = fields.integer("delegate_total", minimum=1, maximum=MAX_DELEGATE_TOTAL)
+    for key, value in (("delegate_depth", depth), ("delegate_rate", rate), ("delegate_total", total)):
+        if value is not None and not delegate:
+            raise fields.fail(key, "needs delegate: true")
+    if not delegate:
+        return NO_DELEGATION
+    return Delegation(depth or 1, rate or DEFAULT_DELEGATE_RATE, total or DEFAULT_DELEGATE_TOTAL)
 
 
 @dataclass(frozen=True)

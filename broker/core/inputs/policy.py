@@ -9,11 +9,11 @@ matching and TTL capping.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from broker.core.inputs.approval import ApprovalNeed, ApprovalRule, read_approval, read_delegation
+from broker.core.inputs.approval import ApprovalNeed, ApprovalRule, Delegation, read_approval, read_delegation
 from broker.core.inputs.config import Config
 from broker.core.inputs.manifest import Manifest
 from broker.core.inputs.strictdata import parse_document
@@ -67,7 +67,7 @@ class Rule:
     network: tuple[Destination, ...] = ()
     operations: Operations = NO_OPERATIONS  # what a session may do on its hosts (``broker.egress.operations``)
     approval: ApprovalRule | None = None  # a person decides each session (broker.core.approvals)
-    delegate_depth: int = 0  # levels of child sessions its exec sessions may ask for (0: none)
+    delegation: Delegation = field(default_factory=Delegation)  # the children its exec sessions may ask for
 
     @property
     def allows_no_sandbox(self) -> bool:
@@ -127,7 +127,7 @@ class Decision:
     operations: Operations = NO_OPERATIONS  # the effective operations: the network rule's, narrowed by the manifest
     operations_reasons: tuple[str, ...] = ()  # each key by which the manifest widens them
     approval: ApprovalNeed | None = None  # minted only once a person approved (broker.core.approvals)
-    delegate_depth: int = 0  # levels of children the session may ask for: every rule it draws on says delegate
+    delegation: Delegation = field(default_factory=Delegation)  # its rules' smallest (depth 0: no children)
 
     @property
     def reasons(self) -> tuple[str, ...]:
@@ -164,7 +164,7 @@ class Decision:
             **({"network": self.network.to_json()} if self.network.requested else {}),
             **({"operations": self._operations_json()} if self._has_operations() else {}),
             **({"approval": self.approval.to_json()} if self.approval is not None and self.allowed else {}),
-            **({"delegate_depth": self.delegate_depth} if self.delegate_depth and self.allowed else {}),
+            **(self.delegation.to_json() if self.delegation.depth and self.allowed else {}),
         }
 
     def _has_operations(self) -> bool:
@@ -233,7 +233,7 @@ def _compile_rule(fields: Fields, config: Config, source: str) -> Rule:
     operations = read_operations(fields.mapping("operations", required=False))
     check_network(fields, operations, network)
     approval = read_approval(fields)
-    depth = read_delegation(fields)
+    delegation = read_delegation(fields)
     fields.done()
     assert tasks is not None
     return Rule(
@@ -250,7 +250,7 @@ def _compile_rule(fields: Fields, config: Config, source: str) -> Rule:
         network,
         operations,
         approval,
-        depth,
+        delegation,
     )
 
 
@@ -346,7 +346,7 @@ def decide(policy: Policy, manifest: Manifest, requester: Requester, config: Con
     allowed = all(d.allowed for d in final) and network.allowed and not widening
     drawn = {rule.id: rule for rule in (*used_rules, *(r for r in rules if r.id == network.rule))}
     needs = tuple((rule.id, rule.approval) for rule in drawn.values() if rule.approval is not None)
-    depth = min((rule.delegate_depth for rule in drawn.values()), default=0)
+    delegation = Delegation.smallest(rule.delegation for rule in drawn.values())
     approval = ApprovalNeed(needs) if needs else None
     return Decision(
         manifest.task,
@@ -358,7 +358,7 @@ def decide(policy: Policy, manifest: Manifest, requester: Requester, config: Con
         operations,
         widening,
         approval,
-        depth,
+        delegation,
     )
 
 

@@ -314,7 +314,7 @@ def test_the_decision_caps_each_child_credential_by_what_its_parent_credential_h
     reasons, decision = cover(config, record, manifest, held, _manifest(config, [kv], ttl="20m"), NOW)
     assert reasons == [] and decision is not None
     assert decision.session_ttl == 1200 and decision.credential("kv").ttl == 240
-    assert decision.delegate_depth == 0 and decision.approval is None
+    assert decision.delegation.depth == 0 and decision.approval is None
 
 
 def test_a_credential_the_parent_keeps_in_its_proxy_is_never_a_childs_file(tmp_path: Path) -> None:

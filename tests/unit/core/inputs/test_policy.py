@@ -323,3 +323,51 @@ def test_sandbox_id_lists_are_parsed_strictly(tmp_path: Path, value: str, messag
         except PolicyFileError as exc:
             assert message in str(exc)
             raise
+
+
+def _delegating(rate: str = "", total: str = "", rule: str = "agents") -> str:
+    keys = "    delegate: true\n" + (f"    delegate_rate: {rate}\n" if rate else "")
+    keys += f"    delegate_total: {total}\n" if total else ""
+    return POLICY.replace("  - id: agents\n", f"  - id: {rule}\n").replace(
+        "    max_ttl: 1h\n", "    max_ttl: 1h\n" + keys
+    )
+
+
+def test_a_delegating_rule_allows_ten_children_a_minute_and_256_in_all_unless_it_says_otherwise(
+    tmp_path: Path,
+) -> None:
+    result = decision(tmp_path, manifest(), policy=_delegating())
+    assert (result.delegation.depth, result.delegation.rate, result.delegation.total) == (1, 10, 256)
+    assert result.to_json()["delegate_rate"] == 10 and result.to_json()["delegate_total"] == 256
+    result = decision(tmp_path, manifest(), policy=_delegating(rate="3", total="40"))
+    assert (result.delegation.rate, result.delegation.total) == (3, 40)
+
+
+def test_a_session_drawing_on_several_delegating_rules_gets_the_smallest_rate_and_total(tmp_path: Path) -> None:
+    # the kv credential from one rule, kv2 from the other: the session draws on both
+    other = _delegating(rate="2", total="500", rule="second").replace("provider: vault", "provider: vault2")
+    policy = _delegating(rate="7", total="30") + other.removeprefix("\nrules:\n")
+    text = manifest() + "  - {name: kv2, provider: vault2, policies: [ci-read], num_uses: 1}\n"
+    result = decision(tmp_path, text, policy=policy)
+    assert result.allowed and {c.rule for c in result.credentials} == {"agents", "second"}
+    assert (result.delegation.rate, result.delegation.total) == (2, 30)
+    assert "delegate_rate" not in decision(tmp_path, manifest()).to_json()  # no delegate: nothing to say
+
+
+@pytest.mark.parametrize(
+    ("keys", "message"),
+    [
+        ("    delegate_rate: 5\n", "rules[0].delegate_rate: needs delegate: true"),
+        ("    delegate_total: 5\n", "rules[0].delegate_total: needs delegate: true"),
+        ("    delegate: true\n    delegate_rate: 0\n", "rules[0].delegate_rate: must be at least 1"),
+        ("    delegate: true\n    delegate_rate: 601\n", "rules[0].delegate_rate: must be at most 600"),
+        ("    delegate: true\n    delegate_total: 0\n", "rules[0].delegate_total: must be at least 1"),
+        ("    delegate: true\n    delegate_total: 10m\n", "rules[0].delegate_total: expected an integer"),
+    ],
+)
+def test_delegation_limits_are_parsed_strictly(tmp_path: Path, keys: str, message: str) -> None:
+    config = make_config(tmp_path)
+    write(tmp_path, POLICY.replace("    max_ttl: 1h\n", "    max_ttl: 1h\n" + keys))
+    with pytest.raises(PolicyFileError) as caught:
+        load_policy(config.policy_dir, config)
+    assert message in caught.value.message

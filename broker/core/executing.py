@@ -28,7 +28,10 @@ default its rule's timeout; ``on_pending`` is told the request first) and
 then issued as approved. A session whose rules allow children gets its
 ``broker.sock``, served here while the command runs
 (``broker.core.session_socket``) and closed before the session is revoked,
-children first.
+children first. Everything the exec does for its session while the command
+runs (renewals, a ``kind: secret``'s new versions, children) is decided
+with the policy as its files say now (``broker.core.running.standing``): a
+grant withdrawn meanwhile stops them.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from broker.core.running.forcing import Renewal
 from broker.core.running.halting import Halt
 from broker.core.running.refreshing import SecretRefresher
 from broker.core.running.rotating import Rotator
+from broker.core.running.standing import Standing
 from broker.core.session_document import SessionDocument
 from broker.core.session_socket import SessionSocket
 from broker.egress.bridge import forwarder_argv, proxy_hints
@@ -168,10 +172,15 @@ def execute(
         broker.log.checkpoint(str(broker.requester))
         halt = Halt()
         renewal = Renewal(manifest)  # broker renew of its proxied credentials, once they are renewed here
+        session = broker.store.get_session(session_id)
+        assert session is not None
+        # the session as the policy decides it now: renewals and children ask it; a withdrawal is logged
+        standing = Standing(broker, manifest, session_id)
         try:
             with contextlib.ExitStack() as stack:
+                stack.enter_context(standing)  # decided again every policy_refresh while the command runs
                 if delegation.listener is not None:  # closed before the revocation below: no child comes after it
-                    stack.enter_context(SessionSocket(broker, session_id, delegation.listener, owner[0]))
+                    stack.enter_context(SessionSocket(broker, session_id, delegation.listener, owner[0], standing))
                 stack.enter_context(ControlSocket(broker.config.state_dir, session_id, halt, halt.network, renewal))
                 proxy = None
                 if mode == "allowlist":
@@ -184,14 +193,12 @@ def execute(
                     stack.callback(_log_denials, broker, proxy, session_id, manifest.task)
                 if interceptor is not None:
                     stack.callback(interceptor.revoke)  # the proxy refuses before the providers revoke
-                    session = broker.store.get_session(session_id)
-                    assert session is not None
                     # renewed behind their placeholders until the command ends (stopped before the revocation)
                     rotator = stack.enter_context(
-                        Rotator(broker, manifest, session_id, session.expires_at, interceptor)
+                        Rotator(broker, manifest, session_id, session.expires_at, interceptor, standing)
                     )
                     # a kind: secret's new KV version swapped in behind its placeholder (stopped before it too)
-                    refresher = SecretRefresher(broker, manifest, session_id, session.expires_at, interceptor)
+                    refresher = SecretRefresher(broker, manifest, session_id, session.expires_at, interceptor, standing)
                     renewal.attach(rotator, stack.enter_context(refresher))
                 halt.attach_proxy(proxy, interceptor)
                 status = _run(document, manifest, options, proxy, halt)

@@ -11,6 +11,11 @@ answers only for its session:
 * ``GET /v1/sessions``: its children; ``DELETE /v1/sessions/ID``: revoke one of them;
 * ``GET /v1/health``: which session this is.
 
+A child is asked for only while the policy, as its files say now, still
+allows the session itself (``broker.core.running.standing``: else exit 3,
+and the withdrawal is logged once); the child's own decision reads the
+policy as it is then too (``Broker.policy``).
+
 Nothing else of the broker is reachable through it (every other request is
 404), and only its owner connects: the socket is 0600, owned by the sandbox
 user (or the launcher whose user namespace maps it), and a peer of any
@@ -33,6 +38,7 @@ from urllib.parse import urlsplit
 from broker.core.broker import Broker
 from broker.core.delegating import check_child, child_manifest, delegating, describe_parent, parent_session
 from broker.core.revoking import RevokeReport, revoke_session
+from broker.core.running.standing import Standing
 from broker.core.status import session_status
 from broker.host.peercred import peer_credentials
 from broker.host.wire import HTTP_STATUS, Request, Send, busy, error_body, serve_connection
@@ -49,9 +55,12 @@ ACCEPT_POLL = 0.5
 class SessionSocket:
     """Serves one session's ``broker.sock`` (``listener``) to the uid ``owner`` until ``close``."""
 
-    def __init__(self, broker: Broker, session_id: str, listener: socket.socket, owner: int) -> None:
+    def __init__(
+        self, broker: Broker, session_id: str, listener: socket.socket, owner: int, standing: Standing | None = None
+    ) -> None:
         self.broker = broker
         self.session_id = session_id
+        self.standing = standing  # the exec's session as the policy decides it now (None: a child's socket)
         self.listener = listener
         self.owner = owner
         self.stopping = threading.Event()
@@ -152,8 +161,10 @@ class SessionSocket:
                 raise UnknownSession(f"unknown session {self.session_id}")
             send(200, {"status": "ok", **describe_parent(record)})
         elif route == ("POST", "/v1/sessions"):
+            self._still_allowed()
             self._child(request.body, send)
         elif route == ("POST", "/v1/policy/check"):
+            self._still_allowed()
             parent = parent_session(broker, self.session_id)
             send(200, check_child(broker, parent, child_manifest(broker, parent, request.body)).to_json())
         elif route == ("GET", "/v1/sessions"):
@@ -165,6 +176,11 @@ class SessionSocket:
         else:
             name = f"{request.method[:10]} {path[:80]}"
             _answer(send, 404, error_body(f"no endpoint {name}: this socket answers only for {self.session_id}", 2))
+
+    def _still_allowed(self) -> None:
+        """A session the policy no longer allows has no children (exit 3; its withdrawal logged once)."""
+        if self.standing is not None:
+            self.standing.require("child denied")
 
     def _child(self, body: bytes, send: Send) -> None:
         broker = self.broker

@@ -40,11 +40,12 @@ from broker.core.inputs.manifest import Manifest
 from broker.core.issuing import DelegationSocket, issue
 from broker.core.resuming import granted
 from broker.core.revoking import RevokeReport, revoke_locked
+from broker.core.running.allowing import RunningNetwork
 from broker.core.running.forcing import Renewal
 from broker.core.running.halting import Halt
 from broker.core.running.refreshing import SecretRefresher
 from broker.core.running.rotating import Rotator
-from broker.core.running.standing import Standing
+from broker.core.running.standing import Standing, recorded_network_rule
 from broker.core.session_socket import SessionSocket
 from broker.daemon.access import owned_session
 from broker.daemon.peer import Peer
@@ -128,13 +129,14 @@ class Holds:
             self._held[held.session] = held
         link.sessions.append(held.session)  # from here on, the connection's end revokes the session
         try:
-            standing = Standing(broker, manifest, held.session)
+            standing = Standing(broker, manifest, held.session, recorded_network_rule(record.manifest))
             held.standing = standing.start()  # decided again every policy_refresh while the session is held
             if delegation.listener is not None:
                 held.session_socket = SessionSocket(broker, held.session, delegation.listener, inside[0], standing)
                 held.session_socket.start()
             renewal = Renewal(manifest)  # broker renew of its proxied credentials, once they are renewed here
-            control = ControlSocket(broker.config.state_dir, held.session, held.halt, held.halt.network, renewal)
+            network = RunningNetwork(held.halt, standing)  # session allow|disallow, decided and applied here
+            control = ControlSocket(broker.config.state_dir, held.session, held.halt, network, renewal)
             held.control = control
             broker.store.mark_exec_bound(held.session)
             broker.checkpoint()

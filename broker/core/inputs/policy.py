@@ -258,7 +258,11 @@ def _smallest(*values: int | None) -> int:
     return min(present)
 
 
-def decide(policy: Policy, manifest: Manifest, requester: Requester, config: Config) -> Decision:
+def decide(
+    policy: Policy, manifest: Manifest, requester: Requester, config: Config, *, network_rule: str | None = None
+) -> Decision:
+    """The decision for ``manifest``; ``network_rule``: only that rule's network may allow its destinations (a
+    running session's own rule, ``session allow``), not the first rule that covers them."""
     rules = [r for r in policy.rules if r.applies_to(manifest.task, requester)]
     root_reason = ""
     if 0 in (manifest.sandbox.uid, manifest.sandbox.gid):
@@ -297,7 +301,10 @@ def decide(policy: Policy, manifest: Manifest, requester: Requester, config: Con
             final.append(CredentialDecision(d.name, d.provider, False, None, None, (reason,)))
         else:
             final.append(CredentialDecision(d.name, d.provider, True, d.rule, ttl, ()))
-    network = decide_network(manifest.network, [(r.id, r.network) for r in rules])
+    networks = [(r.id, r.network) for r in rules if network_rule in (None, r.id)]
+    network = decide_network(manifest.network, networks)
+    if network_rule is not None and not networks and manifest.network:
+        network = NetworkDecision(manifest.network, False, None, (f"rule {network_rule} does not apply to it now",))
     if root_reason and not network.allowed:
         network = NetworkDecision(network.requested, False, None, (root_reason,))
     # The rule whose network allows the destinations limits what the session does there (none: no proxy to limit).

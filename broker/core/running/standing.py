@@ -4,21 +4,25 @@ An operator withdraws a grant (an incident, a leaked agent) while an exec
 runs for hours. Everything the exec still does for its session decides with
 the policy as its files say now (``Broker.policy`` reads changed files
 again): a renewal behind a placeholder (``rotating``), a ``kind: secret``'s
-new version (``refreshing``) and a child for its sandbox (``broker.sock``,
-``broker.core.session_socket``) each ask ``require`` first. ``Standing`` is
-that decision for one session: its manifest, read for its own sandbox
-identity when the exec began, for the session's requester. A denial is a withdrawal: what asked is refused (exit
+new version (``refreshing``), a child for its sandbox (``broker.sock``,
+``broker.core.session_socket``) and ``session allow`` (``allowing``) each
+ask ``require`` first. ``Standing`` is that decision for one session: its
+manifest, read for its own sandbox identity when the exec began, for the
+session's requester. A denial is a withdrawal: what asked is refused (exit
 3, the policy's reasons), and ``session.policy_withdrawn`` is logged once
 (again only if the policy allowed the session in between). A thread decides
 again every ``[egress] policy_refresh`` seconds (default 60), so a
 withdrawal is logged, and the policy files read again, even while nothing
-renews.
+renews. ``network_rule`` is the rule whose network allowed the session at
+issue (recorded with its manifest): the one ``session allow`` may add to.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Mapping
+from typing import Any
 
 from broker.core.broker import Broker
 from broker.core.inputs.manifest import Manifest
@@ -30,6 +34,12 @@ LOG = logging.getLogger("broker.standing")
 WITHDRAWN = "session.policy_withdrawn"
 
 
+def recorded_network_rule(stored: Mapping[str, Any] | None) -> str | None:
+    """The rule recorded with a session's manifest (``Manifest.stored``); None when none was (no network)."""
+    rule = (stored or {}).get("network_rule")
+    return rule if isinstance(rule, str) else None
+
+
 class Standing:
     """One running session as the policy decides it now; shared by what the exec does for it (thread-safe)."""
 
@@ -38,11 +48,13 @@ class Standing:
         broker: Broker,
         manifest: Manifest,
         session_id: str,
+        network_rule: str | None,
         every: float | None = None,
     ) -> None:
         self.broker = broker
         self.manifest = manifest
         self.session_id = session_id
+        self.network_rule = network_rule
         self.every = float(every if every is not None else broker.config.policy_refresh)
         self._withdrawn = False
         self._mutex = threading.Lock()

@@ -12,7 +12,8 @@ so the POST reached ``B``. Now it is refused, naming the session's rule
 (exit 3), and so is an allow whose rule limits a host the session's CA
 cannot cover. A session of ``limited`` itself gets ``B`` with ``limited``'s
 operations as the policy has them when the allow is made: the POST is
-refused (403), the GET passes.
+refused (403), the GET passes. A session whose grant the operator withdrew
+while it runs gets no allow at all (exit 3, the withdrawal logged once).
 """
 
 from __future__ import annotations
@@ -120,3 +121,20 @@ def test_the_sessions_rules_operations_as_the_policy_has_them_now_apply_at_once(
     assert running.b.requests() == [("GET", "/read")]
     refused = [r for r in env.log_records() if r["event"] == "egress.request" and r.get("decision") == "refused"]
     assert [(r["method"], r["rule"]) for r in refused] == [("POST", "limited")]
+
+
+def test_an_allow_for_a_session_whose_grant_was_withdrawn_is_refused(running: Running) -> None:
+    env, a, b = running.env, running.a.port, running.b.port
+    env.write_policy("rules:" + rule("limited", [a, b]))
+
+    def allow(session: str) -> None:
+        env.write_policy("rules:" + rule("limited", [a, b]).replace('"ci-*"', '"other-*"'))  # the grant goes
+        refused = env.run_process("session", "allow", "--session", session, f"127.0.0.1:{b}")
+        assert refused.code == 3, refused.stderr
+        assert f"the policy no longer allows session {session}" in refused.stderr
+
+    before, after = run(running, allow)
+    assert (before, after) == ("post=403", "get=403 post=403")
+    assert running.b.requests() == []
+    withdrawn = [r for r in env.log_records() if r["event"] == "session.policy_withdrawn"]
+    assert len(withdrawn) == 1

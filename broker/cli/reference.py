@@ -142,6 +142,15 @@ CORE_CONFIG = (
                 "How often a running session checks each kind: secret for a new KV version.",
                 "60s",
             ),
+            Key(
+                "policy_refresh",
+                "duration",
+                False,
+                "How often, at the latest, a running session reads the policy again and decides its manifest (a"
+                " changed policy file is read at its next decision); a withdrawn grant stops its renewals, children"
+                " and session allow.",
+                "60s",
+            ),
         ),
         "A credential's own hosts keep their provider's upstream_ca_file.",
     ),

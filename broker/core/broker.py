@@ -11,6 +11,7 @@ import os
 import pwd
 import secrets
 import string
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -35,6 +36,7 @@ from providers.capabilities import SharesLocks, Warming
 
 if TYPE_CHECKING:
     from broker.core.inputs.policy import Policy
+    from broker.core.inputs.policy_source import PolicySource
     from broker.telemetry.metrics import BrokerMetrics
 
 SESSION_ALPHABET = string.ascii_lowercase + string.digits
@@ -96,6 +98,9 @@ class Broker:
     clock: Callable[[], datetime] = field(default=utcnow)
     #: The counters of the process serving ``/metrics`` (the daemon); None in a command, which counts nothing.
     metrics: BrokerMetrics | None = None
+    #: Where ``policy`` comes from, made at the first decision; a copy (``dataclasses.replace``) reads its own.
+    _policies: PolicySource | None = field(default=None, init=False, repr=False, compare=False)
+    _policy_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False, compare=False)
 
     @classmethod
     def open(cls, config: Config, store: SessionStore | None = None) -> Broker:
@@ -123,11 +128,19 @@ class Broker:
         shared = self.store.shared_lock("session:" + check_session_id(session_id, "session id"))
         return shared if shared is not None else session_lock(self.config.state_dir, session_id)
 
-    @cached_property
+    @property
     def policy(self) -> Policy:
-        from broker.core.inputs.policy import load_policy  # not for revoke, sweep or status: no YAML to load
+        """The policy as its files say now: read at the first decision, then again when they change or at least
+        every ``[egress] policy_refresh`` (``broker.core.inputs.policy_source``: a running exec decides for hours)."""
+        with self._policy_lock:
+            if self._policies is None:
+                # not for revoke, sweep or status: no YAML to load
+                from broker.core.inputs.policy_source import PolicySource
 
-        return load_policy(self.config.policy_dir, self.config)
+                config = self.config
+                self._policies = PolicySource(config.policy_dir, config, config.policy_refresh)
+            source = self._policies
+        return source.current()
 
     @cached_property
     def runtime(self) -> RuntimeDir:

@@ -28,7 +28,10 @@ default its rule's timeout; ``on_pending`` is told the request first) and
 then issued as approved. A session whose rules allow children gets its
 ``broker.sock``, served here while the command runs
 (``broker.core.session_socket``) and closed before the session is revoked,
-children first.
+children first. Everything the exec does for its session while the command
+runs (renewals, a ``kind: secret``'s new versions, children, ``session
+allow``) is decided with the policy as its files say now
+(``broker.core.running.standing``): a grant withdrawn meanwhile stops them.
 """
 
 from __future__ import annotations
@@ -47,10 +50,12 @@ from broker.core.inputs.manifest import Manifest
 from broker.core.issuing import issue
 from broker.core.resuming import settle
 from broker.core.revoking import RevokeReport, revoke_locked
+from broker.core.running.allowing import RunningNetwork
 from broker.core.running.forcing import Renewal
 from broker.core.running.halting import Halt
 from broker.core.running.refreshing import SecretRefresher
 from broker.core.running.rotating import Rotator
+from broker.core.running.standing import Standing, recorded_network_rule
 from broker.core.session_document import SessionDocument
 from broker.core.session_socket import SessionSocket
 from broker.egress.bridge import forwarder_argv, proxy_hints
@@ -170,12 +175,19 @@ def execute(
         broker.log.checkpoint(str(broker.requester))
         halt = Halt()
         renewal = Renewal(manifest)  # broker renew of its proxied credentials, once they are renewed here
+        session = broker.store.get_session(session_id)
+        assert session is not None
+        # the session as the policy decides it now: renewals, children and allows ask it; a withdrawal is logged
+        standing = Standing(broker, manifest, session_id, recorded_network_rule(session.manifest))
         try:
             with contextlib.ExitStack() as stack:
+                stack.enter_context(standing)  # decided again every policy_refresh while the command runs
                 if delegation.listener is not None:  # closed before the revocation below: no child comes after it
                     budget = ChildBudget(session_id, delegation.limits.rate, delegation.limits.total)
-                    stack.enter_context(SessionSocket(broker, session_id, delegation.listener, owner[0], budget))
-                stack.enter_context(ControlSocket(broker.config.state_dir, session_id, halt, halt.network, renewal))
+                    socket = SessionSocket(broker, session_id, delegation.listener, owner[0], budget, standing)
+                    stack.enter_context(socket)
+                network = RunningNetwork(halt, standing)  # session allow|disallow, decided and applied here
+                stack.enter_context(ControlSocket(broker.config.state_dir, session_id, halt, network, renewal))
                 proxy = None
                 if mode == "allowlist":
                     sandbox = (manifest.sandbox.uid, manifest.sandbox.gid) if os.geteuid() == 0 else None
@@ -187,14 +199,12 @@ def execute(
                     stack.callback(_log_denials, broker, proxy, session_id, manifest.task)
                 if interceptor is not None:
                     stack.callback(interceptor.revoke)  # the proxy refuses before the providers revoke
-                    session = broker.store.get_session(session_id)
-                    assert session is not None
                     # renewed behind their placeholders until the command ends (stopped before the revocation)
                     rotator = stack.enter_context(
-                        Rotator(broker, manifest, session_id, session.expires_at, interceptor)
+                        Rotator(broker, manifest, session_id, session.expires_at, interceptor, standing)
                     )
                     # a kind: secret's new KV version swapped in behind its placeholder (stopped before it too)
-                    refresher = SecretRefresher(broker, manifest, session_id, session.expires_at, interceptor)
+                    refresher = SecretRefresher(broker, manifest, session_id, session.expires_at, interceptor, standing)
                     renewal.attach(rotator, stack.enter_context(refresher))
                 halt.attach_proxy(proxy, interceptor)
                 status = _run(document, manifest, options, proxy, halt)

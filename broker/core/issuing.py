@@ -215,7 +215,7 @@ class Issuing(Minting):
             gid=manifest.sandbox.gid,
             mounted=self.directory.runtime.mount_per_session and not self.directory.ancestors,
             document=None,
-            manifest={"json": manifest.source_is_json, "text": manifest.source},
+            manifest=manifest.stored(self.decision.network.rule),
             host=self.broker.config.host,
             requester_uid=self.broker.requester.uid,
             parent=self.delegated.parent.id if self.delegated is not None else None,

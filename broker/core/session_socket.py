@@ -11,6 +11,11 @@ answers only for its session:
 * ``GET /v1/sessions``: its children; ``DELETE /v1/sessions/ID``: revoke one of them;
 * ``GET /v1/health``: which session this is.
 
+A child is asked for only while the policy, as its files say now, still
+allows the session itself (``broker.core.running.standing``: else exit 3,
+and the withdrawal is logged once); the child's own decision reads the
+policy as it is then too (``Broker.policy``).
+
 A request for a child, and a policy check that finds a wider manifest, is
 counted in the session's ``ChildBudget`` (``delegate_rate`` a minute,
 ``delegate_total`` in all, shared with its children's sockets); past it the
@@ -41,6 +46,7 @@ from broker.core.delegating import check_child, child_manifest, delegating, desc
 from broker.core.delegation.budget import ChildBudget
 from broker.core.delegation.records import admit, log_refused
 from broker.core.revoking import RevokeReport, revoke_session
+from broker.core.running.standing import Standing
 from broker.core.status import session_status
 from broker.host.peercred import peer_credentials
 from broker.host.wire import HTTP_STATUS, Request, Send, busy, error_body, serve_connection
@@ -67,10 +73,17 @@ class SessionSocket:
     ``budget`` (its own, or its parent's for a child's socket)."""
 
     def __init__(
-        self, broker: Broker, session_id: str, listener: socket.socket, owner: int, budget: ChildBudget
+        self,
+        broker: Broker,
+        session_id: str,
+        listener: socket.socket,
+        owner: int,
+        budget: ChildBudget,
+        standing: Standing | None = None,
     ) -> None:
         self.broker = broker
         self.session_id = session_id
+        self.standing = standing  # the exec's session as the policy decides it now (None: a child's socket)
         self.listener = listener
         self.owner = owner
         self.budget = budget
@@ -178,8 +191,10 @@ class SessionSocket:
                 raise UnknownSession(f"unknown session {self.session_id}")
             send(200, {"status": "ok", **describe_parent(record)})
         elif route == ("POST", "/v1/sessions"):
+            self._still_allowed()
             self._child(request.body, send)
         elif route == ("POST", "/v1/policy/check"):
+            self._still_allowed()
             self._check(request.body, send)
         elif route == ("GET", "/v1/sessions"):
             send(200, [s.to_json() for s in self._children_status()])
@@ -205,6 +220,11 @@ class SessionSocket:
             raise
         self.budget.give_back(ticket)  # covered: nothing minted, nothing logged
         send(200, decision.to_json())
+
+    def _still_allowed(self) -> None:
+        """A session the policy no longer allows has no children (exit 3; its withdrawal logged once)."""
+        if self.standing is not None:
+            self.standing.require("child denied")
 
     def _child(self, body: bytes, send: Send) -> None:
         broker = self.broker

@@ -42,10 +42,12 @@ from broker.core.inputs.manifest import Manifest
 from broker.core.issuing import issue
 from broker.core.resuming import granted
 from broker.core.revoking import RevokeReport, revoke_locked
+from broker.core.running.allowing import RunningNetwork
 from broker.core.running.forcing import Renewal
 from broker.core.running.halting import Halt
 from broker.core.running.refreshing import SecretRefresher
 from broker.core.running.rotating import Rotator
+from broker.core.running.standing import Standing, recorded_network_rule
 from broker.core.session_socket import SessionSocket
 from broker.daemon.access import owned_session
 from broker.daemon.peer import Peer
@@ -93,6 +95,7 @@ class Held:
     rotator: Rotator | None = None  # renews its proxied credentials behind their placeholders
     refresher: SecretRefresher | None = None  # swaps in a kind: secret's new KV version behind its placeholder
     session_socket: SessionSocket | None = None  # its broker.sock, when its rules allow children
+    standing: Standing | None = None  # the session as the policy decides it now (renewals, children, allows)
     ended: threading.Event = field(default_factory=threading.Event)
     mutex: threading.Lock = field(default_factory=threading.Lock)
 
@@ -128,12 +131,17 @@ class Holds:
             self._held[held.session] = held
         link.sessions.append(held.session)  # from here on, the connection's end revokes the session
         try:
+            standing = Standing(broker, manifest, held.session, recorded_network_rule(record.manifest))
+            held.standing = standing.start()  # decided again every policy_refresh while the session is held
             if delegation.listener is not None:
                 budget = ChildBudget(held.session, delegation.limits.rate, delegation.limits.total)
-                held.session_socket = SessionSocket(broker, held.session, delegation.listener, inside[0], budget)
+                held.session_socket = SessionSocket(
+                    broker, held.session, delegation.listener, inside[0], budget, standing
+                )
                 held.session_socket.start()
             renewal = Renewal(manifest)  # broker renew of its proxied credentials, once they are renewed here
-            control = ControlSocket(broker.config.state_dir, held.session, held.halt, held.halt.network, renewal)
+            network = RunningNetwork(held.halt, standing)  # session allow|disallow, decided and applied here
+            control = ControlSocket(broker.config.state_dir, held.session, held.halt, network, renewal)
             held.control = control
             broker.store.mark_exec_bound(held.session)
             broker.checkpoint()
@@ -152,8 +160,9 @@ class Holds:
                 env.update(proxy_hints())
             held.halt.attach_proxy(held.proxy, interceptor)
             if interceptor is not None:
-                held.rotator = Rotator(broker, manifest, held.session, record.expires_at, interceptor).start()
-                held.refresher = SecretRefresher(broker, manifest, held.session, record.expires_at, interceptor)
+                expires_at = record.expires_at
+                held.rotator = Rotator(broker, manifest, held.session, expires_at, interceptor, standing).start()
+                held.refresher = SecretRefresher(broker, manifest, held.session, expires_at, interceptor, standing)
                 held.refresher.start()
                 renewal.attach(held.rotator, held.refresher)
         except BaseException:
@@ -197,6 +206,8 @@ class Holds:
                     held.rotator.stop()  # a renewal under way ends first: the revocation sees what it made
                 if held.refresher is not None:
                     held.refresher.stop()  # likewise a refresh under way
+                if held.standing is not None:
+                    held.standing.stop()
                 if held.interceptor is not None:
                     held.interceptor.revoke()
                 if held.proxy is not None:

@@ -11,7 +11,8 @@ exchange is one line each way: ``revoke`` and, once the session's proxy
 refuses, ``stopped``; or ``allow HOST:PORT`` / ``disallow HOST:PORT``
 (``broker session allow|disallow``) and, once the proxy decides new
 connections on the changed list, ``done`` (``none``: this exec runs no
-proxy, or the destination did not parse); or ``renew`` / ``renew NAME``
+proxy, or the destination did not parse; a JSON line ``{"error": ...,
+"exit_code": N}``: the exec refused it, the policy deciding it there); or ``renew`` / ``renew NAME``
 (``broker renew`` of a running session's proxied credentials) and one JSON
 line: a list of what each renewal did (``none``: nothing here renews).
 Paths are reached through a directory descriptor, so a
@@ -26,6 +27,7 @@ import os
 import socket
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from broker.host.peercred import peer_credentials
@@ -38,9 +40,25 @@ NETWORK_VERBS = (b"allow", b"disallow")
 RENEW = b"renew"
 MAX_ANSWER = 64 * 1024  # a renew's JSON answer: a line per credential, at most a few dozen
 MAX_LINE = 300  # a verb, a space and a destination (at most 262 characters)
+MAX_REFUSAL = 2000  # a refusal's message (a policy denial is at most about 1,100 characters)
 ANSWER_TIMEOUT = 30.0
-#: Called with (allow or not, the destination's text as sent); True once the proxy applies it.
-OnNetwork = Callable[[bool, str], bool]
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why the exec refused an allow (one line, nothing secret) and the exit code the asking command ends with."""
+
+    message: str
+    exit_code: int
+
+    def line(self) -> bytes:
+        answer = {"error": self.message[:MAX_REFUSAL], "exit_code": self.exit_code}
+        return json.dumps(answer, separators=(",", ":")).encode() + b"\n"
+
+
+#: Called with (allow or not, the destination's text as sent); True once the proxy applies it, a Refusal when the
+#: exec refuses it, False when it runs no proxy.
+OnNetwork = Callable[[bool, str], bool | Refusal]
 #: Called with the credential named (None: every one); what each renewal did, or None when nothing renews here.
 OnRenew = Callable[[str | None], list[dict[str, str]] | None]
 
@@ -129,7 +147,7 @@ class ControlSocket:
                     applied = self._on_network is not None and self._on_network(
                         verb == b"allow", destination.decode("ascii", "replace")
                     )
-                    connection.sendall(DONE if applied else NONE)
+                    connection.sendall(applied.line() if isinstance(applied, Refusal) else DONE if applied else NONE)
 
     def _renew(self, connection: socket.socket, credential: str | None) -> None:
         with connection, contextlib.suppress(OSError):
@@ -165,20 +183,35 @@ def _read_line(connection: socket.socket) -> bytes:
     return line
 
 
-def ask_network(state_dir: Path, session_id: str, allow: bool, destination: str) -> bool | None:
+def ask_network(state_dir: Path, session_id: str, allow: bool, destination: str) -> bool | Refusal | None:
     """Ask the ``exec`` running ``session_id`` to change its proxy's allow-list: True once applied, False when
-    it runs no proxy, None when no exec of the session listens on this host (or it refused)."""
+    it runs no proxy, its Refusal when it refused the change, None when no exec of the session listens on this
+    host (or it refused the asker)."""
     name = _socket_name(session_id)
     request = (b"allow " if allow else b"disallow ") + destination.encode("ascii") + b"\n"
+    answer = b""
     try:
         with _reachable(state_dir / "control", name) as address, socket.socket(socket.AF_UNIX) as client:
             client.settimeout(ANSWER_TIMEOUT)
             client.connect(address)
             client.sendall(request)
-            answer = client.recv(len(DONE))
+            while not answer.endswith(b"\n") and len(answer) < MAX_ANSWER:
+                piece = client.recv(MAX_ANSWER - len(answer))
+                if not piece:
+                    break
+                answer += piece
     except OSError:
         return None
-    return {DONE: True, NONE: False}.get(answer)
+    if answer in (DONE, NONE):
+        return answer == DONE
+    try:
+        refused = json.loads(answer) if answer.endswith(b"\n") else None
+    except ValueError:
+        return None
+    if not isinstance(refused, dict) or not isinstance(refused.get("error"), str):
+        return None
+    code = refused.get("exit_code")
+    return Refusal(refused["error"], code if isinstance(code, int) and not isinstance(code, bool) else 1)
 
 
 def ask_to_revoke(state_dir: Path, session_id: str) -> bool:

@@ -74,7 +74,7 @@ def open_request(broker: Broker, manifest: Manifest, decision: Decision, session
         gid=manifest.sandbox.gid,
         mounted=False,
         document=None,
-        manifest={"json": manifest.source_is_json, "text": manifest.source},
+        manifest=manifest.stored(decision.network.rule),
         host=broker.config.host,
         requester_uid=requester.uid,
         delegate_depth=decision.delegation.depth,

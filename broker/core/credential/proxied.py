@@ -45,6 +45,7 @@ from providers.registry import provider_classes
 if TYPE_CHECKING:
     from broker.core.inputs.policy import Decision
     from broker.egress.guards import AnswerGuard
+    from broker.egress.operations.checker import OperationsChecker
 
 MAX_SYSTEM_BUNDLE = 4 * 1024 * 1024
 CA_FILE, BUNDLE_FILE = "ca.pem", "ca-bundle.pem"
@@ -86,11 +87,18 @@ def session_interceptor(config: Config, manifest: Manifest) -> Interceptor:
 
 def limit_operations(interceptor: Interceptor | None, decision: Decision) -> None:
     """Hand the decision's effective operations to the session's proxy (none without destinations)."""
-    if interceptor is None or decision.operations.empty or decision.network.rule is None:
-        return
-    from broker.egress.operations.checker import OperationsChecker
+    checker = operations_checker(decision)
+    if interceptor is not None and checker is not None:
+        interceptor.limit(checker)
 
-    interceptor.limit(OperationsChecker(decision.operations, decision.network.rule))
+
+def operations_checker(decision: Decision) -> OperationsChecker | None:
+    """What checks each request against the decision's effective operations; None when there are none."""
+    if decision.operations.empty or decision.network.rule is None:
+        return None
+    from broker.egress.operations.checker import OperationsChecker  # graphql-core: only for a session limited so
+
+    return OperationsChecker(decision.operations, decision.network.rule)
 
 
 def hold_in_proxy(

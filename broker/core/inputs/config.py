@@ -50,6 +50,8 @@ DEFAULT_MAX_CONNECTIONS_PER_UID = 32
 DEFAULT_FLEET_REVOKE_WAIT = 5
 #: ``[egress] secret_refresh``: how often a running session looks for a new KV version of a ``kind: secret``.
 DEFAULT_SECRET_REFRESH = 60
+#: ``[egress] policy_refresh``: a running session's policy is read again at least this often (and when it changes).
+DEFAULT_POLICY_REFRESH = 60
 MAX_FLEET_REVOKE_WAIT = 60
 
 
@@ -94,6 +96,7 @@ class Config:
     daemon: DaemonConfig | None = None
     egress_upstream_ca_file: Path | None = None  # [egress] upstream_ca_file: hosts terminated with no credential
     secret_refresh: int = DEFAULT_SECRET_REFRESH  # [egress] secret_refresh: seconds between KV version checks
+    policy_refresh: int = DEFAULT_POLICY_REFRESH  # [egress] policy_refresh: a running session's policy re-read
     telemetry: TelemetryConfig | None = None  # ``[telemetry] otlp_endpoint``: traces to an OTLP/HTTP collector
 
     @property
@@ -230,7 +233,7 @@ def parse_config(table: object, path: Path) -> Config:
     store = _store(fields, base)
     host = fields.string("host", required=False, pattern=HOST_NAME, max_len=64) or _default_host()
     daemon = _daemon(fields, base, runtime_dir)
-    egress_ca_file, secret_refresh = _egress(fields, base)
+    egress_ca_file, secret_refresh, policy_refresh = _egress(fields, base)
     telemetry_table = fields.mapping("telemetry", required=False)
     telemetry = parse_telemetry(telemetry_table, base) if telemetry_table is not None else None
     providers: dict[str, Provider[Any]] = {}
@@ -276,6 +279,7 @@ def parse_config(table: object, path: Path) -> Config:
         daemon=daemon,
         egress_upstream_ca_file=egress_ca_file,
         secret_refresh=secret_refresh,
+        policy_refresh=policy_refresh,
         telemetry=telemetry,
     )
 
@@ -301,17 +305,19 @@ def _proxy_target(instance: Fields, name: str, facts: ProxyFacts | None, base: P
     return ProxyTarget(tuple(destinations), facts, resolve_path(base, ca_file) if ca_file is not None else None)
 
 
-def _egress(fields: Fields, base: Path) -> tuple[Path | None, int]:
+def _egress(fields: Fields, base: Path) -> tuple[Path | None, int, int]:
     """``[egress] upstream_ca_file``: the CAs the proxy trusts for a host it terminates that no credential goes
     to (a host the operations limit); a credential's hosts keep their provider's. None: the system's CAs.
-    ``secret_refresh``: how often a running session checks each ``kind: secret`` for a new KV version."""
+    ``secret_refresh``: how often a running session checks each ``kind: secret`` for a new KV version.
+    ``policy_refresh``: how often, at the latest, a running session reads the policy again and decides itself."""
     table = fields.mapping("egress", required=False)
     if table is None:
-        return None, DEFAULT_SECRET_REFRESH
+        return None, DEFAULT_SECRET_REFRESH, DEFAULT_POLICY_REFRESH
     ca_file = table.string("upstream_ca_file", required=False, max_len=4096)
     refresh = table.duration("secret_refresh") or DEFAULT_SECRET_REFRESH
+    policy_refresh = table.duration("policy_refresh") or DEFAULT_POLICY_REFRESH
     table.done()
-    return (resolve_path(base, ca_file) if ca_file is not None else None), refresh
+    return (resolve_path(base, ca_file) if ca_file is not None else None), refresh, policy_refresh
 
 
 def _daemon(fields: Fields, base: Path, runtime_dir: Path) -> DaemonConfig | None:

@@ -83,6 +83,11 @@ class Manifest:
     source: str = field(default="", compare=False, repr=False)
     source_is_json: bool = field(default=False, compare=False, repr=False)
 
+    def stored(self, network_rule: str | None) -> dict[str, object]:
+        """What a session's record keeps of it (``SessionRecord.manifest``): the document as given, and the rule
+        whose network allowed its destinations (the one ``session allow`` may add to; None: no network)."""
+        return {"json": self.source_is_json, "text": self.source, "network_rule": network_rule}
+
 
 def load_manifest(source: str, config: Config) -> Manifest:
     task_file = read_task_file(source)

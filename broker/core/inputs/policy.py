@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from broker.core.inputs.approval import ApprovalNeed, ApprovalRule, Delegation, read_approval, read_delegation
 from broker.core.inputs.config import Config
 from broker.core.inputs.manifest import Manifest
+from broker.core.inputs.sandbox_ids import NO_IDS, IdSet, read_id_set
 from broker.core.inputs.strictdata import parse_document
 from broker.egress.destinations import Destination
 from broker.egress.operations import NO_OPERATIONS, Operations, check_network, narrowed, read_operations
@@ -34,22 +35,6 @@ MAX_DENIAL_CHARS = 1000
 RULE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 TASK_GLOB = re.compile(r"[a-z0-9._*?-]{1,63}")
 REQUESTER_GLOB = re.compile(r"(uid:[0-9]{1,10}|[A-Za-z0-9._*?-]{1,64})")
-ID_RANGE = re.compile(r"([0-9]{1,10})-([0-9]{1,10})")
-MAX_ID = 2**32 - 2  # (uid_t)-1 is "no change" to chown and setuid
-
-
-@dataclass(frozen=True)
-class IdSet:
-    """The sandbox uids or gids a rule allows: single ids and inclusive ``A-B`` ranges."""
-
-    ranges: tuple[tuple[int, int], ...]
-
-    def __contains__(self, value: int) -> bool:
-        return any(low <= value <= high for low, high in self.ranges)
-
-    @property
-    def empty(self) -> bool:
-        return not self.ranges
 
 
 @dataclass(frozen=True)
@@ -62,8 +47,8 @@ class Rule:
     max_ttl: int | None
     grants: tuple[Grant[Any], ...]
     allow_root_sandbox: bool = False
-    sandbox_uids: IdSet = IdSet(())
-    sandbox_gids: IdSet = IdSet(())
+    sandbox_uids: IdSet = NO_IDS
+    sandbox_gids: IdSet = NO_IDS
     network: tuple[Destination, ...] = ()
     operations: Operations = NO_OPERATIONS  # what a session may do on its hosts (``broker.egress.operations``)
     approval: ApprovalRule | None = None  # a person decides each session (broker.core.approvals)
@@ -226,8 +211,8 @@ def _compile_rule(fields: Fields, config: Config, source: str) -> Rule:
     )
     max_ttl = fields.duration("max_ttl")
     allow_root = fields.boolean("allow_root_sandbox", False)
-    uids = _id_set(fields, "sandbox_uids")
-    gids = _id_set(fields, "sandbox_gids")
+    uids = read_id_set(fields, "sandbox_uids")
+    gids = read_id_set(fields, "sandbox_gids")
     grants = tuple(_compile_grant(g, config) for g in fields.list_of_mappings("grants", max_items=100))
     network = read_destinations(fields, "network")
     operations = read_operations(fields.mapping("operations", required=False))
@@ -254,30 +239,6 @@ def _compile_rule(fields: Fields, config: Config, source: str) -> Rule:
     )
 
 
-def _id_set(fields: Fields, key: str) -> IdSet:
-    """``sandbox_uids``/``sandbox_gids``: integers or ``"A-B"`` ranges; absent means none."""
-    value = fields.raw(key)
-    if value is None:
-        return IdSet(())
-    if not isinstance(value, list):
-        raise fields.fail(key, 'expected a list of ids or "A-B" ranges')
-    if len(value) > 100:
-        raise fields.fail(key, "has more than 100 items")
-    ranges: list[tuple[int, int]] = []
-    for index, item in enumerate(value):
-        where = f"{key}[{index}]"
-        if isinstance(item, int) and not isinstance(item, bool):
-            low = high = item
-        elif isinstance(item, str) and (match := ID_RANGE.fullmatch(item)):
-            low, high = int(match.group(1)), int(match.group(2))
-        else:
-            raise fields.fail(where, f'expected an id or an "A-B" range, got {shown(str(item))}')
-        if not 0 <= low <= high <= MAX_ID:
-            raise fields.fail(where, f"{low}-{high} is not a range of ids between 0 and {MAX_ID}")
-        ranges.append((low, high))
-    return IdSet(tuple(ranges))
-
-
 def _compile_grant(fields: Fields, config: Config) -> Grant[Any]:
     provider = fields.req_string("provider", max_len=64)
     if provider not in config.providers:
@@ -297,7 +258,11 @@ def _smallest(*values: int | None) -> int:
     return min(present)
 
 
-def decide(policy: Policy, manifest: Manifest, requester: Requester, config: Config) -> Decision:
+def decide(
+    policy: Policy, manifest: Manifest, requester: Requester, config: Config, *, network_rule: str | None = None
+) -> Decision:
+    """The decision for ``manifest``; ``network_rule``: only that rule's network may allow its destinations (a
+    running session's own rule, ``session allow``), not the first rule that covers them."""
     rules = [r for r in policy.rules if r.applies_to(manifest.task, requester)]
     root_reason = ""
     if 0 in (manifest.sandbox.uid, manifest.sandbox.gid):
@@ -336,7 +301,10 @@ def decide(policy: Policy, manifest: Manifest, requester: Requester, config: Con
             final.append(CredentialDecision(d.name, d.provider, False, None, None, (reason,)))
         else:
             final.append(CredentialDecision(d.name, d.provider, True, d.rule, ttl, ()))
-    network = decide_network(manifest.network, [(r.id, r.network) for r in rules])
+    networks = [(r.id, r.network) for r in rules if network_rule in (None, r.id)]
+    network = decide_network(manifest.network, networks)
+    if network_rule is not None and not networks and manifest.network:
+        network = NetworkDecision(manifest.network, False, None, (f"rule {network_rule} does not apply to it now",))
     if root_reason and not network.allowed:
         network = NetworkDecision(network.requested, False, None, (root_reason,))
     # The rule whose network allows the destinations limits what the session does there (none: no proxy to limit).

@@ -1,18 +1,28 @@
 """``session allow|disallow``: a running session's egress allow-list changed without restarting it.
 
 An agent finds mid-task that it needs one more host (a package mirror, an
-API), or an operator wants one taken away now. ``allow`` is checked against
-the policy like an issue: the session's stored manifest, with the
-destination added to its ``network.allow``, is decided again for the caller
-(exit 3 when a rule's ``network`` does not cover it, nothing changed).
-``disallow`` narrows, so it needs no rule. Either is applied to the running
-proxy through the exec's control socket (``broker.host.control``: the exec
-holds the session lock for as long as its command runs, so nothing here
-waits for it), and only once the proxy has it is it logged
-(``session.allowed``, ``session.disallowed``, naming the destination): a
-connection opened after this returns is decided on the new list. A session
-with no running proxy on this host is refused (exit 2): there is nothing to
-change, and nothing is logged.
+API), or an operator wants one taken away now. Either reaches the exec that
+runs the session through its control socket (``broker.host.control``: the
+exec holds the session lock for as long as its command runs, so nothing
+here waits for it), and the exec decides and applies it (``RunningNetwork``):
+it holds what the decision needs, the manifest read for the session's own
+sandbox identity when the exec began, the policy as its files say now, the
+rule recorded with the session, and the proxy's interceptor. ``allow`` is
+checked against the policy like an issue, for the session's requester: the
+manifest with the destination added to its ``network.allow``, where only
+the rule whose network allowed the session at issue may cover it (another
+rule would bring other ``operations``, which the running proxy would not
+apply: exit 3 naming the rule); that rule's operations, as the policy has
+them now, apply to the proxy at once, before the destination does. A host
+they limit that the session's CA (made at issue, name-constrained to the
+hosts it terminated then) does not cover is refused (exit 3): the sandbox
+trusts no other CA. A session the policy no longer allows at all is refused
+too (``broker.core.running.standing`` logs the withdrawal once). ``disallow``
+narrows, so it needs no rule. Only once the proxy has the change is it
+logged (``session.allowed``, ``session.disallowed``, naming the destination
+and the asker): a connection opened after this returns is decided on the
+new list. A session with no running proxy on this host is refused (exit 2):
+there is nothing to change, and nothing is logged.
 
 Neither changes the session's stored manifest: a child session is covered by
 its parent's manifest as issued (``broker.core.delegation.coverage``), so a
@@ -25,16 +35,22 @@ session and a new approval.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, replace
 
 from broker.core.broker import Broker
-from broker.core.inputs.manifest import parse_manifest
-from broker.core.inputs.policy import decide
+from broker.core.credential.proxied import operations_checker
+from broker.core.inputs.policy import Decision, decide
+from broker.core.running.halting import Halt
+from broker.core.running.standing import Standing
 from broker.core.store.states import SessionState
-from broker.egress.destinations import DestinationError, parse_destination
-from broker.host.control import ask_network
-from broker.vocab.errors import BadInput, PolicyDenied, UnknownSession
+from broker.egress.destinations import Destination, DestinationError, parse_destination
+from broker.egress.terminate.plan import Interceptor
+from broker.host.control import Refusal, ask_network
+from broker.vocab.errors import REPORT_URL, BadInput, BrokerError, InternalError, PolicyDenied, UnknownSession
 from broker.vocab.session_ids import check_session_id
+
+LOG = logging.getLogger("broker.allowing")
 
 
 @dataclass(frozen=True)
@@ -64,23 +80,9 @@ def change_network(broker: Broker, session_id: str, text: str, *, allow: bool) -
             f"session {session_id} is a child of {session.parent}: it runs behind its parent's proxy,"
             " whose allow-list is the one to change"
         )
-    if session.manifest is None:
-        raise BadInput(f"session {session_id} was issued by an older broker: its manifest is not stored")
-    manifest = parse_manifest(
-        str(session.manifest["text"]).encode(), broker.config, as_json=bool(session.manifest["json"])
-    )
-    if allow:
-        wider = replace(manifest, network=(*manifest.network, destination))
-        decision = decide(broker.policy, wider, broker.requester, broker.config)
-        if not decision.allowed:
-            raise PolicyDenied(decision.denial_message(f"allowing {destination} denied by policy"), decision.reasons)
-        if decision.approval is not None:
-            rules = ", ".join(rule for rule, _ in decision.approval.rules)
-            raise PolicyDenied(
-                f"allowing {destination} denied: rule {rules} asks for an approval of the manifest as issued;"
-                " issue a new session with it in network.allow"
-            )
     applied = ask_network(broker.config.state_dir, session_id, allow, str(destination))
+    if isinstance(applied, Refusal):
+        raise _refused(applied)
     if not applied:
         raise BadInput(
             f"session {session_id} runs no egress proxy on this host"
@@ -95,3 +97,83 @@ def change_network(broker: Broker, session_id: str, text: str, *, allow: bool) -
     )
     broker.checkpoint()
     return NetworkChange(session_id, str(destination), allow)
+
+
+def _refused(refusal: Refusal) -> BrokerError:
+    """The error the exec's refusal is, with its exit code (3: the policy's)."""
+    if refusal.exit_code == PolicyDenied.exit_code:
+        return PolicyDenied(refusal.message)
+    if refusal.exit_code == InternalError.exit_code:
+        return InternalError(refusal.message)
+    return BadInput(refusal.message)
+
+
+class RunningNetwork:
+    """``session allow|disallow`` as the exec running the session does it (the control socket's thread calls it)."""
+
+    def __init__(self, halt: Halt, standing: Standing) -> None:
+        self.halt = halt
+        self.standing = standing
+
+    def __call__(self, allow: bool, text: str) -> bool | Refusal:
+        """True once the proxy decides on the changed list; False when this exec runs no proxy (or ``text`` does not
+        parse); the Refusal of an allow the policy or the session's CA refuses (nothing changed then)."""
+        running = self.halt.running()
+        if running is None:
+            return False
+        try:
+            destination = parse_destination(text)
+        except DestinationError:
+            return False
+        proxy, interceptor = running
+        if allow:
+            try:
+                self._limit(destination, interceptor)
+            except BrokerError as exc:
+                return Refusal(exc.message, exc.exit_code)
+            except Exception:  # a bug: the list stays as it was, the asker is told, the exec goes on
+                LOG.exception("session allow failed")
+                return Refusal(f"internal error in the exec's session allow; please report it at {REPORT_URL}", 1)
+        proxy.proxy.change_allow(destination, allow=allow)
+        return True
+
+    def _limit(self, destination: Destination, interceptor: Interceptor | None) -> None:
+        """Decide the allow; the rule's operations, as the policy has them now, put in the proxy before the
+        destination is (exit 3 when the session's CA cannot cover a host they limit)."""
+        decision = widened(self.standing, destination)
+        if interceptor is None:  # a proxy that terminates nothing: no host can be limited
+            outside = [str(host) for host in decision.operations.hosts()]
+        else:
+            outside = interceptor.relimit(operations_checker(decision))
+        if outside:
+            raise PolicyDenied(
+                f"allowing {destination} denied: rule {decision.network.rule}'s operations limit"
+                f" {', '.join(outside[:5])}, which the session's CA (made at issue, for the hosts the session"
+                " terminated then) does not cover; issue a new session with it in network.allow"
+            )
+
+
+def widened(standing: Standing, destination: Destination) -> Decision:
+    """The decision on the session's manifest with ``destination`` added, by the rule recorded with the session
+    (exit 3, nothing changed, when it does not cover it, asks for an approval, or the session is withdrawn)."""
+    prefix = f"allowing {destination} denied"
+    standing.require(prefix)  # withdrawn: refused, and the withdrawal logged once
+    rule = standing.network_rule
+    if rule is None:
+        raise PolicyDenied(
+            f"{prefix}: session {standing.session_id} was issued without network destinations, so no rule's"
+            " network is its own; issue a new session with it in network.allow"
+        )
+    broker, manifest = standing.broker, standing.manifest
+    wider = replace(manifest, network=(*manifest.network, destination))
+    decision = decide(broker.policy, wider, broker.requester, broker.config, network_rule=rule)
+    if not decision.allowed:
+        why = f"{prefix} by policy (only rule {rule}, which allowed the session, may add to its network)"
+        raise PolicyDenied(decision.denial_message(why), decision.reasons)
+    if decision.approval is not None:
+        rules = ", ".join(name for name, _ in decision.approval.rules)
+        raise PolicyDenied(
+            f"{prefix}: rule {rules} asks for an approval of the manifest as issued;"
+            " issue a new session with it in network.allow"
+        )
+    return decision

@@ -8,7 +8,8 @@ a 403 or are refused, open tunnels are cut), then the command gets SIGTERM
 and, if it is still running after ``grace`` seconds, SIGKILL. The
 revocation at the providers is exec's own teardown, as when the command
 ends by itself: there is one revocation path. The same socket carries
-``broker session allow|disallow`` to the running proxy (``network``).
+``broker session allow|disallow`` to the running proxy (``running`` hands it
+over, ``broker.core.running.allowing`` changes it).
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import subprocess
 import threading
 from typing import TYPE_CHECKING
 
-from broker.egress.destinations import DestinationError, parse_destination
 from broker.host.spawning import GRACE, stop
 
 if TYPE_CHECKING:
@@ -58,19 +58,14 @@ class Halt:
         self._refuse()
         self._stop_child()
 
-    def network(self, allow: bool, text: str) -> bool:
-        """``broker session allow|disallow`` through the control socket: the running proxy's list changed (the
-        caller checked the policy and logs it); False when this exec runs no proxy or ``text`` does not parse."""
+    def running(self) -> tuple[RunningProxy, Interceptor | None] | None:
+        """The session's running proxy and its interceptor (``broker session allow|disallow`` changes them:
+        ``broker.core.running.allowing``); None when this exec runs no proxy or the session is being revoked."""
         with self._lock:
-            proxy = self._proxy
+            proxy, interceptor = self._proxy, self._interceptor
         if proxy is None or self.requested:
-            return False
-        try:
-            destination = parse_destination(text)
-        except DestinationError:
-            return False
-        proxy.proxy.change_allow(destination, allow=allow)
-        return True
+            return None
+        return proxy, interceptor
 
     def _refuse(self) -> None:
         with self._lock:

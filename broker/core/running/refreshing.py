@@ -10,9 +10,11 @@ proxied credential whose provider keeps versions
 value is read for that). When it is not the version the proxy holds, under
 the same steps as a renewal:
 
-1. the policy is decided again for the stored manifest (a rule tightened
-   since applies: a denied refresh stops watching that credential,
-   ``credential.renewal_denied``; the proxy keeps the value it has);
+1. the policy is decided again for the stored manifest, as its files say
+   now (``standing``: a rule tightened since applies; a denied refresh stops
+   watching that credential, ``credential.renewal_denied``, the withdrawal
+   is logged once, ``session.policy_withdrawn``, and the proxy keeps the
+   value it has);
 2. the current record is renamed ``<name>~<n>`` and the new value is read
    and recorded (``credential.issued`` with ``renewal_of``, its reference
    naming the new version);
@@ -49,7 +51,7 @@ from broker.core.broker import Broker
 from broker.core.credential.mint import Minting
 from broker.core.credential.revoke import revoke_credential
 from broker.core.inputs.manifest import Manifest
-from broker.core.inputs.policy import decide
+from broker.core.running.standing import Standing
 from broker.core.store.states import CredentialState
 from broker.egress.terminate.plan import Interceptor
 from broker.vocab.errors import BrokerError, PolicyDenied
@@ -98,10 +100,12 @@ class SecretRefresher:
         session_id: str,
         expires_at: datetime,
         interceptor: Interceptor,
+        standing: Standing,
         every: float | None = None,
     ) -> None:
         self.broker = broker
         self.manifest = manifest
+        self.standing = standing  # a new version is swapped in only while the policy allows the session now
         self.session_id = session_id
         self.expires_at = expires_at
         self.interceptor = interceptor
@@ -200,9 +204,7 @@ class SecretRefresher:
             watched.failed = None
             return Refreshed(name, "unchanged", current)
         remaining = int((self.expires_at - broker.clock()).total_seconds())
-        decision = decide(broker.policy, self.manifest, broker.requester, broker.config)
-        if not decision.allowed:
-            raise PolicyDenied(decision.denial_message("renewal denied by policy"), decision.reasons)
+        decision = self.standing.require("renewal denied by policy")  # the policy as it is now
         minting = Minting(broker, self.manifest, decision, session_id, self.expires_at)
         generation = 1 + sum(1 for c in store.credentials(session_id) if "~" in c.name)
         retired = f"{name}~{generation}"

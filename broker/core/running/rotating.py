@@ -10,8 +10,10 @@ others (Vault, AWS STS keys), never later than ``SPARE`` seconds before its end 
 than twice ``GRACE``, so that the old one is revoked before it ends). One
 renewal, under the exec's session lock (held for the whole command):
 
-1. the policy is decided again for the stored manifest (a rule tightened
-   since applies: a denied renewal stops renewing, logged);
+1. the policy is decided again for the stored manifest, as its files say
+   now (``standing``: a rule tightened since applies; a denied renewal
+   stops renewing, ``credential.renewal_denied``, and the withdrawal is
+   logged once, ``session.policy_withdrawn``);
 2. the current record is renamed ``<name>~<n>`` and a new credential is
    minted and recorded (``credential.issued`` with ``renewal_of``), for no
    longer than the session has left;
@@ -47,8 +49,8 @@ from broker.core.credential.aws_held import real_keys
 from broker.core.credential.mint import Minting
 from broker.core.credential.revoke import revoke_credential
 from broker.core.inputs.manifest import Manifest
-from broker.core.inputs.policy import decide
 from broker.core.running.documenting import refresh_document
+from broker.core.running.standing import Standing
 from broker.core.store.states import CredentialState
 from broker.egress.terminate.plan import Interceptor
 from broker.vocab.errors import BrokerError, PolicyDenied
@@ -89,10 +91,17 @@ class Rotator:
     """Renews a running session's proxied credentials before they end (see the module docstring)."""
 
     def __init__(
-        self, broker: Broker, manifest: Manifest, session_id: str, expires_at: datetime, interceptor: Interceptor
+        self,
+        broker: Broker,
+        manifest: Manifest,
+        session_id: str,
+        expires_at: datetime,
+        interceptor: Interceptor,
+        standing: Standing,
     ) -> None:
         self.broker = broker
         self.manifest = manifest
+        self.standing = standing  # each renewal decides the session again, with the policy as it is now
         self.session_id = session_id
         self.expires_at = expires_at
         self.interceptor = interceptor
@@ -177,9 +186,7 @@ class Rotator:
         if remaining <= 0:
             del self._held[name]
             return
-        decision = decide(broker.policy, self.manifest, broker.requester, broker.config)
-        if not decision.allowed:
-            raise PolicyDenied(decision.denial_message("renewal denied by policy"), decision.reasons)
+        decision = self.standing.require("renewal denied by policy")  # the policy as it is now
         minting = Minting(broker, self.manifest, decision, session_id, self.expires_at)
         credentials = store.credentials(session_id)
         generation = 1 + sum(1 for c in credentials if "~" in c.name)

@@ -60,7 +60,9 @@ class SessionRecord:
     mounted: bool
     document: Mapping[str, Any] | None
     exec_bound: bool = False  # revoked when its `broker exec` ends (sweep does it if that broker died)
-    manifest: Mapping[str, Any] | None = None  # {"json": bool, "text": str}: the manifest it was issued for
+    #: {"json": bool, "text": str, "network_rule": str | None}: the manifest it was issued for, and the rule whose
+    #: network allowed its destinations (``Manifest.stored``; an older broker wrote no rule)
+    manifest: Mapping[str, Any] | None = None
     host: str = ""  # the broker host holding its directory (config ``host``); only it touches the directory
     requester_uid: int | None = None  # the requester's uid on ``host`` (None: a row an older broker wrote)
     parent: str | None = None  # the session it was delegated from (revoked with it); None: issued by policy

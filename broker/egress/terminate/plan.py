@@ -12,6 +12,9 @@ Upstream, the real host's certificate is checked against its credential's
 ``upstream_ca_file`` (its provider's), or, for a host only operations limit,
 against ``[egress] upstream_ca_file``; None means the system's CAs.
 
+``relimit`` replaces the operations while the proxy runs (``session
+allow`` applies its rule's at once), only within the CA made at issue.
+
 ``revoke`` makes every request to a terminated host refused at once and
 drops the secrets (an AWS host's refusal is its SDKs' XML error:
 ``revoked_answer``); ``replace`` swaps one credential's injector for another
@@ -83,6 +86,18 @@ class Interceptor:
             if self._ca is not None and any(not self._ca.covers(ca_name(h)) for h in operations.operations.hosts()):
                 raise ValueError("an operations host outside the session CA")
             self.operations = operations
+
+    def relimit(self, operations: OperationsChecker | None) -> list[str]:
+        """The running session's operations replaced (``session allow``: its rule's, as the policy has them now);
+        the names the session CA does not cover, and then nothing changed. The sandbox trusts only the CA made at
+        issue, so every host the new operations limit must be one it covers (a session that terminated nothing
+        at issue has no CA: any limited host is outside it)."""
+        names = [ca_name(host) for host in operations.operations.hosts()] if operations is not None else []
+        with self._mutex:
+            outside = [name for name in names if self._ca is None or not self._ca.covers(name)]
+            if not outside:
+                self.operations = operations
+        return outside
 
     def ca_hosts(self) -> list[str]:
         """The names the session CA is constrained to: every credential host and operations host."""

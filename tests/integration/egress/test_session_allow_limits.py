@@ -5,8 +5,9 @@ child session is covered by its parent's manifest as issued, so a
 destination allowed later is refused to a child (exit 3 naming
 ``network.allow[0]``) while one the parent was issued with is covered. A
 child runs behind its parent's proxy: an allow for the child itself is
-refused (exit 2). An allow under a rule that asks for an approval is
-refused (exit 3): the approval was for the manifest as it was.
+refused (exit 2). An allow under a rule that asks for an approval (since
+the exec began: its policy is read again) is refused (exit 3): the approval
+was for the manifest as it was.
 """
 
 from __future__ import annotations
@@ -16,8 +17,7 @@ import os
 
 from tests.fixtures.crash import broker_process
 from tests.fixtures.delegating import PARENT_TASK, child, write_children
-from tests.fixtures.openbao import VAULT_TASK
-from tests.integration.egress.test_session_allow import Running, policy, running
+from tests.integration.egress.test_session_allow import Running, policy, running, task_text
 
 __all__ = ["running"]  # fixture
 
@@ -92,12 +92,24 @@ def test_an_allow_on_a_parent_never_reaches_its_children(running: Running) -> No
 
 def test_an_allow_under_a_rule_that_asks_for_an_approval_is_refused(running: Running) -> None:
     env, a, b = running.env, running.a.port, running.b.port
-    issued = env.run("issue", "--task", str(env.write_task(VAULT_TASK)), "--json")
-    assert issued.code == 0, issued.stderr
-    session = issued.json()["session"]
-    # The operator's rule now asks a person for each session: what was issued stays, nothing widens it.
-    approval = "    approval:\n      approvers: [4242]\n      timeout: 15m\n    grants:"
-    env.write_policy(policy(a, b).replace("    grants:", approval, 1))
-    refused = env.run_process("session", "allow", "--session", session, f"127.0.0.1:{b}")
-    assert refused.code == 3 and "asks for an approval" in refused.stderr, refused.stderr
+    task = env.write_task(task_text(a))
+    wait = "touch /workspace/before; while [ ! -e /workspace/go1 ]; do sleep 0.05; done"
+    process = broker_process(
+        env, "exec", "--task", str(task), "--workspace", str(running.workspace), "--", "sh", "-c", wait
+    )
+    try:
+        running.wait("before")
+        session = running.session()
+        # The operator's rule now asks a person for each session: what was issued stays, nothing widens it.
+        approval = "    approval:\n      approvers: [4242]\n      timeout: 15m\n    grants:"
+        env.write_policy(policy(a, b).replace("    grants:", approval, 1))
+        refused = env.run_process("session", "allow", "--session", session, f"127.0.0.1:{b}")
+        assert refused.code == 3 and "asks for an approval" in refused.stderr, refused.stderr
+        running.go("go1")
+        _, err = process.communicate(timeout=60)
+        assert process.returncode == 0, err
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
     assert not any(r["event"] == "session.allowed" for r in env.log_records())

@@ -1,5 +1,5 @@
 """The operators' settings: ``fleet_revoke_wait`` beside a fleet store, ``[daemon] metrics_listen``,
-``[egress] secret_refresh``.
+``[egress] secret_refresh`` and ``policy_refresh``.
 
 Both are read once, strictly: a wait a revoke could hang on for minutes, a
 wait with no fleet to wait for, or a listener address that is a host name
@@ -12,7 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from broker.core.inputs.config import DEFAULT_FLEET_REVOKE_WAIT, DEFAULT_SECRET_REFRESH, Config, load_config
+from broker.core.inputs.config import (
+    DEFAULT_FLEET_REVOKE_WAIT,
+    DEFAULT_POLICY_REFRESH,
+    DEFAULT_SECRET_REFRESH,
+    Config,
+    load_config,
+)
 from broker.vocab.errors import ConfigError
 
 BASE = 'state_dir = "s"\nruntime_dir = "/run/b"\npolicy_dir = "p"\n'
@@ -51,6 +57,8 @@ def test_a_fleet_revoke_waits_five_seconds_unless_told_and_zero_means_no_wait(tm
         (BASE + "[daemon]\nmetrics_listen = 9464\n", "daemon.metrics_listen: expected a string"),
         (BASE + "[egress]\nsecret_refresh = 0\n", "egress.secret_refresh: a duration must be positive"),
         (BASE + '[egress]\nsecret_refresh = "often"\n', "egress.secret_refresh: 'often' is not a duration"),
+        (BASE + "[egress]\npolicy_refresh = 0\n", "egress.policy_refresh: a duration must be positive"),
+        (BASE + '[egress]\npolicy_refresh = "1 min"\n', "egress.policy_refresh: '1 min' is not a duration"),
     ],
 )
 def test_bad_operator_settings_fail_with_one_line(tmp_path: Path, text: str, fragment: str) -> None:
@@ -72,3 +80,8 @@ def test_a_kv_secret_is_checked_for_a_new_version_every_minute_unless_told(tmp_p
     assert load(tmp_path, BASE).secret_refresh == DEFAULT_SECRET_REFRESH == 60
     assert load(tmp_path, BASE + '[egress]\nsecret_refresh = "15s"\n').secret_refresh == 15
     assert load(tmp_path, BASE + '[egress]\nsecret_refresh = "5m"\n').secret_refresh == 300
+
+
+def test_a_running_session_reads_its_policy_again_every_minute_at_the_latest_unless_told(tmp_path: Path) -> None:
+    assert load(tmp_path, BASE).policy_refresh == DEFAULT_POLICY_REFRESH == 60
+    assert load(tmp_path, BASE + '[egress]\npolicy_refresh = "10s"\n').policy_refresh == 10

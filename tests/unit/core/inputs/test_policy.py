@@ -371,3 +371,41 @@ def test_delegation_limits_are_parsed_strictly(tmp_path: Path, keys: str, messag
     with pytest.raises(PolicyFileError) as caught:
         load_policy(config.policy_dir, config)
     assert message in caught.value.message
+
+
+TWO_NETWORKS = """
+rules:
+  - id: plain
+    tasks: ["fix-*"]
+    sandbox_uids: [1000]
+    sandbox_gids: [1000]
+    network: ["a.example:443"]
+    grants:
+      - {provider: vault, policies: ["ci-*"], max_uses: 100}
+  - id: limited
+    tasks: ["fix-*"]
+    sandbox_uids: [1000]
+    sandbox_gids: [1000]
+    network: ["a.example:443", "b.example:443"]
+    operations:
+      http:
+        "b.example:443": {methods: [GET]}
+    grants:
+      - {provider: vault, policies: ["ci-*"], max_uses: 100}
+"""
+
+
+def test_a_network_rule_named_is_the_only_one_that_may_allow_the_destinations(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    write(tmp_path, TWO_NETWORKS)
+    policy = load_policy(config.policy_dir, config)
+    wider = textwrap.dedent(manifest()) + 'network: {allow: ["a.example:443", "b.example:443"]}\n'
+    parsed = parse_manifest(wider.encode(), config)
+    first = decide(policy, parsed, CI, config)
+    assert first.allowed and first.network.rule == "limited"  # any rule: the first that covers both
+    held = decide(policy, parsed, CI, config, network_rule="plain")
+    assert not held.allowed and held.network.reasons == ("rule plain: b.example:443 is not in its network",)
+    own = decide(policy, parsed, CI, config, network_rule="limited")
+    assert own.allowed and own.network.rule == "limited" and not own.operations.empty
+    gone = decide(policy, parsed, CI, config, network_rule="removed")
+    assert not gone.allowed and gone.network.reasons == ("rule removed does not apply to it now",)

@@ -15,6 +15,7 @@ from typing import Any
 
 from broker.cli.reference_env import render_hints
 from broker.egress.operations.parsing import SECTIONS as OPERATIONS_SECTIONS
+from broker.egress.terminate.budget import REFERENCE_INTRO, REFERENCE_KEYS
 from broker.vocab.reference import Key, Section
 from providers.base import Provider
 from providers.registry import provider_classes
@@ -103,7 +104,7 @@ CORE_CONFIG = (
             Key("providers", "table", False, "One [providers.NAME] table per provider instance."),
             Key("audit", "table", False, "[audit]: the issuance log's witness."),
             Key("daemon", "table", False, "[daemon]: broker serve, and the CLI as its thin client."),
-            Key("egress", "table", False, "[egress]: the session proxy's upstream trust."),
+            Key("egress", "table", False, "[egress]: the session proxy's upstream trust, and its evidence budget."),
             Key("telemetry", "table", False, "[telemetry]: traces to an OpenTelemetry collector."),
         ),
         "Relative paths are relative to the config file. Durations: 90s, 15m, 1h or whole seconds.",
@@ -142,8 +143,15 @@ CORE_CONFIG = (
                 "How often a running session checks each kind: secret for a new KV version.",
                 "60s",
             ),
+            Key("evidence_budget", "table", False, "Each session's egress.request records: see its table.", "below"),
         ),
         "A credential's own hosts keep their provider's upstream_ca_file.",
+    ),
+    Section(
+        "Config: [egress] evidence_budget",
+        "egress.evidence_budget",
+        tuple(Key(*k) for k in REFERENCE_KEYS),
+        REFERENCE_INTRO,
     ),
     Section(
         "Config: [daemon]",

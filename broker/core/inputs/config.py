@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from broker.audit.witness import DEFAULT_WITNESS_RETENTION, WitnessConfig, parse_witness_url
 from broker.core.inputs.store_url import SHAPE, store_url_problem
 from broker.egress.destinations import Destination, DestinationError, parse_destination
+from broker.egress.terminate.budget import EvidenceBudget, read_evidence_budget
 from broker.telemetry.settings import TelemetryConfig, parse_telemetry
 from broker.vocab.errors import ConfigError
 from broker.vocab.fields import Fields, shown
@@ -95,6 +96,7 @@ class Config:
     egress_upstream_ca_file: Path | None = None  # [egress] upstream_ca_file: hosts terminated with no credential
     secret_refresh: int = DEFAULT_SECRET_REFRESH  # [egress] secret_refresh: seconds between KV version checks
     telemetry: TelemetryConfig | None = None  # ``[telemetry] otlp_endpoint``: traces to an OTLP/HTTP collector
+    evidence_budget: EvidenceBudget = field(default_factory=EvidenceBudget)  # [egress] evidence_budget
 
     @property
     def daemon_settings(self) -> DaemonConfig:
@@ -230,7 +232,7 @@ def parse_config(table: object, path: Path) -> Config:
     store = _store(fields, base)
     host = fields.string("host", required=False, pattern=HOST_NAME, max_len=64) or _default_host()
     daemon = _daemon(fields, base, runtime_dir)
-    egress_ca_file, secret_refresh = _egress(fields, base)
+    egress_ca_file, secret_refresh, evidence_budget = _egress(fields, base)
     telemetry_table = fields.mapping("telemetry", required=False)
     telemetry = parse_telemetry(telemetry_table, base) if telemetry_table is not None else None
     providers: dict[str, Provider[Any]] = {}
@@ -277,6 +279,7 @@ def parse_config(table: object, path: Path) -> Config:
         egress_upstream_ca_file=egress_ca_file,
         secret_refresh=secret_refresh,
         telemetry=telemetry,
+        evidence_budget=evidence_budget,
     )
 
 
@@ -301,17 +304,19 @@ def _proxy_target(instance: Fields, name: str, facts: ProxyFacts | None, base: P
     return ProxyTarget(tuple(destinations), facts, resolve_path(base, ca_file) if ca_file is not None else None)
 
 
-def _egress(fields: Fields, base: Path) -> tuple[Path | None, int]:
+def _egress(fields: Fields, base: Path) -> tuple[Path | None, int, EvidenceBudget]:
     """``[egress] upstream_ca_file``: the CAs the proxy trusts for a host it terminates that no credential goes
     to (a host the operations limit); a credential's hosts keep their provider's. None: the system's CAs.
-    ``secret_refresh``: how often a running session checks each ``kind: secret`` for a new KV version."""
+    ``secret_refresh``: how often a running session checks each ``kind: secret`` for a new KV version.
+    ``evidence_budget``: what each session's ``egress.request`` records may add to the log."""
     table = fields.mapping("egress", required=False)
     if table is None:
-        return None, DEFAULT_SECRET_REFRESH
+        return None, DEFAULT_SECRET_REFRESH, EvidenceBudget()
     ca_file = table.string("upstream_ca_file", required=False, max_len=4096)
     refresh = table.duration("secret_refresh") or DEFAULT_SECRET_REFRESH
+    budget = read_evidence_budget(table.mapping("evidence_budget", required=False))
     table.done()
-    return (resolve_path(base, ca_file) if ca_file is not None else None), refresh
+    return (resolve_path(base, ca_file) if ca_file is not None else None), refresh, budget
 
 
 def _daemon(fields: Fields, base: Path, runtime_dir: Path) -> DaemonConfig | None:

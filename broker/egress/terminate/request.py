@@ -2,7 +2,7 @@
 
 The steps, in order; each may refuse, and a refused request sends nothing upstream:
 
-1. the session is not revoked, and the evidence log takes records;
+1. the session is not revoked, and the evidence log takes records (the session's evidence cap not reached);
 2. the guards (``broker.egress.guards``): the tunnel's own ``Host``, an origin-form target, no routing headers;
    for a credential's host, none of the headers its provider's guard takes out (Vault: response wrapping);
 3. the operations decision (``OperationsChecker``) on the head, or, when the body decides (a push's ref updates,
@@ -98,8 +98,8 @@ class Cycle:
                 self.evidence.refused(REVOKED)
                 self._answer(answer)
                 return False
-            if self.sink is not None and self.sink.failing:
-                raise Refused(503, "the issuance log cannot take this request's record, so nothing is forwarded")
+            if self.sink is not None and (why := self.sink.refusing()) is not None:
+                raise Refused(503, why)  # the log cannot take the record, or the session's evidence is used up
             headers = checked_headers(self.request, host, port)  # the tunnel's own host, or 400
             guard = self.plan.answer_guard(host, port)
             if guard is not None:

@@ -27,7 +27,10 @@ CONFIG_TABLE: dict[str, Any] = {
     },
     "audit": {"witness": "s3://audit-witness/broker"},
     "daemon": {"socket": "/run/broker/broker.sock", "socket_group": "broker", "sweep_interval": "60s"},
-    "egress": {"upstream_ca_file": "/etc/ssl/certs/ca-certificates.crt"},
+    "egress": {
+        "upstream_ca_file": "/etc/ssl/certs/ca-certificates.crt",
+        "evidence_budget": {"records": 10000, "bytes": "64MiB", "cap": 10},
+    },
     "telemetry": {"otlp_endpoint": "http://127.0.0.1:4318", "service_name": "broker", "timeout": "1s"},
 }
 

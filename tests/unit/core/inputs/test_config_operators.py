@@ -1,5 +1,5 @@
 """The operators' settings: ``fleet_revoke_wait`` beside a fleet store, ``[daemon] metrics_listen``,
-``[egress] secret_refresh``.
+``[egress] secret_refresh`` and ``evidence_budget``.
 
 Both are read once, strictly: a wait a revoke could hang on for minutes, a
 wait with no fleet to wait for, or a listener address that is a host name
@@ -72,3 +72,35 @@ def test_a_kv_secret_is_checked_for_a_new_version_every_minute_unless_told(tmp_p
     assert load(tmp_path, BASE).secret_refresh == DEFAULT_SECRET_REFRESH == 60
     assert load(tmp_path, BASE + '[egress]\nsecret_refresh = "15s"\n').secret_refresh == 15
     assert load(tmp_path, BASE + '[egress]\nsecret_refresh = "5m"\n').secret_refresh == 300
+
+
+def test_the_evidence_budget_has_its_defaults_and_takes_sizes(tmp_path: Path) -> None:
+    config = load(tmp_path, BASE)
+    budget = config.evidence_budget
+    assert (budget.records, budget.bytes, budget.cap, budget.cap_records, budget.cap_bytes) == (
+        10_000,
+        64 << 20,
+        10,
+        100_000,
+        640 << 20,
+    )
+    text = '[egress]\nevidence_budget = {records = 50, bytes = "512KiB"}\n'
+    config = load(tmp_path, BASE + text)
+    assert config.evidence_budget.cap_records == 500
+    assert config.evidence_budget.bytes == 512 << 10
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("[egress]\nevidence_budget = 10000\n", "egress.evidence_budget: expected a mapping, got an integer"),
+        ("[egress]\nevidence_budget = {records = 0}\n", "egress.evidence_budget.records: must be at least 1"),
+        ('[egress]\nevidence_budget = {bytes = "100"}\n', "egress.evidence_budget.bytes: must be at least 1KiB"),
+        ("[egress]\nevidence_budget = {cap = 0}\n", "egress.evidence_budget.cap: must be at least 1"),
+        ("[egress]\nevidence_budget = {per_minute = 5}\n", "egress.evidence_budget.per_minute: unknown key"),
+    ],
+)
+def test_a_bad_budget_is_one_line_naming_the_key(tmp_path: Path, text: str, fragment: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        load(tmp_path, BASE + text)
+    assert fragment in raised.value.message

@@ -15,7 +15,7 @@ from typing import Any
 
 from broker.cli.reference_env import render_hints
 from broker.egress.operations.parsing import SECTIONS as OPERATIONS_SECTIONS
-from broker.egress.terminate.budget import REFERENCE_INTRO, REFERENCE_KEYS
+from broker.egress.terminate.budget import REFERENCE_INTRO, REFERENCE_KEYS, SIZE
 from broker.vocab.reference import Key, Section
 from providers.base import Provider
 from providers.registry import provider_classes
@@ -102,7 +102,7 @@ CORE_CONFIG = (
                 "the hostname",
             ),
             Key("providers", "table", False, "One [providers.NAME] table per provider instance."),
-            Key("audit", "table", False, "[audit]: the issuance log's witness."),
+            Key("audit", "table", False, "[audit]: the issuance log's witness, and its free room."),
             Key("daemon", "table", False, "[daemon]: broker serve, and the CLI as its thin client."),
             Key("egress", "table", False, "[egress]: the session proxy's upstream trust, and its evidence budget."),
             Key("telemetry", "table", False, "[telemetry]: traces to an OpenTelemetry collector."),
@@ -124,6 +124,15 @@ CORE_CONFIG = (
                 False,
                 "0s: every checkpoint; else only the newest, at most once per interval.",
                 "0s",
+            ),
+            Key(
+                "min_free",
+                SIZE,
+                False,
+                "No new issue (exit 2) while state_dir's file system has less free; 16 MiB (or min_free if smaller),"
+                " state_dir/issuance.reserve, stay for revoke and sweep: a session's proxy answers 503 rather than"
+                " take them. 0: not checked. Not in a fleet (the log is the database's).",
+                "1GiB",
             ),
         ),
         "The bucket must have Object Lock enabled; the broker's identity needs s3:PutObject and"

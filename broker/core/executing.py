@@ -207,13 +207,14 @@ def execute(
 
 def session_evidence(broker: Broker, session_id: str, task: str) -> EvidenceWriter:
     """Where the session's proxy appends its ``egress.request`` records: the issuance log, from its own thread,
-    within the session's ``[egress] evidence_budget``."""
+    within the session's ``[egress] evidence_budget`` and never into the room kept for revoke and sweep."""
     return EvidenceWriter(
         broker.log,
         session=session_id,
         task=task,
         requester=str(broker.requester),
         budget=broker.config.evidence_budget,
+        room=broker.room,
     )
 
 

@@ -52,6 +52,7 @@ DEFAULT_FLEET_REVOKE_WAIT = 5
 #: ``[egress] secret_refresh``: how often a running session looks for a new KV version of a ``kind: secret``.
 DEFAULT_SECRET_REFRESH = 60
 MAX_FLEET_REVOKE_WAIT = 60
+DEFAULT_MIN_FREE = 1 << 30  # [audit] min_free: the free room state_dir needs for a new issue
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,7 @@ class Config:
     egress_upstream_ca_file: Path | None = None  # [egress] upstream_ca_file: hosts terminated with no credential
     secret_refresh: int = DEFAULT_SECRET_REFRESH  # [egress] secret_refresh: seconds between KV version checks
     telemetry: TelemetryConfig | None = None  # ``[telemetry] otlp_endpoint``: traces to an OTLP/HTTP collector
+    min_free: int = DEFAULT_MIN_FREE  # [audit] min_free, bytes (broker.audit.room)
     evidence_budget: EvidenceBudget = field(default_factory=EvidenceBudget)  # [egress] evidence_budget
 
     @property
@@ -228,7 +230,7 @@ def parse_config(table: object, path: Path) -> Config:
     mount_tmpfs = fields.string("mount_tmpfs", required=False) or "auto"
     if mount_tmpfs not in MOUNT_MODES:
         raise ConfigError(f"mount_tmpfs: must be one of {', '.join(MOUNT_MODES)}")
-    witness = _witness(fields)
+    witness, min_free = _audit(fields)
     store = _store(fields, base)
     host = fields.string("host", required=False, pattern=HOST_NAME, max_len=64) or _default_host()
     daemon = _daemon(fields, base, runtime_dir)
@@ -279,6 +281,7 @@ def parse_config(table: object, path: Path) -> Config:
         egress_upstream_ca_file=egress_ca_file,
         secret_refresh=secret_refresh,
         telemetry=telemetry,
+        min_free=min_free,
         evidence_budget=evidence_budget,
     )
 
@@ -355,10 +358,12 @@ def listen_address(value: str, where: str) -> tuple[str, int]:
     return str(address), int(port)
 
 
-def _witness(fields: Fields) -> WitnessConfig | None:
+def _audit(fields: Fields) -> tuple[WitnessConfig | None, int]:
+    """``[audit]``: the witness, and ``min_free`` (the free room state_dir needs for a new issue; 0: unchecked)."""
     audit = fields.mapping("audit", required=False)
     if audit is None:
-        return None
+        return None, DEFAULT_MIN_FREE
+    min_free = audit.size("min_free")
     url = audit.string("witness", required=False, max_len=600)
     endpoint_url = audit.string("witness_endpoint_url", required=False, max_len=1024)
     region = audit.string("witness_region", required=False, max_len=64)
@@ -366,10 +371,11 @@ def _witness(fields: Fields) -> WitnessConfig | None:
     retention = _long_duration(audit, "witness_retention", DEFAULT_WITNESS_RETENTION, allow_zero=False)
     interval = _long_duration(audit, "witness_interval", 0, allow_zero=True)
     audit.done()
+    min_free = DEFAULT_MIN_FREE if min_free is None else min_free
     if url is None:
-        return None
+        return None, min_free
     bucket, prefix = parse_witness_url(url, "audit.witness")
-    return WitnessConfig(bucket, prefix, endpoint_url, region, profile, retention, interval)
+    return WitnessConfig(bucket, prefix, endpoint_url, region, profile, retention, interval), min_free
 
 
 def _long_duration(fields: Fields, key: str, default: int, *, allow_zero: bool) -> int:

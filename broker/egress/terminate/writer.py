@@ -18,7 +18,10 @@ gets its record (``submit`` never blocks and never refuses), so at most
 ``max_pending`` plus one per open connection wait at any time. When the log
 cannot take records (a torn log, a store that is down) the batch is kept and
 tried again, ``failing`` says why, and the proxy refuses new requests to
-terminated hosts (fail closed) until it recovers.
+terminated hosts (fail closed) until it recovers. With ``room`` (the log's file
+system, ``broker.audit.room``), a batch is not written once that file system
+is down to the room kept for revoke and sweep: it waits like a failing log,
+until the session ends and its last records get that room with its teardown.
 
 What each record costs is the session's ``Ledger`` (``broker.egress.terminate.
 budget``): past the budget, refusals become counted sums that this thread
@@ -39,6 +42,7 @@ import time
 from typing import Any
 
 from broker.audit.log import GENESIS, AppendLog, Entry, canonical, new_record
+from broker.audit.room import LogRoom
 from broker.egress.terminate.budget import EXHAUSTED, EvidenceBudget, Ledger
 from broker.vocab.errors import BrokerError
 
@@ -60,6 +64,7 @@ class EvidenceWriter:
         task: str,
         requester: str,
         budget: EvidenceBudget | None = None,
+        room: LogRoom | None = None,
         max_pending: int = 4096,
         max_batch: int = 1024,
         linger: float = 0.01,
@@ -70,6 +75,7 @@ class EvidenceWriter:
         self.max_batch = max_batch
         self.linger = linger
         self.failing: str | None = None
+        self.log_room = room
         self.ledger = Ledger(budget or EvidenceBudget(), _overhead(session, task, requester))
         self._flushed = False  # the ledger's last sums are queued (once the writer closes)
         self.written = 0
@@ -165,6 +171,7 @@ class EvidenceWriter:
         while (batch := self._take()) is not None:
             while True:
                 try:
+                    self._make_room()
                     self.log.append_many(batch)
                 except (BrokerError, OSError) as exc:
                     self.failing = getattr(exc, "message", None) or type(exc).__name__
@@ -185,6 +192,16 @@ class EvidenceWriter:
             if room and self._loop is not None and self._space is not None:
                 with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
                     self._loop.call_soon_threadsafe(self._space.set)
+
+    def _make_room(self) -> None:
+        """While the session runs, its evidence stays out of the room kept for revoke and sweep; once it ends, what
+        is left is part of its teardown and gets that room, as its revocation does."""
+        if self.log_room is None:
+            return
+        if self._closing:
+            self.log_room.release()
+        else:
+            self.log_room.check_evidence()
 
     def _gave_up(self) -> bool:
         with self._cond:

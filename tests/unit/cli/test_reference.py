@@ -25,7 +25,7 @@ CONFIG_TABLE: dict[str, Any] = {
         "aws": {"type": "aws_sts", "region": "us-east-1"},
         "github": {"type": "github_app", "app_id": "1", "private_key_file": "k.pem"},
     },
-    "audit": {"witness": "s3://audit-witness/broker"},
+    "audit": {"witness": "s3://audit-witness/broker", "min_free": "1GiB"},
     "daemon": {"socket": "/run/broker/broker.sock", "socket_group": "broker", "sweep_interval": "60s"},
     "egress": {
         "upstream_ca_file": "/etc/ssl/certs/ca-certificates.crt",

@@ -143,7 +143,7 @@ def test_a_flood_of_refused_requests_adds_a_bounded_number_of_records_that_count
     assert keys <= {("refused", f"127.0.0.1:{upstream.port}", method, RULE) for method in ("POST", "DELETE")}
     for record in summed:
         start, end = minute(record["window_start"]), minute(record["window_end"])
-        assert start.second == 0 and 0 < (end - start).total_seconds() <= 60
+        assert start.second == 0 and 0 <= (end - start).total_seconds() <= 60  # cut short at the end
         assert record["head_sha256"] is None and record["status"] == 403
     # Every request the sandbox sent is counted, and the log grew by those few records only.
     assert counted(egress) == sent

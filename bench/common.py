@@ -44,6 +44,7 @@ FIGURES = (
     "fleetrevoke",
     "operations",
     "terminated",
+    "evidence",
     "rotation",
     "longsession",
     "metrics",

@@ -25,6 +25,8 @@ median over repeated runs, both sides of a ratio interleaved in the same run:
               with vs without operations), 1,000 requests/s with every request logged (backlog, records,
               the log's cost per record), a 50 MiB git push through the proxy vs direct over a modelled
               40 ms, 1 Gbit/s link and on loopback
+  evidence    a flood of refused requests through one session's proxy (2 pipelined tunnels): records/s and the
+              log's growth with one record each, and past the session's evidence budget (summed per key and minute)
   metrics     a /metrics scrape with 10,000 live sessions in a real SQLite store; span() with tracing off and on
   awsproxy    SigV4 through the proxy: verify + re-sign added per small AWS request, a 256 MiB put_object
               (aws-chunked) through the proxy vs direct on loopback and over the modelled link, the proxy's RSS
@@ -33,11 +35,11 @@ median over repeated runs, both sides of a ratio interleaved in the same run:
   approvals   through ``broker serve``: approve-to-session, a child session against an issue, 100 pending listed
 
 The fleet figure starts a PostgreSQL of its own beside the stack (bench/fleets/fleet.py);
-egress, dynamic, daemon, terminated, awsproxy and longsession start what they need
-themselves (bench/proxy/egress.py, bench/commands/vault_dynamic.py,
+egress, dynamic, daemon, terminated, evidence, awsproxy and longsession start what they
+need themselves (bench/proxy/egress.py, bench/commands/vault_dynamic.py,
 bench/serving/daemon.py, bench/proxy/terminated.py with bench/proxy/gitpush.py and
-bench/proxy/proxychild.py, bench/proxy/aws_resign.py, bench/proxy/longsession.py with
-bench/proxy/sandbox_client.py; each also runs alone with ``python -m``). The figures
+bench/proxy/proxychild.py, bench/proxy/evidence_flood.py, bench/proxy/aws_resign.py,
+bench/proxy/longsession.py with bench/proxy/sandbox_client.py; each also runs alone with ``python -m``). The figures
 live in rooms: ``commands`` (the broker's commands as processes), ``serving`` (``broker
 serve``), ``fleets`` (PostgreSQL), ``proxy`` (the egress proxy).
 
@@ -89,6 +91,7 @@ from bench.fleets.fleet_revoke import figure_fleet_revoke
 from bench.local import BrokerSetup, Stack, base_env, floor_params, unmount_under
 from bench.proxy.aws_resign import figure_awsproxy
 from bench.proxy.egress import figure_egress
+from bench.proxy.evidence_flood import figure_evidence
 from bench.proxy.longsession import figure_longsession
 from bench.proxy.operations import figure_operations
 from bench.proxy.rotation import figure_rotation
@@ -324,6 +327,8 @@ def main(argv: Sequence[str]) -> int:
                 steps.append(("operations", lambda: figure_operations(settings, report)))
             if "terminated" in selected:
                 steps.append(("terminated", lambda: figure_terminated(settings, report)))
+            if "evidence" in selected:
+                steps.append(("evidence", lambda: figure_evidence(settings, report)))
             if "rotation" in selected:
                 steps.append(("rotation", lambda: figure_rotation(settings, report)))
             if "longsession" in selected:

@@ -3,8 +3,9 @@
 ``ProxyChild`` runs ``running_proxy`` in a child process of its own, for one
 ``127.0.0.1:PORT`` it terminates (operations as given, a credential's header
 swap when asked), with an ``EvidenceWriter`` on a real, signed issuance log
-in its work directory; it prints its port, and the writer's figures when
-asked (then again once the proxy stopped and wrote its last records). The
+in its work directory (under the evidence budget given, or the default); it
+prints its port, and the writer's figures when asked (then again once the
+proxy stopped and wrote its last records). The
 upstream is a TLS HTTP/1.1 server with keep-alive, its certificate from a
 CA it makes (``SessionCA``). A client keeps one tunnel
 (``HTTPSConnection.set_tunnel``), as gh and git do.
@@ -89,6 +90,7 @@ from broker.egress.inject import Injection
 from broker.egress.operations import read_operations
 from broker.egress.operations.checker import OperationsChecker
 from broker.egress.running import running_proxy
+from broker.egress.terminate.budget import EvidenceBudget
 from broker.egress.terminate.plan import Interceptor
 from broker.egress.terminate.writer import EvidenceWriter
 from broker.vocab.errors import PolicyFileError
@@ -109,7 +111,8 @@ if spec.get("credential"):
 (work / "session-ca.pem").write_bytes(plan.ca.pem)
 keys = load_or_create_keys(work / "audit.key", work / "fingerprint.key")
 log = IssuanceLog(work, keys)
-writer = EvidenceWriter(log, session="s-aaaaaaaaaaaa", task="bench", requester="bench")
+budget = EvidenceBudget(**spec["budget"]) if spec.get("budget") else None
+writer = EvidenceWriter(log, session="s-aaaaaaaaaaaa", task="bench", requester="bench", budget=budget)
 allow = tuple(parse_destination(a) for a in spec["allow"])
 with running_proxy(allow, unix=False, tcp=True, interceptor=plan, evidence=writer) as proxy:
     print(proxy.port, flush=True)
@@ -142,7 +145,14 @@ class ProxyChild:
     """A proxy in a child process for ``127.0.0.1:port``: its ``port``, its session CA, the writer's figures."""
 
     def __init__(
-        self, work: Path, port: int, upstream_ca: Path, *, operations: dict[str, Any] | None, credential: bool = True
+        self,
+        work: Path,
+        port: int,
+        upstream_ca: Path,
+        *,
+        operations: dict[str, Any] | None,
+        credential: bool = True,
+        budget: dict[str, int] | None = None,
     ) -> None:
         self.work = work
         spec = {
@@ -153,6 +163,7 @@ class ProxyChild:
             "operations": operations,
             "credential": credential,
             "allow": [f"127.0.0.1:{port}"],
+            "budget": budget,  # the session's [egress] evidence_budget (None: the default)
         }
         self.child = Child(PROXY, json.dumps(spec))
         self.port = self.child.port

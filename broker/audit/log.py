@@ -4,7 +4,8 @@ Each record has ``seq``, ``time``, ``event``, ``session``, ``task``,
 ``requester``, ``prev`` and ``hash`` (SHA-256 of the canonical JSON of the
 record without ``hash``). Appends happen under a file lock (``filelock``),
 each record is written with one ``write`` on an ``O_APPEND`` descriptor and
-fsynced before the call returns. ``append_many`` writes several records the
+fsynced before the call returns; one the disk cannot take whole is cut off
+again (nothing torn is left). ``append_many`` writes several records the
 same way at once (one lock, one write, one fsync: what a busy proxy's
 ``egress.request`` records need). ``checkpoint()`` appends a record signed
 with Ed25519 over the head, so a copy of the log verifies offline.
@@ -13,6 +14,7 @@ with Ed25519 over the head, so a copy of the log verifies offline.
 from __future__ import annotations
 
 import base64
+import contextlib
 import errno
 import hashlib
 import json
@@ -188,14 +190,25 @@ class IssuanceLog:
                 records.append(record)
                 prev = record["hash"]
             data = b"".join(canonical(record) + b"\n" for record in records)
-            written = os.write(fd, data)
-            while written < len(data):  # a regular file takes it whole; a short write goes on where it stopped
-                written += os.write(fd, data[written:])
-            os.fsync(fd)
+            self._write(fd, data)
         finally:
             os.close(fd)
         self.appended += len(records)
         return records
+
+    def _write(self, fd: int, data: bytes) -> None:
+        """``data`` at the end of the log and on disk, or none of it: a write the disk cannot take whole (it is
+        full) is cut off again, so a full disk never leaves a torn record behind."""
+        end = os.fstat(fd).st_size
+        try:
+            written = os.write(fd, data)
+            while written < len(data):  # a regular file takes it whole; a short write goes on where it stopped
+                written += os.write(fd, data[written:])
+            os.fsync(fd)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, end)
+            raise StoreError(f"issuance log {self.path}: {exc.strerror}; the records were not written") from None
 
     def head(self) -> tuple[int, str]:
         """The last record's ``seq`` and ``hash``; raises when the log could not take another record."""

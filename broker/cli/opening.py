@@ -12,11 +12,11 @@ from broker.vocab.errors import BrokerError
 
 
 @contextlib.contextmanager
-def open_broker(config: Config, store: SessionStore | None = None) -> Iterator[Broker]:
+def open_broker(config: Config, store: SessionStore | None = None, *, teardown: bool = False) -> Iterator[Broker]:
     """A ``Broker`` for one command (on ``store`` when the command opened it already), closed (its checkpoint
-    signed) when the command is done."""
+    signed) when the command is done; ``teardown``: a sweep's, which the reserve's room is given to first."""
     try:
-        broker = Broker.open(config, store)
+        broker = Broker.open(config, store, teardown=teardown)
     except BaseException:
         if store is not None:
             store.close()

@@ -22,7 +22,7 @@ from broker.audit.keys import AuditKeys, load_or_create_keys
 from broker.audit.log import AppendLog, IssuanceLog
 from broker.audit.witness import FlushResult, flush, note_checkpoint
 from broker.core.inputs.config import Config
-from broker.core.store import ensure_state_dir, open_config_store
+from broker.core.store import ensure_state_dir, open_config_store, state_room
 from broker.core.store.interface import SessionStore
 from broker.core.store.locks import lock_dir, session_lock
 from broker.core.warming import sdk_ready
@@ -35,6 +35,7 @@ from broker.vocab.time import utcnow
 from providers.capabilities import SharesLocks, Warming
 
 if TYPE_CHECKING:
+    from broker.audit.room import LogRoom
     from broker.core.inputs.policy import Policy
     from broker.core.inputs.policy_source import PolicySource
     from broker.telemetry.metrics import BrokerMetrics
@@ -101,11 +102,18 @@ class Broker:
     #: Where ``policy`` comes from, made at the first decision; a copy (``dataclasses.replace``) reads its own.
     _policies: PolicySource | None = field(default=None, init=False, repr=False, compare=False)
     _policy_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False, compare=False)
+    #: The log's room on state_dir's file system (``broker.audit.room``); None in a fleet.
+    room: LogRoom | None = None
 
     @classmethod
-    def open(cls, config: Config, store: SessionStore | None = None) -> Broker:
-        """The broker of ``config``; ``store`` is its store when the command opened it already."""
+    def open(cls, config: Config, store: SessionStore | None = None, *, teardown: bool = False) -> Broker:
+        """The broker of ``config``; ``store`` is its store when the command opened it already. ``teardown``: it
+        revokes or sweeps (a revoke, a sweep, the daemon): on a nearly full disk the reserve's room is given back
+        before the store opens."""
         ensure_state_dir(config)
+        room = state_room(config)
+        if teardown and room is not None:
+            room.release()
         keys = load_or_create_keys(config.audit_key, config.fingerprint_key)
         store = store if store is not None else open_config_store(config)
         fleet = store.fleet_state()
@@ -121,7 +129,20 @@ class Broker:
             log=store.issuance_log(keys) or IssuanceLog(config.state_dir, keys),
             keys=keys,
             requester=Requester.current(),
+            room=room,
         )
+
+    def ready_to_issue(self) -> None:
+        """Before a new issue decides anything: room for it on the log's file system (``[audit] min_free``), and a
+        log that can take records (not torn, not unreadable)."""
+        if self.room is not None:
+            self.room.check_issue()
+        self.log.head()
+
+    def make_room(self) -> None:
+        """Before a revoke or a sweep writes: the reserve's room, when the log's file system is nearly full."""
+        if self.room is not None:
+            self.room.release()
 
     def session_lock(self, session_id: str) -> Lock:
         """The lock ``issue``, ``exec`` and ``revoke`` hold on a session: shared by the fleet, else a file lock."""

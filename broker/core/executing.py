@@ -219,8 +219,16 @@ def execute(
 
 
 def session_evidence(broker: Broker, session_id: str, task: str) -> EvidenceWriter:
-    """Where the session's proxy appends its ``egress.request`` records: the issuance log, from its own thread."""
-    return EvidenceWriter(broker.log, session=session_id, task=task, requester=str(broker.requester))
+    """Where the session's proxy appends its ``egress.request`` records: the issuance log, from its own thread,
+    within the session's ``[egress] evidence_budget`` and never into the room kept for revoke and sweep."""
+    return EvidenceWriter(
+        broker.log,
+        session=session_id,
+        task=task,
+        requester=str(broker.requester),
+        budget=broker.config.evidence_budget,
+        room=broker.room,
+    )
 
 
 def _log_denials(broker: Broker, proxy: RunningProxy, session_id: str, task: str) -> None:

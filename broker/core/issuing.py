@@ -119,13 +119,13 @@ def issuing(
     request is stored, unless it is the ``approved`` request's own (same digest).
     """
     require_proxy(manifest, interceptor)
+    broker.ready_to_issue()  # room on the log's disk, and a log that takes records, before anything is decided
     decision = delegated.decision if delegated is not None else check(broker, manifest)
     if not decision.allowed:
         log_denial(broker, manifest, decision, decision.reasons)
         raise PolicyDenied(decision.denial_message(), decision.reasons)
     limit_operations(interceptor, decision)
     _check_sandbox_owner(manifest)
-    broker.log.head()  # a log that cannot take records (torn, unreadable) fails the issue before anything is minted
     if approved is not None:
         _still_as_approved(broker, manifest, decision, approved)
     elif decision.approval is not None and delegated is None:

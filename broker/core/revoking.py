@@ -158,6 +158,7 @@ def _left_to_holder(broker: Broker, session: SessionRecord) -> RevokeReport:
 def revoke_locked(broker: Broker, session: SessionRecord, *, reason: str) -> RevokeReport:
     """Revoke ``session`` (its children first); the caller holds its session lock."""
     requester = str(broker.requester)
+    broker.make_room()  # a nearly full disk gives back the room kept for this (broker.audit.room)
     _revoke_children(broker, session, reason)
     already_ended = session.state in ENDED_SESSION_STATES
     if session.state == SessionState.AWAITING_APPROVAL:

@@ -96,6 +96,7 @@ Progress = Callable[[int, int], None]
 def sweep(broker: Broker, progress: Progress | None = None) -> SweepReport:
     """One sweep; ``progress(done, total)`` is called after each session looked at."""
     report = SweepReport()
+    broker.make_room()  # a nearly full disk gives back the room kept for this (broker.audit.room)
     with holding(sweep_lock(broker.config.state_dir), "sweep", timeout=300):
         report.asked = holders.finish_asked(broker, lambda session: _finish_asked(broker, session))
         now = broker.clock()

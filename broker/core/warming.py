@@ -63,10 +63,13 @@ def warm_revocation(config: Config, session_id: str | None, task: str | None) ->
     ``Broker`` takes this store, so it is opened once. None when there is no
     store yet: the ``Broker`` creates one, and there is nothing to revoke.
     """
-    from broker.core.store import ensure_state_dir, has_store, open_config_store
+    from broker.core.store import ensure_state_dir, has_store, open_config_store, state_room
     from broker.core.store.states import LIVE_SESSION_STATES
 
     ensure_state_dir(config)  # the checks Broker.open makes, before anything in the directory is read
+    room = state_room(config)
+    if room is not None:
+        room.release()  # on a nearly full disk, the room kept for revoke, before the store is opened
     if not has_store(config):
         return None
     store = open_config_store(config)

@@ -303,7 +303,7 @@ def serve(config: Config, socket_path: Path | None = None) -> None:
     """Run the daemon in this process until SIGTERM (or SIGINT/SIGHUP)."""
     settings = config.daemon_settings
     tracing = _start_tracing(config)
-    broker = Broker.open(config)
+    broker = Broker.open(config, teardown=True)  # it revokes and sweeps: even on a nearly full disk it opens
     broker.metrics = daemon_metrics(broker)
     try:
         listener = inherited_socket()

@@ -77,6 +77,11 @@ class StoreError(StateError):
     """The session store (or the state directory holding it) is corrupt, locked, unreadable or unreachable."""
 
 
+class NoRoom(StateError):
+    """The file system of ``state_dir`` (the issuance log's) has less free room than ``[audit] min_free``: no new
+    session is issued (exit 2); revoke and sweep still are."""
+
+
 class OutputError(BrokerError):
     """What the command had to print could not be delivered (exit 1 unless a command says otherwise)."""
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from broker.vocab.durations import parse_duration
 from broker.vocab.errors import BadInput
+from broker.vocab.sizes import parse_size
 
 
 def describe(value: object) -> str:
@@ -137,6 +138,13 @@ class Fields:
         if value is None:
             return None
         return parse_duration(value, self.where(key), self._error)
+
+    def size(self, key: str, *, required: bool = False) -> int | None:
+        """Bytes for ``64MiB``, ``1GiB`` or an integer of bytes (``broker.vocab.sizes``)."""
+        value = self._get(key, required)
+        if value is None:
+            return None
+        return parse_size(value, self.where(key), self._error)
 
     def string_list(
         self,

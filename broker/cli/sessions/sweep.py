@@ -18,7 +18,7 @@ from broker.vocab.fields import shown
 
 def sweep(run: Invocation, as_json: bool) -> None:
     config = run.load_config()
-    with open_broker(config) as broker, progress_bar("sweeping sessions") as progress:
+    with open_broker(config, teardown=True) as broker, progress_bar("sweeping sessions") as progress:
         report = run_sweep(broker, progress)
     if as_json:
         print_json(report.to_json())

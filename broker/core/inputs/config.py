@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from broker.audit.witness import DEFAULT_WITNESS_RETENTION, WitnessConfig, parse_witness_url
 from broker.core.inputs.store_url import SHAPE, store_url_problem
 from broker.egress.destinations import Destination, DestinationError, parse_destination
+from broker.egress.terminate.budget import EvidenceBudget, read_evidence_budget
 from broker.telemetry.settings import TelemetryConfig, parse_telemetry
 from broker.vocab.errors import ConfigError
 from broker.vocab.fields import Fields, shown
@@ -53,6 +54,7 @@ DEFAULT_SECRET_REFRESH = 60
 #: ``[egress] policy_refresh``: a running session's policy is read again at least this often (and when it changes).
 DEFAULT_POLICY_REFRESH = 60
 MAX_FLEET_REVOKE_WAIT = 60
+DEFAULT_MIN_FREE = 1 << 30  # [audit] min_free: the free room state_dir needs for a new issue
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,8 @@ class Config:
     secret_refresh: int = DEFAULT_SECRET_REFRESH  # [egress] secret_refresh: seconds between KV version checks
     policy_refresh: int = DEFAULT_POLICY_REFRESH  # [egress] policy_refresh: a running session's policy re-read
     telemetry: TelemetryConfig | None = None  # ``[telemetry] otlp_endpoint``: traces to an OTLP/HTTP collector
+    min_free: int = DEFAULT_MIN_FREE  # [audit] min_free, bytes (broker.audit.room)
+    evidence_budget: EvidenceBudget = field(default_factory=EvidenceBudget)  # [egress] evidence_budget
 
     @property
     def daemon_settings(self) -> DaemonConfig:
@@ -229,11 +233,11 @@ def parse_config(table: object, path: Path) -> Config:
     mount_tmpfs = fields.string("mount_tmpfs", required=False) or "auto"
     if mount_tmpfs not in MOUNT_MODES:
         raise ConfigError(f"mount_tmpfs: must be one of {', '.join(MOUNT_MODES)}")
-    witness = _witness(fields)
+    witness, min_free = _audit(fields)
     store = _store(fields, base)
     host = fields.string("host", required=False, pattern=HOST_NAME, max_len=64) or _default_host()
     daemon = _daemon(fields, base, runtime_dir)
-    egress_ca_file, secret_refresh, policy_refresh = _egress(fields, base)
+    egress_ca_file, secret_refresh, policy_refresh, evidence_budget = _egress(fields, base)
     telemetry_table = fields.mapping("telemetry", required=False)
     telemetry = parse_telemetry(telemetry_table, base) if telemetry_table is not None else None
     providers: dict[str, Provider[Any]] = {}
@@ -281,6 +285,8 @@ def parse_config(table: object, path: Path) -> Config:
         secret_refresh=secret_refresh,
         policy_refresh=policy_refresh,
         telemetry=telemetry,
+        min_free=min_free,
+        evidence_budget=evidence_budget,
     )
 
 
@@ -305,19 +311,21 @@ def _proxy_target(instance: Fields, name: str, facts: ProxyFacts | None, base: P
     return ProxyTarget(tuple(destinations), facts, resolve_path(base, ca_file) if ca_file is not None else None)
 
 
-def _egress(fields: Fields, base: Path) -> tuple[Path | None, int, int]:
+def _egress(fields: Fields, base: Path) -> tuple[Path | None, int, int, EvidenceBudget]:
     """``[egress] upstream_ca_file``: the CAs the proxy trusts for a host it terminates that no credential goes
     to (a host the operations limit); a credential's hosts keep their provider's. None: the system's CAs.
     ``secret_refresh``: how often a running session checks each ``kind: secret`` for a new KV version.
-    ``policy_refresh``: how often, at the latest, a running session reads the policy again and decides itself."""
+    ``policy_refresh``: how often, at the latest, a running session reads the policy again and decides itself.
+    ``evidence_budget``: what each session's ``egress.request`` records may add to the log."""
     table = fields.mapping("egress", required=False)
     if table is None:
-        return None, DEFAULT_SECRET_REFRESH, DEFAULT_POLICY_REFRESH
+        return None, DEFAULT_SECRET_REFRESH, DEFAULT_POLICY_REFRESH, EvidenceBudget()
     ca_file = table.string("upstream_ca_file", required=False, max_len=4096)
     refresh = table.duration("secret_refresh") or DEFAULT_SECRET_REFRESH
     policy_refresh = table.duration("policy_refresh") or DEFAULT_POLICY_REFRESH
+    budget = read_evidence_budget(table.mapping("evidence_budget", required=False))
     table.done()
-    return (resolve_path(base, ca_file) if ca_file is not None else None), refresh, policy_refresh
+    return (resolve_path(base, ca_file) if ca_file is not None else None), refresh, policy_refresh, budget
 
 
 def _daemon(fields: Fields, base: Path, runtime_dir: Path) -> DaemonConfig | None:
@@ -356,10 +364,12 @@ def listen_address(value: str, where: str) -> tuple[str, int]:
     return str(address), int(port)
 
 
-def _witness(fields: Fields) -> WitnessConfig | None:
+def _audit(fields: Fields) -> tuple[WitnessConfig | None, int]:
+    """``[audit]``: the witness, and ``min_free`` (the free room state_dir needs for a new issue; 0: unchecked)."""
     audit = fields.mapping("audit", required=False)
     if audit is None:
-        return None
+        return None, DEFAULT_MIN_FREE
+    min_free = audit.size("min_free")
     url = audit.string("witness", required=False, max_len=600)
     endpoint_url = audit.string("witness_endpoint_url", required=False, max_len=1024)
     region = audit.string("witness_region", required=False, max_len=64)
@@ -367,10 +377,11 @@ def _witness(fields: Fields) -> WitnessConfig | None:
     retention = _long_duration(audit, "witness_retention", DEFAULT_WITNESS_RETENTION, allow_zero=False)
     interval = _long_duration(audit, "witness_interval", 0, allow_zero=True)
     audit.done()
+    min_free = DEFAULT_MIN_FREE if min_free is None else min_free
     if url is None:
-        return None
+        return None, min_free
     bucket, prefix = parse_witness_url(url, "audit.witness")
-    return WitnessConfig(bucket, prefix, endpoint_url, region, profile, retention, interval)
+    return WitnessConfig(bucket, prefix, endpoint_url, region, profile, retention, interval), min_free
 
 
 def _long_duration(fields: Fields, key: str, default: int, *, allow_zero: bool) -> int:

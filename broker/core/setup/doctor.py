@@ -2,8 +2,9 @@
 
 The checks, in order: the config parses (when it does not, that is the only
 check), the policy files lint, runtime_dir can hold secrets, state_dir is
-writable, the signing and fingerprint keys are present and private, then each provider instance's
-own ``health`` checks (login, permissions, clock) with the broker's own
+writable with ``[audit] min_free`` free for new issues, the signing and
+fingerprint keys are present and private, then each provider instance's own
+``health`` checks (login, permissions, clock) with the broker's own
 identity and, once it logs in, what the policy's grants on it need
 (``grant_health``: Vault's dynamic kinds ask a probe lease holder, 60 s
 and no lease, revoked at once), then the deny budget of every role with live sessions in the store
@@ -30,11 +31,12 @@ from broker.core.inputs.config import Config, load_config
 from broker.core.inputs.policy import load_policy
 from broker.core.setup.install import POLICY_EXAMPLE_NAME
 from broker.core.status import deny_budgets
-from broker.core.store import has_store, open_config_store
+from broker.core.store import has_store, open_config_store, state_room
 from broker.host import mounts
 from broker.host.sessiondir import prepare_runtime_dir
 from broker.vocab.checks import Check
 from broker.vocab.errors import REPORT_URL, BrokerError
+from broker.vocab.sizes import format_size
 from broker.vocab.time import parse_iso, utcnow
 from providers.base import Grant, Provider
 from providers.capabilities import ChecksGrants, DenyBudget
@@ -164,7 +166,15 @@ def check_state_dir(config: Config) -> Check:
         return Check("state_dir", False, f"{path} is writable by group or others (mode {mode:04o})", "chmod 700 it")
     if not os.access(path, os.W_OK | os.X_OK):
         return Check("state_dir", False, f"{path} is not writable by the broker", "make it writable (read-only mount?)")
-    return Check("state_dir", True, f"{path} (mode {mode:04o}, writable)")
+    room = state_room(config)
+    if room is None or room.min_free == 0:
+        return Check("state_dir", True, f"{path} (mode {mode:04o}, writable)")
+    free, missing = room.free(), max(0, room.reserve_bytes - room.reserved())  # read only: nothing is allocated
+    if free - missing < room.min_free:
+        needs = f"[audit] min_free ({format_size(room.min_free)})" + (" and the reserve" if missing else "")
+        fix = "free space there, or lower [audit] min_free: until then no session is issued"
+        return Check("state_dir", False, f"{path} has {format_size(free)} free, less than {needs}", fix)
+    return Check("state_dir", True, f"{path} (mode {mode:04o}, writable, {format_size(free)} free)")
 
 
 def check_audit_key(config: Config) -> Check:

@@ -22,6 +22,7 @@ from broker.vocab.errors import StoreError
 
 if TYPE_CHECKING:
     from broker.audit.pglog import TableSource
+    from broker.audit.room import LogRoom
     from broker.core.inputs.config import Config
     from broker.core.store.interface import SessionStore
     from broker.core.store.sqlite import SqliteSessionStore
@@ -40,6 +41,16 @@ def ensure_state_dir(config: Config) -> None:
         raise StoreError(
             f"state_dir {config.state_dir} must be owned by the broker's user and not writable by group or others"
         )
+
+
+def state_room(config: Config) -> LogRoom | None:
+    """The room of the issuance log's file system (``[audit] min_free`` and the reserve kept for revoke and sweep);
+    None in a fleet, whose log is the database's."""
+    if config.store is not None:
+        return None
+    from broker.audit.room import LogRoom
+
+    return LogRoom(config.state_dir, config.min_free)
 
 
 def open_store(state_dir: Path) -> SqliteSessionStore:

@@ -2,7 +2,7 @@
 
 The steps, in order; each may refuse, and a refused request sends nothing upstream:
 
-1. the session is not revoked, and the evidence log takes records;
+1. the session is not revoked, and the evidence log takes records (the session's evidence cap not reached);
 2. one framing of the body (``broker.egress.framing``); the guards (``broker.egress.guards``): the tunnel's own
    ``Host``, an origin-form target, no routing headers, no method or path override; for a credential's host,
    none of the headers its provider's guard takes out (Vault: response wrapping);
@@ -101,8 +101,8 @@ class Cycle:
                 self.evidence.refused(REVOKED)
                 self._answer(answer)
                 return False
-            if self.sink is not None and self.sink.failing:
-                raise Refused(503, "the issuance log cannot take this request's record, so nothing is forwarded")
+            if self.sink is not None and (why := self.sink.refusing()) is not None:
+                raise Refused(503, why)  # the log cannot take the record, or the session's evidence is used up
             declared(self.request.headers, self.request.http_version)  # one framing of the body, or 400
             headers = checked_headers(self.request, host, port)  # the tunnel's own host, or 400
             guard = self.plan.answer_guard(host, port)

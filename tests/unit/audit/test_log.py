@@ -68,3 +68,34 @@ def test_fingerprint_is_keyed_and_never_the_secret(tmp_path: Path) -> None:
     assert fingerprint != "hmac-sha256:" + hashlib.sha256(b"s.canary-token-value").hexdigest()
     other = load_or_create_keys(tmp_path / "other.key", tmp_path / "other-fingerprint.key")
     assert other.fingerprint(secret) != fingerprint
+
+
+def test_a_write_the_disk_cannot_take_whole_leaves_no_torn_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk takes part of an append, then ENOSPC: the part is cut off again, so the log still takes records
+    (a torn record would stop every append until ``audit verify --repair``)."""
+    import errno
+
+    from broker.audit.log import Entry
+    from broker.vocab.errors import StoreError
+
+    keys = load_or_create_keys(tmp_path / "audit.key", tmp_path / "fingerprint.key")
+    log = IssuanceLog(tmp_path, keys)
+    log.append("session.issued", session="s-1", task="t", requester="ci")
+    before = log.path.read_bytes()
+    real_write = os.write
+
+    def full_disk(fd: int, data: bytes) -> int:
+        if os.path.samestat(os.fstat(fd), os.stat(log.path)) and len(data) > 100:  # takes 100 bytes, then is full
+            real_write(fd, data[:100])
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", full_disk)
+    with pytest.raises(StoreError, match="No space left on device; the records were not written"):
+        log.append_many([Entry("egress.request", "s-1", "t", "ci", {"path": f"/{n}"}) for n in range(5)])
+    assert log.path.read_bytes() == before
+    monkeypatch.setattr(os, "write", real_write)
+    log.append("session.revoked", session="s-1", task="t", requester="ci")
+    assert [r["event"] for r in assert_chain(log.path)] == ["session.issued", "session.revoked"]

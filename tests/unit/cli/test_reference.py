@@ -1,4 +1,4 @@
-"""docs/reference.md is generated from broker/cli/reference.py, which lists exactly the keys the loaders read."""
+"""docs/reference.md is generated from broker/cli/reference/, which lists exactly the keys the loaders read."""
 
 from __future__ import annotations
 
@@ -25,9 +25,12 @@ CONFIG_TABLE: dict[str, Any] = {
         "aws": {"type": "aws_sts", "region": "us-east-1"},
         "github": {"type": "github_app", "app_id": "1", "private_key_file": "k.pem"},
     },
-    "audit": {"witness": "s3://audit-witness/broker"},
+    "audit": {"witness": "s3://audit-witness/broker", "min_free": "1GiB"},
     "daemon": {"socket": "/run/broker/broker.sock", "socket_group": "broker", "sweep_interval": "60s"},
-    "egress": {"upstream_ca_file": "/etc/ssl/certs/ca-certificates.crt"},
+    "egress": {
+        "upstream_ca_file": "/etc/ssl/certs/ca-certificates.crt",
+        "evidence_budget": {"records": 10000, "bytes": "64MiB", "cap": 10},
+    },
     "telemetry": {"otlp_endpoint": "http://127.0.0.1:4318", "service_name": "broker", "timeout": "1s"},
 }
 

@@ -1,5 +1,5 @@
 """The operators' settings: ``fleet_revoke_wait`` beside a fleet store, ``[daemon] metrics_listen``,
-``[egress] secret_refresh`` and ``policy_refresh``.
+``[egress] secret_refresh``, ``policy_refresh`` and ``evidence_budget``, ``[audit] min_free``.
 
 Both are read once, strictly: a wait a revoke could hang on for minutes, a
 wait with no fleet to wait for, or a listener address that is a host name
@@ -85,3 +85,38 @@ def test_a_kv_secret_is_checked_for_a_new_version_every_minute_unless_told(tmp_p
 def test_a_running_session_reads_its_policy_again_every_minute_at_the_latest_unless_told(tmp_path: Path) -> None:
     assert load(tmp_path, BASE).policy_refresh == DEFAULT_POLICY_REFRESH == 60
     assert load(tmp_path, BASE + '[egress]\npolicy_refresh = "10s"\n').policy_refresh == 10
+
+
+def test_the_evidence_budget_and_min_free_have_their_defaults_and_take_sizes(tmp_path: Path) -> None:
+    config = load(tmp_path, BASE)
+    assert config.min_free == 1 << 30
+    budget = config.evidence_budget
+    assert (budget.records, budget.bytes, budget.cap, budget.cap_records, budget.cap_bytes) == (
+        10_000,
+        64 << 20,
+        10,
+        100_000,
+        640 << 20,
+    )
+    text = '[audit]\nmin_free = "0"\n[egress]\nevidence_budget = {records = 50, bytes = "512KiB"}\n'
+    config = load(tmp_path, BASE + text)
+    assert config.min_free == 0 and config.evidence_budget.cap_records == 500
+    assert config.evidence_budget.bytes == 512 << 10
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ('[audit]\nmin_free = "1GB"\n', "audit.min_free: '1GB' is not a size"),
+        ("[audit]\nmin_free = -1\n", "audit.min_free: a size must not be negative"),
+        ("[egress]\nevidence_budget = 10000\n", "egress.evidence_budget: expected a mapping, got an integer"),
+        ("[egress]\nevidence_budget = {records = 0}\n", "egress.evidence_budget.records: must be at least 1"),
+        ('[egress]\nevidence_budget = {bytes = "100"}\n', "egress.evidence_budget.bytes: must be at least 1KiB"),
+        ("[egress]\nevidence_budget = {cap = 0}\n", "egress.evidence_budget.cap: must be at least 1"),
+        ("[egress]\nevidence_budget = {per_minute = 5}\n", "egress.evidence_budget.per_minute: unknown key"),
+    ],
+)
+def test_a_bad_budget_or_min_free_is_one_line_naming_the_key(tmp_path: Path, text: str, fragment: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        load(tmp_path, BASE + text)
+    assert fragment in raised.value.message

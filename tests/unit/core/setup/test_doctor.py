@@ -88,3 +88,16 @@ def test_clock_skew_fails_above_a_minute() -> None:
     assert (late.name, late.ok) == ("clock", False) and late.detail.startswith("this host is 90 s ahead of vault x")
     assert late.fix == "synchronise this host's clock (chrony, systemd-timesyncd)"
     assert clock_check(None, now, "vault x") is None and clock_check("yesterday", now, "vault x") is None
+
+
+def test_a_state_dir_with_less_free_than_min_free_fails_naming_the_key(installed: BrokerEnv) -> None:
+    line = lines_by_name(installed.run("doctor"))["state_dir"]
+    assert line.startswith("✓ state_dir: ") and " free)" in line  # the room it has, beside its mode
+    with installed.config_path.open("a", encoding="utf-8") as config:
+        config.write('\n[audit]\nmin_free = "1024TiB"\n')  # more than any disk this runs on
+    result = installed.run("doctor")
+    line = lines_by_name(result)["state_dir"]
+    assert result.code == 2 and line.startswith(f"✗ state_dir: {installed.state_dir} has ")
+    assert "free, less than [audit] min_free (1024TiB) and the reserve" in line
+    assert line.endswith("— fix: free space there, or lower [audit] min_free: until then no session is issued")
+    assert not (installed.state_dir / "issuance.reserve").exists()  # doctor allocates nothing

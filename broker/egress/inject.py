@@ -1,8 +1,9 @@
 """``inject: proxy``: the sandbox holds a worthless placeholder, the proxy puts the real secret in on the way out.
 
-A placeholder has the shape of the secret it stands for (its prefix, such
-as ``ghs_``, ``hvs.`` or ``sk-ant-``, then random letters and digits to the same length),
-so clients accept it unchanged. ``HeaderSwap`` is the injector
+A placeholder has the shape of the secret it stands for (its public prefix,
+one of a known list such as ``ghs_``, ``hvs.`` or ``sk-ant-api03-``, then
+random letters and digits to the same length), so clients accept it
+unchanged; nothing else of the secret is in it (``placeholder_for``). ``HeaderSwap`` is the injector
 (``broker.egress.terminate.injector``) of such a token: it swaps the
 placeholder for the secret only in requests to the credential's own hosts
 (which the proxy reaches over verified TLS) and only in ``Authorization``
@@ -25,7 +26,6 @@ from __future__ import annotations
 import base64
 import binascii
 import hmac
-import re
 import secrets
 import string
 from collections.abc import Sequence
@@ -41,20 +41,40 @@ if TYPE_CHECKING:  # the guards bring h11 and asyncio: the proxy's, not an issue
     from broker.egress.guards import AnswerGuard
 
 ALPHABET = string.ascii_letters + string.digits
-#: A token's kind, kept in its placeholder: ``ghs_``, ``hvs.``; ``sk-``, ``sk-proj-``, ``sk-ant-api03-`` (a
-#: prefix of lower-case words and a version: a random part of a secret is never kept by accident).
-PREFIX = re.compile(r"[A-Za-z]{1,12}[_.]|(?:[a-z]{2,8}-){1,2}(?:[a-z]{2,8}[0-9]{0,2}-)?")
+#: The public prefixes that name a token's kind, kept in its placeholder so that clients and scanners still tell
+#: it apart: the product's own providers' (GitHub, Vault and OpenBao, current and legacy) and the common APIs' an
+#: agent calls. Only these: whatever else a secret starts with is its random material, never kept.
+PREFIXES = tuple(
+    sorted(
+        {
+            *("ghs_", "ghp_", "gho_", "ghu_", "ghr_", "github_pat_"),  # GitHub
+            *("hvs.", "hvb.", "hvr.", "s.", "b.", "r."),  # Vault and OpenBao
+            *("sk-", "sk-proj-", "sk-svcacct-", "sk-admin-"),  # OpenAI
+            *("sk-ant-api03-", "sk-ant-admin01-"),  # Anthropic
+            *("xoxb-", "xoxp-", "xoxa-", "xoxe-", "xapp-"),  # Slack
+            *("sk_live_", "sk_test_", "rk_live_", "rk_test_"),  # Stripe
+            *("glpat-", "npm_", "pypi-", "hf_", "gsk_", "r8_", "pplx-", "xai-", "AIza"),
+        },
+        key=lambda prefix: (-len(prefix), prefix),  # the longest first: sk-ant-api03- before sk-
+    )
+)
 Header = tuple[bytes, bytes]
 
 
+def public_prefix(value: str) -> str:
+    """The known public prefix ``value`` starts with (``PREFIXES``), when it is at most half of it; else ``""``."""
+    return next((p for p in PREFIXES if value.startswith(p) and len(p) * 2 <= len(value)), "")
+
+
 def placeholder_for(secret: Secret) -> Secret:
-    """A random value of ``secret``'s shape: the same prefix, then letters and digits to the same length."""
+    """A random value of ``secret``'s shape: its public prefix, then letters and digits to the same length. Nothing
+    past the prefix is the secret's: the first random character is never the one the secret has there."""
     value = secret.reveal()
-    match = PREFIX.match(value)
-    prefix = match.group(0) if match and len(match.group(0)) * 2 <= len(value) else ""
+    prefix = public_prefix(value)
+    start = len(prefix)
     while True:
-        candidate = prefix + "".join(secrets.choice(ALPHABET) for _ in range(len(value) - len(prefix)))
-        if not hmac.compare_digest(candidate, value):
+        candidate = prefix + "".join(secrets.choice(ALPHABET) for _ in range(len(value) - start))
+        if candidate[start : start + 1] != value[start : start + 1] or not value:
             return Secret(candidate)
 
 

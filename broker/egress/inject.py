@@ -3,21 +3,22 @@
 A placeholder has the shape of the secret it stands for (its public prefix,
 one of a known list such as ``ghs_``, ``hvs.`` or ``sk-ant-api03-``, then
 random letters and digits to the same length), so clients accept it
-unchanged; nothing else of the secret is in it (``placeholder_for``). ``HeaderSwap`` is the injector
-(``broker.egress.terminate.injector``) of such a token: it swaps the
-placeholder for the secret only in requests to the credential's own hosts
-(which the proxy reaches over verified TLS) and only in ``Authorization``
-(``Bearer``, ``token``, ``Basic`` with any user name, the way git sends it)
-and the headers its provider names as holding the token whole
-(``Injection.token_headers``). Anywhere else the placeholder goes out as it
-is. An answer can carry the secret back (a token lookup may show the
-token's id): in the body of every answer from those hosts, asked for
-without compression, the ``Masker`` turns the secret into its placeholder
-again (the same length, so the framing holds). Once the session is
-revoked, the proxy refuses every request to those hosts at once, before the
-provider's own revocation lands. What a request to those hosts must be (its
-own ``Host``; nothing the credential's provider guards against,
-``Injection.guard``) is
+unchanged; nothing else of the secret is in it (``placeholder_for``).
+``HeaderSwap`` is the injector (``broker.egress.terminate.injector``) of
+such a token: it swaps the placeholder for the secret only in requests to
+the credential's own hosts (which the proxy reaches over verified TLS) and
+only in ``Authorization`` (``Bearer``, ``token``, ``Basic`` with any user
+name, the way git sends it) and the headers its provider names as holding
+the token whole (``Injection.token_headers``). Anywhere else the
+placeholder goes out as it is. An answer can carry the secret back (a token
+lookup may show the token's id): in the body of every answer from those
+hosts, asked for without compression, the ``Masker``
+(``broker.egress.masking``) turns the secret, raw, URL-encoded, in base64
+or in hex, into its placeholder so spelled (the same lengths, so the
+framing holds). Once the session is revoked, the proxy refuses every
+request to those hosts at once, before the provider's own revocation lands.
+What a request to those hosts must be (its own ``Host``; nothing the
+credential's provider guards against, ``Injection.guard``) is
 ``broker.egress.guards``.
 """
 
@@ -134,41 +135,6 @@ class HeaderSwap:
     def rotated(self, secret: Secret) -> HeaderSwap:
         """The same swap behind the same placeholder, for the renewed ``secret``."""
         return HeaderSwap(replace(self.injection, secret=secret))
-
-
-class Masker:
-    """Replaces each secret by its placeholder in a body that arrives in pieces (a secret may span two)."""
-
-    def __init__(self, pairs: Sequence[tuple[bytes, bytes]]) -> None:
-        self._pairs = [(secret, placeholder) for secret, placeholder in pairs if secret]
-        self._keep = max((len(secret) for secret, _ in self._pairs), default=1) - 1
-        self._carry = b""
-
-    def feed(self, data: bytes) -> bytes:
-        """What can go on now; up to a secret's length less one byte waits for the next piece."""
-        if not self._pairs:
-            return data
-        buffer = self._carry + data
-        for secret, placeholder in self._pairs:
-            buffer = buffer.replace(secret, placeholder)
-        cut = max(0, len(buffer) - self._keep)
-        self._carry = buffer[cut:]
-        return buffer[:cut]
-
-    def flush(self) -> bytes:
-        rest, self._carry = self._carry, b""
-        return rest
-
-    @property
-    def active(self) -> bool:
-        """Whether there is a secret to mask (then a compressed body, which cannot be checked, is refused)."""
-        return bool(self._pairs)
-
-    def whole(self, value: bytes) -> bytes:
-        """``value`` (a header value or reason, never in pieces) with each secret replaced by its placeholder."""
-        for secret, placeholder in self._pairs:
-            value = value.replace(secret, placeholder)
-        return value
 
 
 def _swapped(name: bytes, value: bytes, injection: Injection, secret: bytes) -> bytes:

@@ -33,7 +33,7 @@ import h11
 
 from broker.egress.exchange import HOP_BY_HOP, Refused, next_event
 from broker.egress.guards import AnswerGuard, HeldAnswer, Refusal, checked_headers, held_back
-from broker.egress.inject import Masker
+from broker.egress.masking import Masker
 from broker.egress.operations import Answer, BodyCheck, Decision
 from broker.egress.terminate.answers import send_answer, send_continue, text_answer
 from broker.egress.terminate.evidence import Evidence

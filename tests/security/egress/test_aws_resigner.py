@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker.egress.inject import Masker
+from broker.egress.masking import Masker
 from broker.egress.terminate.injector import InjectionRefused
 from tests.fixtures.sigv4 import resigner, sts_head
 

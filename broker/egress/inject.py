@@ -1,22 +1,24 @@
 """``inject: proxy``: the sandbox holds a worthless placeholder, the proxy puts the real secret in on the way out.
 
-A placeholder has the shape of the secret it stands for (its prefix, such
-as ``ghs_``, ``hvs.`` or ``sk-ant-``, then random letters and digits to the same length),
-so clients accept it unchanged. ``HeaderSwap`` is the injector
-(``broker.egress.terminate.injector``) of such a token: it swaps the
-placeholder for the secret only in requests to the credential's own hosts
-(which the proxy reaches over verified TLS) and only in ``Authorization``
-(``Bearer``, ``token``, ``Basic`` with any user name, the way git sends it)
-and the headers its provider names as holding the token whole
-(``Injection.token_headers``). Anywhere else the placeholder goes out as it
-is. An answer can carry the secret back (a token lookup may show the
-token's id): in the body of every answer from those hosts, asked for
-without compression, the ``Masker`` turns the secret into its placeholder
-again (the same length, so the framing holds). Once the session is
-revoked, the proxy refuses every request to those hosts at once, before the
-provider's own revocation lands. What a request to those hosts must be (its
-own ``Host``; nothing the credential's provider guards against,
-``Injection.guard``) is
+A placeholder has the shape of the secret it stands for (its public prefix,
+one of a known list such as ``ghs_``, ``hvs.`` or ``sk-ant-api03-``, then
+random letters and digits to the same length), so clients accept it
+unchanged; nothing else of the secret is in it (``placeholder_for``).
+``HeaderSwap`` is the injector (``broker.egress.terminate.injector``) of
+such a token: it swaps the placeholder for the secret only in requests to
+the credential's own hosts (which the proxy reaches over verified TLS) and
+only in ``Authorization`` (``Bearer``, ``token``, ``Basic`` with any user
+name, the way git sends it) and the headers its provider names as holding
+the token whole (``Injection.token_headers``). Anywhere else the
+placeholder goes out as it is. An answer can carry the secret back (a token
+lookup may show the token's id): in the body of every answer from those
+hosts, asked for without compression, the ``Masker``
+(``broker.egress.terminate.masking``) turns the secret, raw, URL-encoded, in base64
+or in hex, into its placeholder so spelled (the same lengths, so the
+framing holds). Once the session is revoked, the proxy refuses every
+request to those hosts at once, before the provider's own revocation lands.
+What a request to those hosts must be (its own ``Host``; nothing the
+credential's provider guards against, ``Injection.guard``) is
 ``broker.egress.guards``.
 """
 
@@ -25,7 +27,6 @@ from __future__ import annotations
 import base64
 import binascii
 import hmac
-import re
 import secrets
 import string
 from collections.abc import Sequence
@@ -41,20 +42,40 @@ if TYPE_CHECKING:  # the guards bring h11 and asyncio: the proxy's, not an issue
     from broker.egress.guards import AnswerGuard
 
 ALPHABET = string.ascii_letters + string.digits
-#: A token's kind, kept in its placeholder: ``ghs_``, ``hvs.``; ``sk-``, ``sk-proj-``, ``sk-ant-api03-`` (a
-#: prefix of lower-case words and a version: a random part of a secret is never kept by accident).
-PREFIX = re.compile(r"[A-Za-z]{1,12}[_.]|(?:[a-z]{2,8}-){1,2}(?:[a-z]{2,8}[0-9]{0,2}-)?")
+#: The public prefixes that name a token's kind, kept in its placeholder so that clients and scanners still tell
+#: it apart: the product's own providers' (GitHub, Vault and OpenBao, current and legacy) and the common APIs' an
+#: agent calls. Only these: whatever else a secret starts with is its random material, never kept.
+PREFIXES = tuple(
+    sorted(
+        {
+            *("ghs_", "ghp_", "gho_", "ghu_", "ghr_", "github_pat_"),  # GitHub
+            *("hvs.", "hvb.", "hvr.", "s.", "b.", "r."),  # Vault and OpenBao
+            *("sk-", "sk-proj-", "sk-svcacct-", "sk-admin-"),  # OpenAI
+            *("sk-ant-api03-", "sk-ant-admin01-"),  # Anthropic
+            *("xoxb-", "xoxp-", "xoxa-", "xoxe-", "xapp-"),  # Slack
+            *("sk_live_", "sk_test_", "rk_live_", "rk_test_"),  # Stripe
+            *("glpat-", "npm_", "pypi-", "hf_", "gsk_", "r8_", "pplx-", "xai-", "AIza"),
+        },
+        key=lambda prefix: (-len(prefix), prefix),  # the longest first: sk-ant-api03- before sk-
+    )
+)
 Header = tuple[bytes, bytes]
 
 
+def public_prefix(value: str) -> str:
+    """The known public prefix ``value`` starts with (``PREFIXES``), when it is at most half of it; else ``""``."""
+    return next((p for p in PREFIXES if value.startswith(p) and len(p) * 2 <= len(value)), "")
+
+
 def placeholder_for(secret: Secret) -> Secret:
-    """A random value of ``secret``'s shape: the same prefix, then letters and digits to the same length."""
+    """A random value of ``secret``'s shape: its public prefix, then letters and digits to the same length. Nothing
+    past the prefix is the secret's: the first random character is never the one the secret has there."""
     value = secret.reveal()
-    match = PREFIX.match(value)
-    prefix = match.group(0) if match and len(match.group(0)) * 2 <= len(value) else ""
+    prefix = public_prefix(value)
+    start = len(prefix)
     while True:
-        candidate = prefix + "".join(secrets.choice(ALPHABET) for _ in range(len(value) - len(prefix)))
-        if not hmac.compare_digest(candidate, value):
+        candidate = prefix + "".join(secrets.choice(ALPHABET) for _ in range(len(value) - start))
+        if candidate[start : start + 1] != value[start : start + 1] or not value:
             return Secret(candidate)
 
 
@@ -114,41 +135,6 @@ class HeaderSwap:
     def rotated(self, secret: Secret) -> HeaderSwap:
         """The same swap behind the same placeholder, for the renewed ``secret``."""
         return HeaderSwap(replace(self.injection, secret=secret))
-
-
-class Masker:
-    """Replaces each secret by its placeholder in a body that arrives in pieces (a secret may span two)."""
-
-    def __init__(self, pairs: Sequence[tuple[bytes, bytes]]) -> None:
-        self._pairs = [(secret, placeholder) for secret, placeholder in pairs if secret]
-        self._keep = max((len(secret) for secret, _ in self._pairs), default=1) - 1
-        self._carry = b""
-
-    def feed(self, data: bytes) -> bytes:
-        """What can go on now; up to a secret's length less one byte waits for the next piece."""
-        if not self._pairs:
-            return data
-        buffer = self._carry + data
-        for secret, placeholder in self._pairs:
-            buffer = buffer.replace(secret, placeholder)
-        cut = max(0, len(buffer) - self._keep)
-        self._carry = buffer[cut:]
-        return buffer[:cut]
-
-    def flush(self) -> bytes:
-        rest, self._carry = self._carry, b""
-        return rest
-
-    @property
-    def active(self) -> bool:
-        """Whether there is a secret to mask (then a compressed body, which cannot be checked, is refused)."""
-        return bool(self._pairs)
-
-    def whole(self, value: bytes) -> bytes:
-        """``value`` (a header value or reason, never in pieces) with each secret replaced by its placeholder."""
-        for secret, placeholder in self._pairs:
-            value = value.replace(secret, placeholder)
-        return value
 
 
 def _swapped(name: bytes, value: bytes, injection: Injection, secret: bytes) -> bytes:

@@ -72,6 +72,12 @@ REFERENCE = ProviderReference(
         Key("principals", "list", False, "vault: principal globs every requested principal must match."),
         Key("secret_paths", "list", False, "vault: KV path globs kind: secret may read (* stops at /)."),
         Key("secret_hosts", "list", False, "vault: HOST:PORT globs such secrets may go to; none = denied."),
+        Key(
+            "secret_headers",
+            "list",
+            False,
+            'vault: header templates such secrets may go in; none = only "Authorization: Bearer {}".',
+        ),
     ),
     hints=(
         Hint("VAULT_ADDR", "vault token", "The Vault address (with inject: proxy, the first proxy host over https)."),

@@ -8,11 +8,16 @@ any header name, ``{}`` standing for the secret), and optionally ``env``,
 the variable that holds the placeholder in the command's environment. It is
 delivered only with ``inject: proxy``: the sandbox gets a placeholder, the
 proxy puts the value into that header of requests to those hosts. A grant
-lists the paths (``secret_paths``, globs where ``*`` stops at ``/``) and the
-hosts such secrets may go to (``secret_hosts``, globs over ``HOST:PORT``);
-anything else is denied. Reading it mints nothing at Vault, so revoking it
-is the proxy forgetting it; the KV version read is the credential's
-reference (a new version is what a renewal swaps in). ``current_version``
+lists the paths (``secret_paths``, globs where ``*`` stops at ``/``), the
+hosts such secrets may go to (``secret_hosts``, globs over ``HOST:PORT``)
+and the headers they may go in (``secret_headers``, templates; without it
+only ``Authorization: Bearer {}``, the header made for credentials, which
+services neither log nor reflect); anything else is denied. The manifest
+is the agent's: where the key goes is the grant's to say, or a key could be
+sent in ``User-Agent`` or ``Referer`` for a service to log, forward or
+show. Reading it mints nothing at Vault, so revoking it is the proxy
+forgetting it; the KV version read is the credential's reference (a new
+version is what a renewal swaps in). ``current_version``
 reads the secret's KV metadata (``read`` on ``MOUNT/metadata/PATH``), which
 a running session polls to notice a new version
 (``broker.core.running.refreshing``).
@@ -71,6 +76,25 @@ class SecretRequest(DynamicRequest):
         return ProxyDelivery(hosts=self.hosts, header=self.header, env=self.env)
 
 
+def _header(fields: Fields, key: str, header: str) -> str:
+    """``header`` checked as a template: ``{}`` exactly once, not in a header the connection owns."""
+    header_name, _, template = header.partition(": ")
+    if template.count("{}") != 1:
+        raise fields.fail(key, "must hold {} (where the secret goes) exactly once")
+    if header_name.lower() in FORBIDDEN_HEADERS:
+        raise fields.fail(key, f"{header_name.lower()} is the connection's own header; name another")
+    return header
+
+
+def same_header(one: str, other: str) -> bool:
+    """Whether two templates put the secret in the same place, compared as the proxy fills them: the header's
+    name and the text before ``{}`` without regard to case, the text after it exactly."""
+    (name, _, template), (other_name, _, other_template) = one.partition(": "), other.partition(": ")
+    before, _, after = template.partition("{}")
+    other_before, _, other_after = other_template.partition("{}")
+    return name.lower() == other_name.lower() and before.lower() == other_before.lower() and after == other_after
+
+
 def parse_secret_request(fields: Fields, *, name: str, provider: str, ttl: int | None) -> SecretRequest:
     """The manifest keys of ``kind: secret`` (untrusted): path, field, hosts, header, env."""
     path = fields.req_string("path", pattern=SECRET_PATH, max_len=1024, hint="segments of letters, digits, '_.-'")
@@ -78,23 +102,25 @@ def parse_secret_request(fields: Fields, *, name: str, provider: str, ttl: int |
     hosts = fields.string_list("hosts", pattern=HOST, max_items=16, max_len=262, hint="HOST:PORT")
     assert hosts is not None
     header = fields.req_string("header", pattern=HEADER, max_len=160, hint='a header line such as "x-api-key: {}"')
-    header_name, _, template = header.partition(": ")
-    if template.count("{}") != 1:
-        raise fields.fail("header", "must hold {} (where the secret goes) exactly once")
-    if header_name.lower() in FORBIDDEN_HEADERS:
-        raise fields.fail("header", f"{header_name.lower()} is the connection's own header; name another")
+    header = _header(fields, "header", header)
     env = fields.string("env", required=False, max_len=64)
     return SecretRequest(
         name=name, provider=provider, ttl=ttl, path=path, field=field, hosts=hosts, header=header, env=env
     )
 
 
+#: The headers a grant without ``secret_headers`` lets a ``kind: secret`` go in.
+DEFAULT_HEADERS = ("Authorization: Bearer {}",)
+
+
 @dataclass(frozen=True)
 class SecretGrant:
-    """The ``kind: secret`` part of a ``vault`` grant: which KV paths, to which hosts; empty grants nothing."""
+    """The ``kind: secret`` part of a ``vault`` grant: which KV paths, to which hosts, in which headers; empty
+    grants nothing."""
 
     paths: tuple[str, ...] = ()
     hosts: tuple[str, ...] = ()
+    headers: tuple[str, ...] = DEFAULT_HEADERS
 
     def check(self, request: SecretRequest) -> list[str]:
         reasons = []
@@ -105,6 +131,8 @@ class SecretGrant:
             for host in request.hosts
             if not any_match(self.hosts, host)
         )
+        if not any(same_header(request.header, header) for header in self.headers):
+            reasons.append(f"secret header {request.header!r} is not granted (secret_headers)")
         return reasons
 
 
@@ -115,11 +143,18 @@ def compile_secret_grant(fields: Fields) -> SecretGrant:
     hosts = fields.string_list(
         "secret_hosts", required=False, pattern=HOST_GLOB, max_items=100, max_len=262, hint="a HOST:PORT glob"
     )
+    headers = fields.string_list(
+        "secret_headers", required=False, pattern=HEADER, max_items=16, max_len=160, hint='such as "x-api-key: {}"'
+    )
     if paths and not hosts:
         raise fields.fail("secret_paths", "needs secret_hosts (the hosts these secrets may be sent to)")
     if hosts and not paths:
         raise fields.fail("secret_hosts", "only goes with secret_paths")
-    return SecretGrant(paths=paths or (), hosts=hosts or ())
+    if headers is not None and not paths:
+        raise fields.fail("secret_headers", "only goes with secret_paths")
+    for index, header in enumerate(headers or ()):
+        _header(fields, f"secret_headers[{index}]", header)
+    return SecretGrant(paths=paths or (), hosts=hosts or (), headers=headers or DEFAULT_HEADERS)
 
 
 def read_secret(engines: Engines, request: SecretRequest, context: MintContext) -> MintedCredential:

@@ -14,8 +14,10 @@ request.
 
 Answers from these hosts never carry the real key id, secret or session
 token back: an S3 error echoes the access key id, and a SignatureDoesNotMatch
-answer to a presigned URL its canonical request with the token; each becomes
-its placeholder (``mask_pairs``, the same lengths). After ``forget``
+answer its canonical request with the token (raw from a header, URI-encoded
+from a presigned URL's query, and all of it again as hex bytes); each
+becomes its placeholder, in the same spelling (``mask_pairs``, spelled by
+``broker.egress.terminate.masking``; the same lengths). After ``forget``
 (revocation), every request is refused with ``AccessDenied`` naming the
 revocation, in the XML of the signature's service (the host's when the
 signature does not read): ``revoked_answer``, which the proxy also gives

@@ -31,10 +31,11 @@ from typing import TYPE_CHECKING
 
 from broker.egress.ca import SessionCA
 from broker.egress.destinations import Destination
-from broker.egress.inject import HeaderSwap, Injection, Masker
+from broker.egress.inject import HeaderSwap, Injection
 from broker.egress.operations import Answer, BodyCheck, Decision
 from broker.egress.operations.checker import OperationsChecker
 from broker.egress.terminate.injector import AnswersRevoked, Header, Injector, RequestHead
+from broker.egress.terminate.masking import Masker, Pair, spellings
 from broker.vocab.secret import Secret
 
 if TYPE_CHECKING:  # the guards bring h11 and asyncio: the proxy's, not an issue's
@@ -42,6 +43,7 @@ if TYPE_CHECKING:  # the guards bring h11 and asyncio: the proxy's, not an issue
     from broker.egress.sigv4.values import AwsKeys
 
 CAFactory = Callable[[Sequence[str]], SessionCA]
+MAX_SPELLED = 64  # secrets whose spellings a session keeps: its credentials', each renewal's, each Basic pair's
 
 
 def ca_name(destination: Destination) -> str:
@@ -64,6 +66,7 @@ class Interceptor:
         self._revoked = threading.Event()
         self._upstream: dict[Path | None, ssl.SSLContext] = {}
         self._replaced: dict[str, Injector] = {}  # each rotated credential's injector before its last rotation
+        self._spelled: dict[Pair, tuple[Pair, ...]] = {}  # each secret's spellings, made once (``spell``)
         self._mutex = threading.Lock()
 
     # -- building (at issue) ------------------------------------------------------------------
@@ -207,6 +210,7 @@ class Interceptor:
         self._revoked.set()
         with self._mutex:
             replaced = list(self._replaced.values())
+            self._spelled.clear()
         for injector in [*self._injectors, *replaced]:
             injector.forget()
 
@@ -240,7 +244,21 @@ class Interceptor:
                     new, old = after.partition(b" ")[2].strip() or after, before.partition(b" ")[2].strip() or before
                     if len(new) == len(old):  # the stand-in keeps the answer's length (and its framing)
                         pairs.append((new, old))
-        return Masker(pairs)
+        return Masker(pairs, self.spell)
+
+    def spell(self, secret: bytes, stand_in: bytes) -> tuple[Pair, ...]:
+        """``spellings`` of a secret, made once for the session rather than for every answer (a renewed secret's
+        are made anew; past ``MAX_SPELLED`` the oldest are dropped, and on revocation all of them)."""
+        with self._mutex:
+            found = self._spelled.get((secret, stand_in))
+        if found is None:
+            found = spellings(secret, stand_in)
+            with self._mutex:
+                if len(self._spelled) >= MAX_SPELLED:
+                    del self._spelled[next(iter(self._spelled))]
+                if not self.revoked:
+                    self._spelled[secret, stand_in] = found
+        return found
 
     def swap(self, host: str, port: int, headers: Sequence[Header]) -> list[Header]:
         """``headers`` with the placeholder of a header-swapping credential of ``host``:``port`` put in."""

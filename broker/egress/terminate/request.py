@@ -36,11 +36,11 @@ import h11
 from broker.egress.exchange import HOP_BY_HOP, Refused, next_event
 from broker.egress.framing import Framing, declared, framed
 from broker.egress.guards import AnswerGuard, HeldAnswer, Refusal, checked_headers, held_back
-from broker.egress.inject import Masker
 from broker.egress.operations import Answer, BodyCheck, Decision
 from broker.egress.terminate.answers import send_answer, send_continue, text_answer
 from broker.egress.terminate.evidence import Evidence
 from broker.egress.terminate.injector import Header, HeadOnly, InjectionRefused, Passage, RequestHead
+from broker.egress.terminate.masking import Masker
 from broker.egress.terminate.outgoing import Outgoing
 from broker.egress.terminate.plan import Interceptor
 from broker.egress.terminate.upstream import Hooks, UpstreamLink

@@ -114,6 +114,7 @@ rules:
       - provider: vault
         secret_paths: {paths}
         secret_hosts: {hosts}
+        secret_headers: ["Authorization: Bearer {{}}", "x-api-key: {{}}"]
 """
 
 

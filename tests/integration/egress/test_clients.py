@@ -29,8 +29,9 @@ from broker.core.credential.proxied import ca_files, ca_hints
 from broker.egress.bridge import proxy_hints
 from broker.egress.ca import SessionCA
 from broker.egress.destinations import parse_destination
-from broker.egress.inject import Injection, Masker, placeholder_for
+from broker.egress.inject import Injection, placeholder_for
 from broker.egress.running import running_proxy
+from broker.egress.terminate.masking import Masker
 from broker.egress.terminate.plan import Interceptor
 from broker.vocab.secret import Secret
 from devstack.github import APP_ID, CLIENT_ID, OWNER, PERMISSIONS, REPOSITORIES, AppKeys

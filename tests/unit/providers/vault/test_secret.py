@@ -40,6 +40,7 @@ rules:
 
 
 GRANT = f'        secret_paths: ["llm/*"]\n        secret_hosts: ["{HOST}", "*.anthropic.com:443"]'
+HEADERS = '\n        secret_headers: ["Authorization: Bearer {}", "x-api-key: {}"]'
 
 
 def task(credential: str = CREDENTIAL, allow: str = f'["{HOST}"]') -> str:
@@ -71,7 +72,7 @@ def test_a_granted_secret_is_allowed_and_policy_check_explains(env: BrokerEnv) -
     anthropic = CREDENTIAL.replace("api.openai.com", "api.anthropic.com").replace(
         "Authorization: Bearer {}", "x-api-key: {}"
     )
-    env.write_policy(policy(GRANT, '["*.anthropic.com:443"]'))
+    env.write_policy(policy(GRANT + HEADERS, '["*.anthropic.com:443"]'))
     assert check(env, task(anthropic, '["api.anthropic.com:443"]'))[0] == 0
 
 
@@ -140,6 +141,11 @@ def test_two_credentials_cannot_name_one_variable(env: BrokerEnv) -> None:
         ('        secret_paths: ["llm/*"]', "grants[0].secret_paths: needs secret_hosts"),
         (f'        policies: [ci-read]\n        secret_hosts: ["{HOST}"]', "grants[0].secret_hosts: only goes with"),
         ('        secret_paths: ["llm/*"]\n        secret_hosts: ["https://x.com"]', "grants[0].secret_hosts[0]:"),
+        (f"        policies: [ci-read]{HEADERS}", "grants[0].secret_headers: only goes with secret_paths"),
+        (GRANT + '\n        secret_headers: ["User-Agent"]', "grants[0].secret_headers[0]:"),
+        (GRANT + '\n        secret_headers: ["x-key: {} {}"]', "grants[0].secret_headers[0]: must hold {}"),
+        (GRANT + '\n        secret_headers: ["Host: {}"]', "grants[0].secret_headers[0]: host is the connection's"),
+        (GRANT + "\n        secret_headers: []", "grants[0].secret_headers: needs at least 1 item"),
         ('        secret_paths: ["/llm"]\n        secret_hosts: ["x.com:443"]', "grants[0].secret_paths[0]:"),
     ],
 )

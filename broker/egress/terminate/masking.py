@@ -1,0 +1,134 @@
+"""What an answer never carries back: each secret, in every spelling an upstream may echo it in, becomes a stand-in.
+
+An upstream can show a secret it received spelled otherwise than as its raw
+bytes: a presigned request's canonical query holds an STS session token
+URL-encoded (S3's ``SignatureDoesNotMatch`` prints it in
+``<CanonicalRequest>``), the same error prints the request's bytes as hex,
+byte by byte with spaces between (``<CanonicalRequestBytes>``), and an API
+may echo what it received inside a base64 blob (a token, a cursor, Basic
+credentials). ``spellings`` gives, for one secret and its stand-in of the
+same length, each spelling of the secret with the same spelling of the
+stand-in:
+
+- the raw bytes;
+- URL-encoded: every byte but letters, digits and ``-_.~`` as ``%XX``, the
+  hex upper- or lower-case, and the path spelling (``/`` left as it is,
+  what URL builders write in a path). The stand-in is escaped exactly where
+  the secret is (a letter where the secret's byte is literal and the
+  stand-in's would need escaping), so both spellings are as long;
+- base64, in the standard and the URL-safe alphabet, at each of the three
+  alignments a secret can have inside a longer encoded blob: the characters
+  that depend on the secret's bytes alone. At each end up to two characters
+  that also depend on the bytes around it stay as they are: they carry a
+  few bits of its first or last byte, never a whole one. Base64 broken into
+  lines (MIME's 76 characters) is not recognised;
+- hex: plain and one byte at a time with spaces between (S3's), each in
+  lower and upper case; of the raw bytes and of the URL-encoded spelling
+  (a presigned request's canonical query, as S3's
+  ``<CanonicalRequestBytes>`` shows it).
+
+Every stand-in is as long as what it replaces, so an answer keeps its
+length and its framing. A spelling other than the raw bytes shorter than
+``MIN_SPELLING`` is left out: it would match ordinary text.
+
+``Masker`` replaces every spelling in a body that arrives in pieces, split
+anywhere: up to the longest spelling's length less one byte waits for the
+next piece. Each spelling is one search of every piece (``bytes.replace``:
+a long spelling is searched faster than a short one); the session's
+interceptor spells each secret once, not for each answer.
+"""
+
+from __future__ import annotations
+
+import base64
+import string
+from collections.abc import Callable, Sequence
+
+Pair = tuple[bytes, bytes]  # what must not come back, and what stands in its place (of the same length)
+MIN_SPELLING = 8
+UNRESERVED = frozenset((string.ascii_letters + string.digits + "-_.~").encode())
+LETTERS = (string.ascii_letters + string.digits).encode()
+URLSAFE = bytes.maketrans(b"+/", b"-_")
+#: For a secret starting ``offset`` bytes into a base64 group: how many leading characters also hold the bytes
+#: before it; and for a blob of ``n`` bytes, how many characters of its last, partial group hold its bytes alone.
+_HEAD, _TAIL = (0, 2, 3), (0, 1, 2)
+
+
+def spellings(secret: bytes, stand_in: bytes) -> tuple[Pair, ...]:
+    """Each spelling of ``secret`` an answer may hold (see the module docstring), with the same spelling of
+    ``stand_in``; a stand-in of another length stands in for the raw bytes only."""
+    if len(stand_in) != len(secret):
+        return ((secret, stand_in),)
+    url = _url(secret, stand_in, b"%%%02X")
+    spelled = [(secret, stand_in), url, _url(secret, stand_in, b"%%%02x"), _url(secret, stand_in, b"%%%02X", b"/")]
+    for form, replacement in ((secret, stand_in), url):  # S3 prints a presigned request's query as hex bytes
+        for hexed, hexed_replacement in (
+            (form.hex().encode(), replacement.hex().encode()),
+            (form.hex(" ").encode(), replacement.hex(" ").encode()),
+        ):
+            spelled += [(hexed, hexed_replacement), (hexed.upper(), hexed_replacement.upper())]
+    for offset in range(3):
+        form, replacement = _base64(secret, offset), _base64(stand_in, offset)
+        spelled += [(form, replacement), (form.translate(URLSAFE), replacement.translate(URLSAFE))]
+    pairs: dict[bytes, bytes] = {}
+    for form, replacement in spelled:
+        if form != replacement and (form == secret or len(form) >= MIN_SPELLING):
+            pairs.setdefault(form, replacement)
+    return tuple(pairs.items())
+
+
+def _url(secret: bytes, stand_in: bytes, escape: bytes, kept: bytes = b"") -> Pair:
+    literal = UNRESERVED.union(kept)
+    form, replacement = bytearray(), bytearray()
+    for byte, other in zip(secret, stand_in, strict=True):
+        if byte in literal:
+            form.append(byte)
+            replacement.append(other if other in literal else LETTERS[other % len(LETTERS)])
+        else:
+            form += escape % byte
+            replacement += escape % other
+    return bytes(form), bytes(replacement)
+
+
+def _base64(value: bytes, offset: int) -> bytes:
+    """The base64 characters of ``value`` that depend on it alone, when it starts ``offset`` bytes into a group."""
+    size = offset + len(value)
+    return base64.b64encode(bytes(offset) + value)[_HEAD[offset] : 4 * (size // 3) + _TAIL[size % 3]]
+
+
+class Masker:
+    """Replaces each secret, in each of its spellings, by its stand-in in a body that arrives in pieces (a spelling
+    may span two). ``spell`` gives a pair's spellings (``spellings``; the session's interceptor hands one that
+    keeps them, so an answer does not spell its secrets again)."""
+
+    def __init__(self, pairs: Sequence[Pair], spell: Callable[[bytes, bytes], Sequence[Pair]] = spellings) -> None:
+        forms = [form for secret, stand_in in pairs if secret for form in spell(secret, stand_in)]
+        self._forms = sorted(forms, key=lambda pair: -len(pair[0]))  # one secret's spelling may hold another's
+        self._keep = max((len(form) for form, _ in self._forms), default=1) - 1
+        self._carry = b""
+
+    def feed(self, data: bytes) -> bytes:
+        """What can go on now; up to the longest spelling's length less one byte waits for the next piece."""
+        if not self._forms:
+            return data
+        buffer = self._carry + data
+        for form, replacement in self._forms:
+            buffer = buffer.replace(form, replacement)
+        cut = max(0, len(buffer) - self._keep)
+        self._carry = buffer[cut:]
+        return buffer[:cut]
+
+    def flush(self) -> bytes:
+        rest, self._carry = self._carry, b""
+        return rest
+
+    @property
+    def active(self) -> bool:
+        """Whether there is a secret to mask (then a compressed body, which cannot be checked, is refused)."""
+        return bool(self._forms)
+
+    def whole(self, value: bytes) -> bytes:
+        """``value`` (a header value or reason, never in pieces) with each spelling replaced by its stand-in."""
+        for form, replacement in self._forms:
+            value = value.replace(form, replacement)
+        return value

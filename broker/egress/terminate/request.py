@@ -271,6 +271,8 @@ class Cycle:
                     task.cancel()
                     with contextlib.suppress(BaseException):
                         await task
+                elif not task.cancelled():
+                    task.exception()  # one ended by the link's close (the other one's failure) is not reported lost
 
     async def _pump(self, passage: Passage, held: list[bytes], up: h11.Connection, out: asyncio.StreamWriter) -> None:
         """The head and body upstream through the passage: what was held, then the rest as it arrives. What is

@@ -278,6 +278,12 @@ class Provider(ABC, Generic[RequestT]):
         (AWS: its region's STS and S3 hosts); none by default."""
         return ()
 
+    def proxy_actions(self) -> Mapping[str, frozenset[str]]:
+        """For a type whose proxy re-signs (``ProxyFacts.resigns``): the actions it re-signs, by the service that
+        names them (AWS: ``{"sts": proxy_sts_actions}``); a service left out keeps the proxy's default. None by
+        default."""
+        return {}
+
     def health(self) -> list[Check]:
         """``broker doctor``'s checks of this instance (named locally: ``login``, ``clock``); mints nothing.
 

@@ -64,6 +64,7 @@ class Refusal(enum.StrEnum):
     WRAPPED = "wrapped-answer"  # an answer holding what its provider's guard refuses (Vault: a wrapping token)
     UNCHECKED = "unchecked-answer"  # a guarded JSON answer too long to be checked
     CREDENTIAL = "credential"  # a credential's injector refused it (an AWS signature that does not verify)
+    ACTION = "action"  # an action its credential's injector does not re-sign (AWS: AssumeRole, CreateSession)
 
 
 @dataclass(frozen=True, order=True)

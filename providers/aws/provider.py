@@ -14,7 +14,10 @@ name is known before AssumeRole and stored with the ``minting`` state, so a
 broker killed before the answer leaves ``sweep`` enough to deny the session.
 Revocation with ``revoke = "deny-policy"`` adds the session to the role's
 ``BrokerRevokedSessions`` inline policy (layout in ``providers.aws.deny``);
-before any AssumeRole the core has the provider reserve room there.
+before any AssumeRole the core has the provider reserve room there. The
+proxy re-signs only the STS actions ``proxy_sts_actions`` lists for an
+``inject: proxy`` credential (``proxy_actions``; never one that answers with
+credentials, which the config may not list).
 
 The provider holds its collaborators: ``clients`` (the botocore clients,
 ``providers.aws.clients``), ``roles`` (GetRole answers, ``providers.aws.roles``),
@@ -77,6 +80,11 @@ SESSION_NAME = re.compile(r"[\w+=,.@-]{2,64}", re.ASCII)
 SECRET_TEXT = re.compile(r"[\x21-\x7e]{1,65536}", re.ASCII)  # no whitespace: nothing can break the INI file
 TAG_VALUE = re.compile(r"[\w.:/=+@ -]{0,256}", re.ASCII)
 REVOKE_MODES = ("deny-policy", "expire")
+#: ``proxy_sts_actions``: what the proxy re-signs on STS for inject: proxy (``broker.egress.sigv4.actions``).
+DEFAULT_STS_ACTIONS = ("GetCallerIdentity",)
+#: STS actions that answer with credentials or a token good elsewhere: the proxy never re-signs them.
+CREDENTIAL_ACTION = re.compile(r"assume.*|get.*(?:token|credentials?)", re.IGNORECASE)
+ACTION_NAME = re.compile(r"[A-Za-z][A-Za-z0-9]{0,127}", re.ASCII)
 
 
 class AwsStsProvider(Provider[AwsStsRequest]):
@@ -102,10 +110,12 @@ class AwsStsProvider(Provider[AwsStsRequest]):
         revoke: str = "deny-policy",
         settle_seconds: float = 1.0,
         shared_role_writers: bool = False,
+        proxy_sts_actions: frozenset[str] = frozenset(DEFAULT_STS_ACTIONS),
     ) -> None:
         """The instance named by its clients (``clients.name``), at their region and endpoint."""
         super().__init__(clients.name)
         self.revoke_mode = revoke
+        self.proxy_sts_actions = proxy_sts_actions
         self.clients = clients
         self.roles = Roles(self.clients)
         self.locks = RoleLocks(clients.endpoint_url)
@@ -134,7 +144,12 @@ class AwsStsProvider(Provider[AwsStsRequest]):
             profile=fields.string("profile", required=False, pattern=PROFILE, max_len=64),
             timeout=fields.integer("timeout", minimum=1, maximum=300) or 10,
         )
-        return cls(clients, revoke=revoke, shared_role_writers=fields.boolean("shared_role_writers", False))
+        return cls(
+            clients,
+            revoke=revoke,
+            shared_role_writers=fields.boolean("shared_role_writers", False),
+            proxy_sts_actions=_sts_actions(fields),
+        )
 
     @classmethod
     def parse_request(cls, fields: Fields, *, name: str, provider: str, ttl: int | None) -> AwsStsRequest:
@@ -178,6 +193,10 @@ class AwsStsProvider(Provider[AwsStsRequest]):
 
     def deny_budgets(self, roles: Collection[str], live: Sequence[RevokeTarget], now: datetime) -> list[DenyBudget]:
         return self.reservations.budgets(roles, live, _aware(now))
+
+    def proxy_actions(self) -> dict[str, frozenset[str]]:
+        """The STS actions the proxy re-signs for this instance's proxied credentials (``proxy_sts_actions``)."""
+        return {"sts": self.proxy_sts_actions}
 
     def default_proxy_hosts(self) -> tuple[str, ...]:
         """The region's STS and S3 hosts: where the session's SDKs send (its config asks for path-style S3)."""
@@ -339,3 +358,24 @@ class AwsStsProvider(Provider[AwsStsRequest]):
         wanted = entries_for(user_id, ref.get("source_identity", ""), expires_at)
         self.denies.update(role_name, wanted, now, check=same_role)
         return RevokeOutcome.REVOKED
+
+
+def _sts_actions(fields: Fields) -> frozenset[str]:
+    """``proxy_sts_actions``: the STS actions the proxy re-signs for this instance's ``inject: proxy``
+    credentials; listing one that answers with credentials is an error naming it."""
+    listed = fields.string_list(
+        "proxy_sts_actions",
+        required=False,
+        pattern=ACTION_NAME,
+        min_items=0,
+        max_items=32,
+        max_len=128,
+        hint="an STS action name, e.g. GetCallerIdentity",
+    )
+    if listed is None:
+        return frozenset(DEFAULT_STS_ACTIONS)
+    for index, action in enumerate(listed):
+        if CREDENTIAL_ACTION.fullmatch(action):
+            message = f"{action} answers with new credentials; the proxy never re-signs it"
+            raise fields.fail(f"proxy_sts_actions[{index}]", message)
+    return frozenset(listed)

@@ -4,13 +4,16 @@
 AWS credential. Its hosts are AWS's (the provider's ``proxy_hosts``): a
 request to them goes upstream only re-signed, so it never passes unchanged.
 Each request is handed to the ``Verifier``: signed with the placeholder key
-id and checking, it goes on re-signed with the real STS keys; signed with
-anything else, unsigned, tampered, SigV4A, or any mechanism the verifier
-cannot check, it is refused (``InjectionRefused`` carrying the 403 with the
-S3 or STS XML error body the SDKs print) and nothing goes upstream. A body
-that stops checking midway (a chunk signature, a payload hash, a trailing
-checksum) is refused the same way, mid-body, so upstream never gets a whole
-request.
+id and checking, for an action it re-signs (``actions``: STS's by name, none
+that answers with new credentials, ``broker.egress.sigv4.actions``), it goes
+on re-signed with the real STS keys; signed with anything else, unsigned,
+tampered, SigV4A, any mechanism the verifier cannot check, or for another
+action, it is refused (``InjectionRefused`` carrying the 403 with the S3 or
+STS XML error body the SDKs print; ``why``: ``action`` for an action, else
+``credential``) and nothing goes upstream. A body whose hash the signature
+covers is checked whole before anything of the request goes; an aws-chunked
+body that stops checking midway (a chunk signature, a trailing checksum) is
+refused mid-body, so upstream never gets a whole request.
 
 Answers from these hosts never carry the real key id, secret or session
 token back: an S3 error echoes the access key id, and a SignatureDoesNotMatch
@@ -42,6 +45,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 from broker.egress.operations import Answer
+from broker.egress.sigv4.actions import Actions
 from broker.egress.sigv4.errors import error_response
 from broker.egress.sigv4.parsing import read_signature, split_target
 from broker.egress.sigv4.spool import SpoolLimits
@@ -59,7 +63,8 @@ def refused(refusal: Refusal, host_service: str) -> InjectionRefused:
     content_type = next((v.decode() for k, v in headers if k == b"content-type"), "application/xml")
     extra = tuple((k.decode(), v.decode()) for k, v in headers if k not in (b"content-type", b"content-length"))
     answer = Answer(status, content_type, body, extra)
-    return InjectionRefused(answer, f"sigv4: {refusal.reason.summary}: {refusal.message}")
+    why = "action" if refusal.reason is Reason.ACTION else "credential"
+    return InjectionRefused(answer, f"sigv4: {refusal.reason.summary}: {refusal.message}", why)
 
 
 def host_service(host: str) -> str:
@@ -122,16 +127,20 @@ class Resigner:
         spool_dir: Path | None = None,
         spool: SpoolLimits | None = None,
         previous: AwsKeys | None = None,
+        actions: Actions | None = None,
     ) -> None:
         self._name = name
         self._hosts = hosts
         self._upstream_ca_file = upstream_ca_file
         self._spool_dir = spool_dir
         self._spool = spool
+        self._actions = actions or Actions()
         self.placeholder = placeholder
         self._real: AwsKeys | None = real
         self._previous = previous  # the keys this one replaced: still masked in answers to requests under way
-        self._verifier: Verifier | None = Verifier(placeholder, real, spool_dir=spool_dir, spool=spool)
+        self._verifier: Verifier | None = Verifier(
+            placeholder, real, spool_dir=spool_dir, spool=spool, actions=self._actions
+        )
         self._open = 0
         self._mutex = threading.Lock()
 
@@ -181,6 +190,7 @@ class Resigner:
             spool_dir=self._spool_dir,
             spool=self._spool,
             previous=self._real,
+            actions=self._actions,
         )
 
     def revoked_answer(self, head: RequestHead) -> Answer:

@@ -10,11 +10,14 @@
 What is re-signed is exactly what was verified: the same method, target,
 headers and signed-header list; only the Authorization header (or the
 presigned query's credential, token and signature) and the session token
-change, and the signing date stays the client's.
+change, and the signing date stays the client's. Only the actions
+``Actions`` lets through are re-signed (``broker.egress.sigv4.actions``: no
+request that answers with new credentials).
 
 A body the signature covers by its hash is spooled, and nothing of the
-request, not even its head, is released before the whole body matches: a
-refused request sends nothing upstream. A declared hash is checked against the signature at
+request, not even its head, is released before the whole body matches (and,
+for STS, before the action it names is read from it): a refused request
+sends nothing upstream. A declared hash is checked against the signature at
 once, so a bad signature is refused before the body is read. aws-chunked
 bodies stream (``broker.egress.sigv4.bodies``): the head goes at once, each
 chunk once its signature checks, so before a bad chunk upstream has the head
@@ -32,6 +35,7 @@ from pathlib import Path
 from urllib.parse import quote, unquote
 
 from broker.egress.sigv4 import checks
+from broker.egress.sigv4.actions import FORM_LIMIT, Actions
 from broker.egress.sigv4.bodies import Hashed, PassThrough, SignedChunks, UnsignedTrailer, spool_factory
 from broker.egress.sigv4.canonical import SigningInput, authorization, sign
 from broker.egress.sigv4.chain import ChunkChain
@@ -124,6 +128,7 @@ class Verifier:
         spool_dir: Path | None = None,
         spool: SpoolLimits | None = None,
         clock: Callable[[], datetime] | None = None,
+        actions: Actions | None = None,
     ) -> None:
         if (placeholder.session_token is None) != (real.session_token is None):
             raise ValueError("the placeholder and the real keys must both have a session token, or neither")
@@ -132,6 +137,7 @@ class Verifier:
         self.spool_dir = spool_dir
         self.spool = spool or SpoolLimits()
         self.clock = clock or (lambda: datetime.now(UTC))
+        self.actions = actions or Actions()
 
     def begin(self, head: Head) -> Passage | Refusal:
         """Check the head; a ``Passage`` to forward it through, or the ``Refusal`` to answer instead."""
@@ -151,6 +157,12 @@ class Verifier:
         checks.check_headers(head, signed)
         mode, payload = checks.payload_mode(head, signed)
         service = signed.scope.service
+        self.actions.check_head(head, target, service)
+        reads = self.actions.reads_body(service)
+        if reads and mode is not PayloadMode.HASHED:
+            refuse(
+                Reason.ACTION, "an STS request's body must be covered by its signature (it names the action)", service
+            )
         signing = _signing_input(head, target, signed, payload or "")
         if mode is PayloadMode.HASHED:  # nothing goes upstream, not even the head, before the body matched
             if payload is not None:  # the hash is declared: the signature checks now, before the body is read
@@ -160,6 +172,8 @@ class Verifier:
                 whole = signing if payload is not None else replace(signing, payload=body.digest)
                 if payload is None:  # the body's hash is part of the signature: it checks now
                     self._verify(whole, signed)
+                if reads:  # the action it names (STS), before anything is signed with the real keys
+                    self.actions.check_body(head, target, body.read(FORM_LIMIT))
                 return self._signed(head, target, signed, whole)[0]
 
             body = Hashed(Spool(self.spool_dir, self.spool), payload, service)

@@ -29,10 +29,10 @@ re-signer verifies the head and the body and re-signs both; a header
 template (``Authorization: Bearer {}`` for any service) changes one header.
 ``mask_pairs`` names the secrets that must never come back in an answer
 (each with what replaces it, of the same length), ``forget`` drops them when
-the session is revoked. An injector whose clients print errors of their own
-shape (``AnswersRevoked``: the AWS re-signer, whose SDKs read an XML error)
-gives the answer every request to its hosts gets after the revocation, so
-the client says what happened; the others get the proxy's line of text.
+the session is revoked. An injector whose clients print errors of their own shape
+(``AnswersRevoked``: the AWS re-signer, whose SDKs read an XML error) gives
+the answer every request to its hosts gets after the revocation, so the
+client says what happened; the others get the proxy's line of text.
 Rotation swaps one injector for another
 (``Interceptor.replace``): a request keeps the passage it began with, the
 next one begins on the new injector, so no request fails during a swap.
@@ -68,12 +68,14 @@ class Ending:
 
 
 class InjectionRefused(Exception):
-    """A passage refused the request mid-body; ``answer`` is what the client gets when it can still get one."""
+    """A passage refused the request; ``answer`` is what the client gets when it can still get one; ``why`` the
+    reason of the ``egress.refused`` record that counts it (``broker.egress.guards.Refusal``)."""
 
-    def __init__(self, answer: Answer, reason: str) -> None:
+    def __init__(self, answer: Answer, reason: str, why: str = "credential") -> None:
         super().__init__(reason)
         self.answer = answer
         self.reason = reason
+        self.why = why
 
 
 class Passage(Protocol):

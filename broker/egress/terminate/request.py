@@ -124,7 +124,7 @@ class Cycle:
             self._answer(text_answer(refused.status, refused.reason))
             return False
         except InjectionRefused as refused:  # mid-body: the upstream got no whole request, the connection ends
-            self.hooks.count_refusal(host, port, Refusal.CREDENTIAL)
+            self.hooks.count_refusal(host, port, _kind(refused))
             self.evidence.refused(refused.reason)
             self._answer(refused.answer)
             return False
@@ -216,7 +216,7 @@ class Cycle:
         try:
             passage, kept = self._passage(headers)
         except InjectionRefused as refused:  # on the head: nothing went upstream, the connection may go on
-            self.hooks.count_refusal(self.site.host, self.site.port, Refusal.CREDENTIAL)
+            self.hooks.count_refusal(self.site.host, self.site.port, _kind(refused))
             self.evidence.refused(refused.reason)
             return await self._refuse(refused.answer)
         if isinstance(passage, Answer):
@@ -398,3 +398,11 @@ def _has_body(request: h11.Request) -> bool:
 
 def _compressed(headers: Iterable[tuple[bytes, bytes]]) -> bool:
     return any(k == b"content-encoding" and v.strip().lower() not in (b"", b"identity") for k, v in headers)
+
+
+def _kind(refused: InjectionRefused) -> Refusal:
+    """The ``egress.refused`` reason of an injector's refusal (``credential`` unless it names another)."""
+    try:
+        return Refusal(refused.why)
+    except ValueError:
+        return Refusal.CREDENTIAL

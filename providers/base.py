@@ -108,6 +108,7 @@ class MintContext:
     session_expires_at: datetime
     mount_dir: PurePosixPath  # where this credential's files appear inside the sandbox
     generation: int = 0  # 0 at issue, n for the credential's n-th renewal
+    proxied: bool = False  # inject: proxy: the secret stays in the session's proxy (AWS: a Deny of new credentials)
 
 
 @dataclass(frozen=True)

@@ -14,10 +14,12 @@ name is known before AssumeRole and stored with the ``minting`` state, so a
 broker killed before the answer leaves ``sweep`` enough to deny the session.
 Revocation with ``revoke = "deny-policy"`` adds the session to the role's
 ``BrokerRevokedSessions`` inline policy (layout in ``providers.aws.deny``);
-before any AssumeRole the core has the provider reserve room there. The
-proxy re-signs only the STS actions ``proxy_sts_actions`` lists for an
-``inject: proxy`` credential (``proxy_actions``; never one that answers with
-credentials, which the config may not list).
+before any AssumeRole the core has the provider reserve room there. An
+``inject: proxy`` credential (``MintContext.proxied``) is assumed with a
+session policy that denies minting credentials
+(``session_policy.sent_policy``), and its proxy re-signs only the STS
+actions ``proxy_sts_actions`` lists (``proxy_actions``; never one that
+answers with credentials, which the config may not list).
 
 The provider holds its collaborators: ``clients`` (the botocore clients,
 ``providers.aws.clients``), ``roles`` (GetRole answers, ``providers.aws.roles``),
@@ -235,8 +237,9 @@ class AwsStsProvider(Provider[AwsStsRequest]):
         }
         if not all(TAG_VALUE.fullmatch(tag["Value"]) for tag in params["Tags"]):
             raise ProviderError(f"aws {self.name}: task or credential name unusable as a tag", retryable=False)
-        if request.policy_json:
-            params["Policy"] = request.policy_json
+        policy = request.sent_policy_json(context.proxied)  # a proxied one's Deny of new credentials too
+        if policy:
+            params["Policy"] = policy
         if request.policy_arns:
             params["PolicyArns"] = [{"arn": arn} for arn in request.policy_arns]
         with self.clients.errors("AssumeRole"):
@@ -257,7 +260,7 @@ class AwsStsProvider(Provider[AwsStsRequest]):
             problem = "AssumeRole answered with an unexpected session"
         elif not all(SECRET_TEXT.fullmatch(v) for v in (access_key_id, secret.reveal(), token.reveal())):
             problem = "AssumeRole returned malformed credentials"
-        digest = hashlib.sha256(request.policy_json.encode()).hexdigest() if request.policy_json else ""
+        digest = hashlib.sha256(policy.encode()).hexdigest() if policy else ""
         reference = {
             "access_key_id": access_key_id,
             "assumed_role_id": assumed_role_id,

@@ -60,6 +60,7 @@ class Minting:
             session_expires_at=self.expires_at,
             mount_dir=self.manifest.sandbox.mount_path / request.name,
             generation=generation,
+            proxied=request.name in self.manifest.proxied,
         )
 
     def mint(self, request: CredentialRequest, context: MintContext) -> MintedCredential:

@@ -4,8 +4,8 @@ to a credential host, per session, each with how often it happened.
 The proxy counts both (a bounded number of distinct entries; past the bound, an ``(other destinations)`` entry
 keeps counting, so nothing refused goes uncounted) and the session's end writes them. A record names the
 destination (``HOST:PORT``), for ``egress.refused`` the reason (``broker.egress.guards.Refusal``: ``plain-http``,
-``host``, ``target``, ``malformed``, ``wrapped-answer``, ``unchecked-answer``, ``credential``, ``action``)
-and the count: never
+``host``, ``target``, ``malformed``, ``wrapped-answer``, ``unchecked-answer``, ``credential``, ``action``,
+``unknown-key``) and the count: never
 a header, a path or a body, so never a secret.
 """
 

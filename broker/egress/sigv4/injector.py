@@ -18,7 +18,11 @@ refused mid-body, so upstream never gets a whole request.
 Answers from these hosts never carry the real key id, secret or session
 token back: an S3 error echoes the access key id, and a SignatureDoesNotMatch
 answer to a presigned URL its canonical request with the token; each becomes
-its placeholder (``mask_pairs``, the same lengths). After ``forget``
+its placeholder (``mask_pairs``, the same lengths). What is left of an
+answer after that may not hold credentials the session does not own (an
+access key id other than the placeholder, a secret key or token field): each
+answer is read through a ``KeyScreen`` (``broker.egress.sigv4.screen``) and
+refused with 502 when it does. After ``forget``
 (revocation), every request is refused with ``AccessDenied`` naming the
 revocation, in the XML of the signature's service (the host's when the
 signature does not read): ``revoked_answer``, which the proxy also gives
@@ -48,6 +52,7 @@ from broker.egress.operations import Answer
 from broker.egress.sigv4.actions import Actions
 from broker.egress.sigv4.errors import error_response
 from broker.egress.sigv4.parsing import read_signature, split_target
+from broker.egress.sigv4.screen import KeyScreen
 from broker.egress.sigv4.spool import SpoolLimits
 from broker.egress.sigv4.values import AwsKeys, Head, Reason, Refusal, RequestRefused
 from broker.egress.sigv4.verifier import Passage as Verified
@@ -75,11 +80,18 @@ def host_service(host: str) -> str:
 class ResignedPassage:
     """A verified request on its way upstream (the request path's ``Passage`` over the verifier's)."""
 
-    def __init__(self, verified: Verified, service: str, closed: Callable[[], None] = lambda: None) -> None:
+    def __init__(
+        self, verified: Verified, service: str, closed: Callable[[], None] = lambda: None, known: Sequence[str] = ()
+    ) -> None:
         self._verified = verified
         self._service = service
         self._closed: Callable[[], None] | None = closed
+        self._known = known
         self.head: RequestHead | None = _request_head(verified.head) if verified.head is not None else None
+
+    def answer_screen(self) -> KeyScreen:
+        """What reads the answer: no access key id but ``known`` (the placeholders), no secret or token field."""
+        return KeyScreen(self._known, self._service)
 
     def feed(self, piece: bytes) -> Iterable[bytes]:
         """The pieces that may go upstream now, checked before this returns; a spooled chunk's bytes are read
@@ -176,7 +188,7 @@ class Resigner:
             raise refused(verdict, host_service(_host(head)))
         with self._mutex:
             self._open += 1
-        return ResignedPassage(verdict, verdict.signed.scope.service, self._closed)
+        return ResignedPassage(verdict, verdict.signed.scope.service, self._closed, (self.placeholder.access_key_id,))
 
     def rotated(self, real: AwsKeys) -> Resigner:
         """This credential's injector with the renewed STS keys ``real`` behind the same placeholder (after

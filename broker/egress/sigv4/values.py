@@ -98,6 +98,7 @@ class Reason(enum.Enum):
     TOO_LARGE = ("EntityTooLarge", "RequestEntityTooLarge", "a body over the proxy's spool bound")
     REVOKED = ("AccessDenied", "AccessDenied", "a revoked session")
     ACTION = ("AccessDenied", "AccessDenied", "an action the proxy does not re-sign")
+    CREDENTIALS = ("AccessDenied", "AccessDenied", "an answer holding credentials the session does not own")
 
     @property
     def s3_code(self) -> str:

@@ -18,10 +18,12 @@ the proxy's bound is refused unchecked), so that refusal is always a clean
 head and first ``HOLD`` bytes held back, so an API answer (a
 ``CreateSession``, an error) is refused cleanly, and a key id found past
 them cuts the answer off: the client gets a truncated body, never the key.
-Key ids are looked for in the whole answer (a search for their fixed prefixes,
-as fast as the masker); the secret and token fields in the held part, where
-the APIs that hand credentials out answer. The screen keeps the last bytes of
-each piece, so a key id or a field split across two pieces is found.
+Key ids are looked for in the whole answer (a search for their fixed
+prefixes, in each piece where it lies: no copy of it, several times the
+masker's speed); the secret and token fields in the held part, where the APIs
+that hand credentials out answer. The screen keeps the last bytes of each
+piece and looks again where two pieces meet, so a key id or a field split
+across them is found.
 """
 
 from __future__ import annotations
@@ -55,36 +57,54 @@ class KeyScreen:
         self._known = frozenset(key.encode("ascii") for key in known)
         self._service = service
         self._context = b""  # the byte before the tail (what a key id at the tail's start must not follow)
-        self._tail = b""  # the last KEEP bytes seen
+        self._tail = b""  # the last KEEP bytes seen (a piece itself is scanned where it lies, never copied)
         self._seen = 0  # bytes of the body seen
         self.hold: int | None = None if service == "sts" else HOLD
 
     def head(self, values: Sequence[bytes]) -> None:
         for value in values:
-            self._check(value, 0, fields=True, final=True)
+            self._check(value, fields=True, final=True)
 
     def scan(self, data: bytes, *, final: bool = False) -> None:
-        start = len(self._context)
-        buffer = self._context + self._tail + data
         fields = self.hold is None or self._seen < self.hold
         self._seen += len(data)
-        self._check(buffer, start, fields=fields, final=final)
-        rest = buffer[start:]
+        if self._tail:  # what starts in the kept tail and runs on into this piece (a few bytes, copied)
+            joint = self._context + self._tail + data[:KEEP]
+            lead = len(self._context)
+            self._check(joint, start=lead, below=lead + len(self._tail), fields=fields, final=final)
+        previous = (self._context + self._tail)[-1:]
+        self._check(data, before=previous[0] if previous else None, fields=fields, final=final)  # not copied
+        if len(data) > KEEP:
+            self._context, self._tail = data[-KEEP - 1 : -KEEP], data[-KEEP:]
+            return
+        rest = self._tail + data
         if len(rest) > KEEP:
             self._context, self._tail = rest[-KEEP - 1 : -KEEP], rest[-KEEP:]
         else:
             self._tail = rest
 
-    def _check(self, buffer: bytes, start: int, *, fields: bool, final: bool) -> None:
-        """Refuse what ``buffer`` holds from ``start`` on (a key id touching its end waits for the next piece,
-        unless ``final``: it may go on there)."""
+    def _check(
+        self,
+        buffer: bytes,
+        *,
+        start: int = 0,
+        below: int | None = None,
+        before: int | None = None,
+        fields: bool,
+        final: bool,
+    ) -> None:
+        """Refuse what ``buffer`` holds from ``start`` on (a key id starting at or past ``below`` is left to another
+        look; ``before``: the byte preceding ``buffer``). A key id touching the end waits for the next piece,
+        unless ``final``: it may go on there."""
         end = len(buffer)
-        for found in KEY_ID.finditer(buffer, start):
-            if found.end() == end and not final:
+        for found in KEY_ID.finditer(buffer, start, end if below is None else min(end, below + 20)):
+            first, last = found.start(), found.end()
+            if below is not None and first >= below:
                 break
-            alone = (found.start() == 0 or buffer[found.start() - 1] not in ALNUM) and (
-                found.end() == end or buffer[found.end()] not in ALNUM
-            )
+            if last == end and not final:
+                break
+            preceding = buffer[first - 1] if first else before
+            alone = (preceding is None or preceding not in ALNUM) and (last == end or buffer[last] not in ALNUM)
             if alone and found.group() not in self._known:
                 self._refuse("an AWS access key id that is not this session's")
         if fields and FIELD.search(buffer, start) is not None:

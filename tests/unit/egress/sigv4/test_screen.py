@@ -62,3 +62,24 @@ def test_pieces_longer_than_what_is_kept_between_them(split: int) -> None:
     lead = b"y" * 100
     assert screened(lead + f"X{FOREIGN} {PLACEHOLDER}".encode(), split, "s3") is None
     assert screened(lead + f"/{FOREIGN}/".encode() + lead, split, "s3") is not None
+
+
+def pieces_of(answer: bytes, size: int) -> InjectionRefused | None:
+    screen = KeyScreen([PLACEHOLDER], "s3")
+    try:
+        for start in range(0, len(answer), size):
+            screen.scan(answer[start : start + size])
+        screen.scan(b"", final=True)
+    except InjectionRefused as refused:
+        return refused
+    return None
+
+
+@pytest.mark.parametrize("size", [1, 2, 7, 19, 20, 21, 47, 48, 49, 50, 97])
+def test_an_answer_in_many_small_pieces(size: int) -> None:
+    lead, trail = b"y" * 130, b"z" * 130
+    assert pieces_of(lead + f" {FOREIGN} ".encode() + trail, size) is not None
+    assert pieces_of(lead + f" {FOREIGN}".encode(), size) is not None  # at the very end
+    assert pieces_of(lead + f" {PLACEHOLDER} ".encode() + trail, size) is None
+    assert pieces_of(lead + f"Q{FOREIGN}Q".encode() + trail, size) is None
+    assert pieces_of(lead + f"q{FOREIGN}".encode(), size) is None  # a lower-case letter before: not standing alone

@@ -17,7 +17,13 @@ must be signed by a known key. What exists then:
 ``start_iam_moto(sts_lifetime=N, deny_policy=True)`` gives a server of its own
 whose sessions end after N seconds, enforced (``ShortSessions``, the last
 section), and lets the broker's user write and read the role's inline deny
-policy too (``revoke = "deny-policy"``).
+policy too (``revoke = "deny-policy"``). With ``chained=True`` the role
+``agent-s3`` may also ``sts:AssumeRole`` the role ``deploy`` (``CHAINED``,
+allowed S3 and IAM), which trusts it: ordinary role chaining, what a session
+must not be able to do through the proxy. ``sessions(moto)`` lists the
+assumed-role sessions moto holds, each with the session policy its
+AssumeRole passed (moto keeps it but enforces none: it is read back to
+check what AWS would be holding).
 
 ``assume`` returns a session's keys (``ASIA...``, secret, token) from moto's
 AssumeRole, signed with the broker's key. moto still enforces no session
@@ -48,6 +54,8 @@ ROOT = Path(__file__).resolve().parents[1]
 USER = "broker"
 ROLE = "agent-s3"
 ROLE_ARN = f"arn:aws:iam::{ACCOUNT}:role/{ROLE}"
+CHAINED = "deploy"
+CHAINED_ARN = f"arn:aws:iam::{ACCOUNT}:role/{CHAINED}"
 BUCKET = "agent-bucket"
 #: What the broker itself does with its identity: mint (the role read, AssumeRole with tags) and its health check.
 BROKER_ACTIONS = ["sts:AssumeRole", "sts:TagSession", "sts:SetSourceIdentity", "sts:GetCallerIdentity", "iam:GetRole"]
@@ -85,7 +93,7 @@ def _statement(actions: list[str], **extra: Any) -> str:
     return json.dumps({"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": actions, **extra}]})
 
 
-def start_iam_moto(sts_lifetime: int | None = None, *, deny_policy: bool = False) -> IamMoto:
+def start_iam_moto(sts_lifetime: int | None = None, *, deny_policy: bool = False, chained: bool = False) -> IamMoto:
     """A moto process on a free loopback port, the identities above made, then IAM authentication on."""
     port = free_port()
     argv = [sys.executable, "-m", "devstack.aws", str(port), "--presigned"]
@@ -110,6 +118,8 @@ def start_iam_moto(sts_lifetime: int | None = None, *, deny_policy: bool = False
         )
         allowed = ["s3:*", "sts:GetCallerIdentity"]
         iam.put_role_policy(RoleName=ROLE, PolicyName="work", PolicyDocument=_statement(allowed, Resource="*"))
+        if chained:
+            _chain(iam)
         _client("s3", url, **SETUP_IDENTITY).create_bucket(Bucket=BUCKET)
         _post(f"{url}/moto-api/reset-auth", b"0")  # INITIAL_NO_AUTH_ACTION_COUNT = 0: every request is checked now
     except BaseException:
@@ -117,6 +127,40 @@ def start_iam_moto(sts_lifetime: int | None = None, *, deny_policy: bool = False
         process.wait()
         raise
     return IamMoto(url, port, key["AccessKeyId"], key["SecretAccessKey"], process)
+
+
+def _chain(iam: Any) -> None:
+    """``deploy``, which ``agent-s3``'s sessions may assume: role chaining."""
+    # At AWS the trust names the role ``agent-s3`` (its sessions match it); moto compares the caller's session ARN
+    # literally with a principal, so here it is "*" (moto still checks the caller's own policy, which allows
+    # sts:AssumeRole on ``deploy`` alone).
+    trust = {"Effect": "Allow", "Principal": {"AWS": "*"}, "Action": "sts:AssumeRole"}
+    iam.create_role(
+        RoleName=CHAINED, AssumeRolePolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": [trust]})
+    )
+    iam.put_role_policy(
+        RoleName=CHAINED, PolicyName="deploy", PolicyDocument=_statement(["s3:*", "iam:*"], Resource="*")
+    )
+    iam.put_role_policy(
+        RoleName=ROLE, PolicyName="chain", PolicyDocument=_statement(["sts:AssumeRole"], Resource=CHAINED_ARN)
+    )
+
+
+def sessions(moto: IamMoto) -> list[dict[str, Any]]:
+    """The assumed-role sessions moto holds: key id, ARN and the inline session policy passed (None: none);
+    served by a moto started with ``sts_lifetime`` (``ShortSessions``)."""
+    return _served(moto, SESSIONS)
+
+
+def received(moto: IamMoto) -> list[dict[str, Any]]:
+    """Every signed request moto received (``ShortSessions``): key id, session ARN, time, method, path."""
+    return _served(moto, RECEIVED)
+
+
+def _served(moto: IamMoto, path: str) -> list[dict[str, Any]]:
+    with urllib.request.urlopen(f"{moto.url}{path}", timeout=10) as response:
+        found: list[dict[str, Any]] = json.loads(response.read())
+    return found
 
 
 def assume(moto: IamMoto, session_name: str = "agent", endpoint_url: str | None = None) -> dict[str, str]:
@@ -164,6 +208,7 @@ def _post(url: str, data: bytes) -> None:
 #   role, the live one too, which AWS does not do.
 
 RECEIVED = "/devstack-api/received"
+SESSIONS = "/devstack-api/sessions"
 CREDENTIAL = re.compile(r"Credential=([A-Z0-9]{16,128})/[0-9]{8}/[a-z0-9-]+/([a-z0-9-]+)/aws4_request")
 
 
@@ -243,9 +288,12 @@ class ShortSessions:
         self._lock = threading.Lock()
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
-        if environ.get("PATH_INFO") == RECEIVED and environ.get("REQUEST_METHOD") == "GET":
-            with self._lock:
-                body = json.dumps(self.received).encode()
+        if environ.get("PATH_INFO") in (RECEIVED, SESSIONS) and environ.get("REQUEST_METHOD") == "GET":
+            if environ.get("PATH_INFO") == SESSIONS:
+                body = json.dumps(self._sessions()).encode()
+            else:
+                with self._lock:
+                    body = json.dumps(self.received).encode()
             start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
             return [body]
         key_id, service = self._signer(environ)
@@ -254,6 +302,12 @@ class ShortSessions:
         if service == "sts" and environ.get("REQUEST_METHOD") == "POST":
             return self._assume(environ, start_response, key_id)
         return self._expiring(environ, start_response, key_id, service)
+
+    def _sessions(self) -> list[dict[str, object]]:
+        from moto.sts.models import sts_backends
+
+        held = sts_backends[self.account]["aws"].assumed_roles
+        return [{"key_id": r.access_key_id, "arn": r.arn, "policy": r.policy} for r in held]
 
     def _expiring(self, environ: Environ, start_response: StartResponse, key_id: str, service: str) -> Iterable[bytes]:
         """Kept in ``received``; refused with ``ExpiredToken`` when its assumed-role session has ended."""

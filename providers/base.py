@@ -111,6 +111,7 @@ class MintContext:
     #: For a child session, asked for by a sandbox through its parent's ``broker.sock``: a provider whose
     #: revocations share a budget keeps part of it for the sessions the policy issues.
     delegated: bool = False
+    proxied: bool = False  # inject: proxy: the secret stays in the session's proxy (AWS: a Deny of new credentials)
 
 
 @dataclass(frozen=True)
@@ -280,6 +281,12 @@ class Provider(ABC, Generic[RequestT]):
         """``HOST:PORT`` the proxy puts this instance's secret in when the config names no ``proxy_hosts``
         (AWS: its region's STS and S3 hosts); none by default."""
         return ()
+
+    def proxy_actions(self) -> Mapping[str, frozenset[str]]:
+        """For a type whose proxy re-signs (``ProxyFacts.resigns``): the actions it re-signs, by the service that
+        names them (AWS: ``{"sts": proxy_sts_actions}``); a service left out keeps the proxy's default. None by
+        default."""
+        return {}
 
     def health(self) -> list[Check]:
         """``broker doctor``'s checks of this instance (named locally: ``login``, ``clock``); mints nothing.

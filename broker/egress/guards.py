@@ -88,6 +88,8 @@ class Refusal(enum.StrEnum):
     WRAPPED = "wrapped-answer"  # an answer holding what its provider's guard refuses (Vault: a wrapping token)
     UNCHECKED = "unchecked-answer"  # a guarded JSON answer too long to be checked
     CREDENTIAL = "credential"  # a credential's injector refused it (an AWS signature that does not verify)
+    ACTION = "action"  # an action its credential's injector does not re-sign (AWS: AssumeRole, CreateSession)
+    UNKNOWN_KEY = "unknown-key"  # an answer holding credentials the session does not own (an AWS key id not its own)
 
 
 @dataclass(frozen=True, order=True)

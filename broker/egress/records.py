@@ -5,7 +5,7 @@ The proxy counts both (a bounded number of distinct entries; past the bound, an 
 keeps counting, so nothing refused goes uncounted) and the session's end writes them. A record names the
 destination (``HOST:PORT``), for ``egress.refused`` the reason (``broker.egress.guards.Refusal``: ``plain-http``,
 ``host``, ``target``, ``malformed``, ``framing``, ``override``, ``wrapped-answer``, ``unchecked-answer``,
-``credential``) and the count: never a header, a path or a body, so never a secret.
+``credential``, ``action``, ``unknown-key``) and the count: never a header, a path or a body, so never a secret.
 """
 
 from __future__ import annotations

@@ -14,7 +14,12 @@ name is known before AssumeRole and stored with the ``minting`` state, so a
 broker killed before the answer leaves ``sweep`` enough to deny the session.
 Revocation with ``revoke = "deny-policy"`` adds the session to the role's
 ``BrokerRevokedSessions`` inline policy (layout in ``providers.aws.deny``);
-before any AssumeRole the core has the provider reserve room there.
+before any AssumeRole the core has the provider reserve room there. An
+``inject: proxy`` credential (``MintContext.proxied``) is assumed with a
+session policy that denies minting credentials
+(``session_policy.sent_policy``), and its proxy re-signs only the STS
+actions ``proxy_sts_actions`` lists (``proxy_actions``; never one that
+answers with credentials, which the config may not list).
 
 The provider holds its collaborators: ``clients`` (the botocore clients,
 ``providers.aws.clients``), ``roles`` (GetRole answers, ``providers.aws.roles``),
@@ -77,6 +82,11 @@ SESSION_NAME = re.compile(r"[\w+=,.@-]{2,64}", re.ASCII)
 SECRET_TEXT = re.compile(r"[\x21-\x7e]{1,65536}", re.ASCII)  # no whitespace: nothing can break the INI file
 TAG_VALUE = re.compile(r"[\w.:/=+@ -]{0,256}", re.ASCII)
 REVOKE_MODES = ("deny-policy", "expire")
+#: ``proxy_sts_actions``: what the proxy re-signs on STS for inject: proxy (``broker.egress.sigv4.actions``).
+DEFAULT_STS_ACTIONS = ("GetCallerIdentity",)
+#: STS actions that answer with credentials or a token good elsewhere: the proxy never re-signs them.
+CREDENTIAL_ACTION = re.compile(r"assume.*|get.*(?:token|credentials?)", re.IGNORECASE)
+ACTION_NAME = re.compile(r"[A-Za-z][A-Za-z0-9]{0,127}", re.ASCII)
 
 
 class AwsStsProvider(Provider[AwsStsRequest]):
@@ -102,10 +112,12 @@ class AwsStsProvider(Provider[AwsStsRequest]):
         revoke: str = "deny-policy",
         settle_seconds: float = 1.0,
         shared_role_writers: bool = False,
+        proxy_sts_actions: frozenset[str] = frozenset(DEFAULT_STS_ACTIONS),
     ) -> None:
         """The instance named by its clients (``clients.name``), at their region and endpoint."""
         super().__init__(clients.name)
         self.revoke_mode = revoke
+        self.proxy_sts_actions = proxy_sts_actions
         self.clients = clients
         self.roles = Roles(self.clients)
         self.locks = RoleLocks(clients.endpoint_url)
@@ -134,7 +146,12 @@ class AwsStsProvider(Provider[AwsStsRequest]):
             profile=fields.string("profile", required=False, pattern=PROFILE, max_len=64),
             timeout=fields.integer("timeout", minimum=1, maximum=300) or 10,
         )
-        return cls(clients, revoke=revoke, shared_role_writers=fields.boolean("shared_role_writers", False))
+        return cls(
+            clients,
+            revoke=revoke,
+            shared_role_writers=fields.boolean("shared_role_writers", False),
+            proxy_sts_actions=_sts_actions(fields),
+        )
 
     @classmethod
     def parse_request(cls, fields: Fields, *, name: str, provider: str, ttl: int | None) -> AwsStsRequest:
@@ -179,6 +196,10 @@ class AwsStsProvider(Provider[AwsStsRequest]):
     def deny_budgets(self, roles: Collection[str], live: Sequence[RevokeTarget], now: datetime) -> list[DenyBudget]:
         return self.reservations.budgets(roles, live, _aware(now))
 
+    def proxy_actions(self) -> dict[str, frozenset[str]]:
+        """The STS actions the proxy re-signs for this instance's proxied credentials (``proxy_sts_actions``)."""
+        return {"sts": self.proxy_sts_actions}
+
     def default_proxy_hosts(self) -> tuple[str, ...]:
         """The region's STS and S3 hosts: where the session's SDKs send (its config asks for path-style S3)."""
         return (f"sts.{self.clients.region}.amazonaws.com:443", f"s3.{self.clients.region}.amazonaws.com:443")
@@ -216,8 +237,9 @@ class AwsStsProvider(Provider[AwsStsRequest]):
         }
         if not all(TAG_VALUE.fullmatch(tag["Value"]) for tag in params["Tags"]):
             raise ProviderError(f"aws {self.name}: task or credential name unusable as a tag", retryable=False)
-        if request.policy_json:
-            params["Policy"] = request.policy_json
+        policy = request.sent_policy_json(context.proxied)  # a proxied one's Deny of new credentials too
+        if policy:
+            params["Policy"] = policy
         if request.policy_arns:
             params["PolicyArns"] = [{"arn": arn} for arn in request.policy_arns]
         with self.clients.errors("AssumeRole"):
@@ -238,7 +260,7 @@ class AwsStsProvider(Provider[AwsStsRequest]):
             problem = "AssumeRole answered with an unexpected session"
         elif not all(SECRET_TEXT.fullmatch(v) for v in (access_key_id, secret.reveal(), token.reveal())):
             problem = "AssumeRole returned malformed credentials"
-        digest = hashlib.sha256(request.policy_json.encode()).hexdigest() if request.policy_json else ""
+        digest = hashlib.sha256(policy.encode()).hexdigest() if policy else ""
         reference = {
             "access_key_id": access_key_id,
             "assumed_role_id": assumed_role_id,
@@ -339,3 +361,24 @@ class AwsStsProvider(Provider[AwsStsRequest]):
         wanted = entries_for(user_id, ref.get("source_identity", ""), expires_at)
         self.denies.update(role_name, wanted, now, check=same_role)
         return RevokeOutcome.REVOKED
+
+
+def _sts_actions(fields: Fields) -> frozenset[str]:
+    """``proxy_sts_actions``: the STS actions the proxy re-signs for this instance's ``inject: proxy``
+    credentials; listing one that answers with credentials is an error naming it."""
+    listed = fields.string_list(
+        "proxy_sts_actions",
+        required=False,
+        pattern=ACTION_NAME,
+        min_items=0,
+        max_items=32,
+        max_len=128,
+        hint="an STS action name, e.g. GetCallerIdentity",
+    )
+    if listed is None:
+        return frozenset(DEFAULT_STS_ACTIONS)
+    for index, action in enumerate(listed):
+        if CREDENTIAL_ACTION.fullmatch(action):
+            message = f"{action} answers with new credentials; the proxy never re-signs it"
+            raise fields.fail(f"proxy_sts_actions[{index}]", message)
+    return frozenset(listed)

@@ -12,7 +12,8 @@ REFERENCE = ProviderReference(
 # region = "us-east-1"
 # endpoint_url = "http://127.0.0.1:5000"   # moto, LocalStack, VPC endpoints
 # profile = "broker"                       # the broker's own AWS identity; default chain otherwise
-# revoke = "deny-policy"                   # or "expire": sessions stay valid until they expire""",
+# revoke = "deny-policy"                   # or "expire": sessions stay valid until they expire
+# proxy_sts_actions = ["GetCallerIdentity"]  # what the proxy re-signs on STS for inject: proxy""",
     config=(
         Key("region", "string", True, "e.g. us-east-1."),
         Key("endpoint_url", "URL", False, "STS and IAM endpoint (moto, LocalStack, VPC endpoints)."),
@@ -27,6 +28,15 @@ REFERENCE = ProviderReference(
             "deny-policy",
         ),
         Key("timeout", "seconds", False, "HTTP timeout.", "10"),
+        Key(
+            "proxy_sts_actions",
+            "list",
+            False,
+            "The STS actions the proxy re-signs for inject: proxy credentials; any other is refused (403)."
+            " AssumeRole*, GetSessionToken, GetFederationToken and every Get*Token or Get*Credentials action"
+            " answer with new credentials: never re-signed, a config error when listed.",
+            '["GetCallerIdentity"]',
+        ),
         Key(
             "shared_role_writers",
             "boolean",

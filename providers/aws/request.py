@@ -26,6 +26,7 @@ from providers.aws.session_policy import (
     bucket_names,
     parse_session_policy,
     refused,
+    sent_policy,
     variables_as_wildcards,
     widening,
 )
@@ -54,8 +55,24 @@ class AwsStsRequest(CredentialRequest):
 
     @property
     def policy_json(self) -> str:
-        """The compact session policy sent to AWS, or "" without one."""
+        """The compact session policy of the manifest, or "" without one."""
         return self.session_policy.to_json() if self.session_policy is not None else ""
+
+    def sent_policy_json(self, proxied: bool) -> str:
+        """The inline session policy AWS receives: the manifest's, and for ``proxied`` keys the Deny of new
+        credentials (``session_policy.sent_policy``); "" for none."""
+        return sent_policy(self.session_policy, self.policy_arns, proxied)
+
+    def proxy_refusal(self) -> str | None:
+        """A proxied credential's session policy carries the Deny of new credentials: refused when, with it, the
+        policies are over AWS's 2,048 characters."""
+        size = len(self.sent_policy_json(True)) + sum(len(arn) for arn in self.policy_arns)
+        if size <= SESSION_POLICY_CHARS:
+            return None
+        return (
+            f"with inject: proxy the session policy carries a Deny of new credentials, and with it is {size}"
+            f" characters as compact JSON (with policy_arns); AWS allows {SESSION_POLICY_CHARS}: shorten it"
+        )
 
     def more_proxy_hosts(self, hosts: tuple[str, ...]) -> tuple[str, ...]:
         """``BUCKET.`` + each S3 host of ``hosts`` (``s3.REGION.amazonaws.com:443``) for every bucket the session

@@ -8,6 +8,18 @@ so they parse and are kept: the grant check denies them (``aws_request``), so
 the attempt reaches the issuance log. Its compact JSON is exactly what
 ``AssumeRole`` receives and what the policy digest covers.
 
+``sent_policy`` is the inline policy AssumeRole receives: the manifest's, and
+for an ``inject: proxy`` credential an explicit ``Deny`` of minting
+credentials (``DENY``: ``sts:AssumeRole*``, ``sts:AssumeRoot``,
+``sts:GetFederationToken``, ``sts:GetSessionToken``, every ``sts:Get*Token``
+and ``sts:Get*Credentials``, S3 Express's ``CreateSession``). The proxy
+already refuses to re-sign those; the Deny has AWS refuse them too, with the
+proxy out of the way (an explicit Deny in a session policy wins over any
+Allow). Without a session policy it goes beside an Allow of everything (the
+role's own permissions stay the ceiling); beside managed ``policy_arns``
+alone it goes alone (session policies allow together: an Allow of everything
+would undo their narrowing, where a lone Deny narrows only).
+
 Whether a requested glob lies within a granted one is ``broker.vocab.globs.glob_within``
 (the same containment the egress operations use). ``widening`` says why a
 child's session policy is wider than its parent's (delegation's Narrowing):
@@ -47,6 +59,18 @@ REFUSED_KEYS = {
 POLICY_VARIABLE = re.compile(r"\$\{[^}]*\}")
 #: An S3 bucket or object ARN (any partition): the bucket, then the key after ``/`` if any.
 S3_ARN = re.compile(r"arn:aws[a-z-]*:s3:::([^/]*)(?:/.*)?", re.ASCII | re.DOTALL)
+#: What a proxied credential's session may never do, whatever its role allows: mint credentials of its own.
+DENIED = (
+    "sts:AssumeRole*",
+    "sts:AssumeRoot",
+    "sts:GetFederationToken",
+    "sts:GetSessionToken",
+    "sts:Get*Token",
+    "sts:Get*Credentials",
+    "s3express:CreateSession",
+)
+DENY: dict[str, Any] = {"Effect": "Deny", "Action": list(DENIED), "Resource": "*"}
+ALLOW_ALL: dict[str, Any] = {"Effect": "Allow", "Action": "*", "Resource": "*"}
 #: A bucket name that is one host label: what clients address virtual-hosted over TLS (a name with a dot is not
 #: under AWS's wildcard certificate, so the SDKs send it path-style; a wildcard or a variable names no one host).
 VIRTUAL_BUCKET = re.compile(r"[a-z0-9][a-z0-9-]{1,61}[a-z0-9]", re.ASCII)
@@ -95,6 +119,19 @@ class SessionPolicy:
 
 def compact_json(document: object) -> str:
     return json.dumps(document, separators=(",", ":"), ensure_ascii=True)
+
+
+def sent_policy(policy: SessionPolicy | None, policy_arns: tuple[str, ...], proxied: bool) -> str:
+    """The inline session policy AssumeRole receives ("" for none): ``policy``, and for ``proxied`` keys the
+    Deny of new credentials (see the module docstring)."""
+    if not proxied:
+        return policy.to_json() if policy is not None else ""
+    if policy is not None:
+        document = policy.document()
+        document["Statement"] = [*document["Statement"], DENY]
+        return compact_json(document)
+    statements = [DENY] if policy_arns else [ALLOW_ALL, DENY]
+    return compact_json({"Version": VERSIONS[0], "Statement": statements})
 
 
 # -- parsing -----------------------------------------------------------------------------

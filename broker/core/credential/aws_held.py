@@ -23,6 +23,9 @@ the first proxy host over https, as a Vault address does.
 
 A body that must be checked before it goes upstream is spooled in the
 session's own tmpfs, in a file with no name (``broker.egress.sigv4.spool``).
+The re-signer signs only the STS actions its provider lists
+(``Provider.proxy_actions``: ``proxy_sts_actions``), never one that answers
+with new credentials (``broker.egress.sigv4.actions``).
 """
 
 from __future__ import annotations
@@ -30,14 +33,16 @@ from __future__ import annotations
 import re
 import secrets
 import string
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
 from broker.core.inputs.config import ProxyTarget
 from broker.egress.sigv4 import AwsKeys
+from broker.egress.sigv4.actions import DEFAULT_STS_ACTIONS, STS, Actions
 from broker.egress.sigv4.injector import Resigner
 from broker.egress.terminate.plan import Interceptor
-from broker.vocab.errors import ProviderError
+from broker.vocab.errors import ConfigError, ProviderError
 from broker.vocab.secret import Secret
 from providers.base import CredentialRequest, MintedCredential
 
@@ -89,8 +94,14 @@ def hold_aws_in_proxy(
     target: ProxyTarget,
     interceptor: Interceptor,
     spool_dir: Path | None,
+    actions: Mapping[str, frozenset[str]],
 ) -> MintedCredential:
-    """``credential`` with placeholder keys in its files; the proxy re-signs for its hosts with the real ones."""
+    """``credential`` with placeholder keys in its files; the proxy re-signs for its hosts with the real ones, only
+    the ``actions`` (by service) its provider lists."""
+    try:
+        allowed = Actions(sts=actions.get(STS, DEFAULT_STS_ACTIONS))
+    except ValueError as error:
+        raise ConfigError(f"providers.{request.provider}.proxy_sts_actions: {error}") from None
     real = real_keys(credential)
     placeholder = placeholder_keys(real)
     text = credential.files[CREDENTIALS]
@@ -117,6 +128,7 @@ def hold_aws_in_proxy(
             real,
             upstream_ca_file=target.upstream_ca_file,
             spool_dir=spool_dir,
+            actions=allowed,
         )
     )
     files = {**credential.files, CREDENTIALS: Secret(swapped), CONFIG: config}

@@ -69,6 +69,7 @@ class Minting:
             mount_dir=self.manifest.sandbox.mount_path / request.name,
             generation=generation,
             delegated=self.parent is not None,
+            proxied=request.name in self.manifest.proxied,
         )
 
     def mint(self, request: CredentialRequest, context: MintContext) -> MintedCredential:

@@ -117,7 +117,8 @@ def hold_in_proxy(
         target = config.proxy_targets[request.provider]
         more = allowed_hosts(request.more_proxy_hosts(tuple(map(str, target.hosts))), network)
         target = replace(target, hosts=(*target.hosts, *(h for h in more if h not in target.hosts)))
-        return hold_aws_in_proxy(request, credential, target, interceptor, spool_dir)
+        actions = config.providers[request.provider].proxy_actions()
+        return hold_aws_in_proxy(request, credential, target, interceptor, spool_dir, actions)
     placeholder = placeholder_for(credential.secret)
     files: dict[str, Secret | str] = {}
     for name, content in credential.files.items():

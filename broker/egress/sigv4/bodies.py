@@ -63,6 +63,10 @@ class Hashed:
     def digest(self) -> str:
         return self._hash.hexdigest()
 
+    def read(self, limit: int) -> bytes | None:
+        """The whole body, when it is at most ``limit`` bytes (None otherwise), for a check that reads it."""
+        return b"".join(self._spool.pieces()) if self._spool.size <= limit else None
+
     def end(self) -> Iterable[bytes]:
         if self._expected is not None and not hmac.compare_digest(self.digest, self._expected):
             refuse(Reason.PAYLOAD_HASH, "the body does not hash to its x-amz-content-sha256", self._service)

@@ -21,6 +21,8 @@ from broker.egress.sigv4.values import Header, Refusal
 STATUS = 403
 PREFIX = "broker egress proxy: "
 NAMESPACES = {"sts": "https://sts.amazonaws.com/doc/2011-06-15/"}
+#: The services whose SDKs read S3's error shape (S3 Express signs as ``s3express``).
+S3_SHAPED = S3_SERVICES | {"s3express"}
 
 
 def error_response(refusal: Refusal, host_service: str = "s3") -> tuple[int, list[Header], bytes]:
@@ -29,7 +31,7 @@ def error_response(refusal: Refusal, host_service: str = "s3") -> tuple[int, lis
     service = refusal.service or host_service
     message = escape(PREFIX + refusal.message)
     request_id = secrets.token_hex(8).upper()
-    if service in S3_SERVICES:
+    if service in S3_SHAPED:
         code = refusal.reason.s3_code
         body = (
             '<?xml version="1.0" encoding="UTF-8"?>\n'

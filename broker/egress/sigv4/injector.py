@@ -4,20 +4,27 @@
 AWS credential. Its hosts are AWS's (the provider's ``proxy_hosts``): a
 request to them goes upstream only re-signed, so it never passes unchanged.
 Each request is handed to the ``Verifier``: signed with the placeholder key
-id and checking, it goes on re-signed with the real STS keys; signed with
-anything else, unsigned, tampered, SigV4A, or any mechanism the verifier
-cannot check, it is refused (``InjectionRefused`` carrying the 403 with the
-S3 or STS XML error body the SDKs print) and nothing goes upstream. A body
-that stops checking midway (a chunk signature, a payload hash, a trailing
-checksum) is refused the same way, mid-body, so upstream never gets a whole
-request.
+id and checking, for an action it re-signs (``actions``: STS's by name, none
+that answers with new credentials, ``broker.egress.sigv4.actions``), it goes
+on re-signed with the real STS keys; signed with anything else, unsigned,
+tampered, SigV4A, any mechanism the verifier cannot check, or for another
+action, it is refused (``InjectionRefused`` carrying the 403 with the S3 or
+STS XML error body the SDKs print; ``why``: ``action`` for an action, else
+``credential``) and nothing goes upstream. A body whose hash the signature
+covers is checked whole before anything of the request goes; an aws-chunked
+body that stops checking midway (a chunk signature, a trailing checksum) is
+refused mid-body, so upstream never gets a whole request.
 
 Answers from these hosts never carry the real key id, secret or session
 token back: an S3 error echoes the access key id, and a SignatureDoesNotMatch
 answer its canonical request with the token (raw from a header, URI-encoded
 from a presigned URL's query, and all of it again as hex bytes); each
 becomes its placeholder, in the same spelling (``mask_pairs``, spelled by
-``broker.egress.terminate.masking``; the same lengths). After ``forget``
+``broker.egress.terminate.masking``; the same lengths). What is left of an
+answer after that may not hold credentials the session does not own (an
+access key id other than the placeholder, a secret key or token field): each
+answer is read through a ``KeyScreen`` (``broker.egress.sigv4.screen``) and
+refused with 502 when it does. After ``forget``
 (revocation), every request is refused with ``AccessDenied`` naming the
 revocation, in the XML of the signature's service (the host's when the
 signature does not read): ``revoked_answer``, which the proxy also gives
@@ -44,8 +51,10 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 from broker.egress.operations import Answer
+from broker.egress.sigv4.actions import Actions
 from broker.egress.sigv4.errors import error_response
 from broker.egress.sigv4.parsing import read_signature, split_target
+from broker.egress.sigv4.screen import KeyScreen
 from broker.egress.sigv4.spool import SpoolLimits
 from broker.egress.sigv4.values import AwsKeys, Head, Reason, Refusal, RequestRefused
 from broker.egress.sigv4.verifier import Passage as Verified
@@ -61,7 +70,8 @@ def refused(refusal: Refusal, host_service: str) -> InjectionRefused:
     content_type = next((v.decode() for k, v in headers if k == b"content-type"), "application/xml")
     extra = tuple((k.decode(), v.decode()) for k, v in headers if k not in (b"content-type", b"content-length"))
     answer = Answer(status, content_type, body, extra)
-    return InjectionRefused(answer, f"sigv4: {refusal.reason.summary}: {refusal.message}")
+    why = "action" if refusal.reason is Reason.ACTION else "credential"
+    return InjectionRefused(answer, f"sigv4: {refusal.reason.summary}: {refusal.message}", why)
 
 
 def host_service(host: str) -> str:
@@ -72,11 +82,18 @@ def host_service(host: str) -> str:
 class ResignedPassage:
     """A verified request on its way upstream (the request path's ``Passage`` over the verifier's)."""
 
-    def __init__(self, verified: Verified, service: str, closed: Callable[[], None] = lambda: None) -> None:
+    def __init__(
+        self, verified: Verified, service: str, closed: Callable[[], None] = lambda: None, known: Sequence[str] = ()
+    ) -> None:
         self._verified = verified
         self._service = service
         self._closed: Callable[[], None] | None = closed
+        self._known = known
         self.head: RequestHead | None = _request_head(verified.head) if verified.head is not None else None
+
+    def answer_screen(self) -> KeyScreen:
+        """What reads the answer: no access key id but ``known`` (the placeholders), no secret or token field."""
+        return KeyScreen(self._known, self._service)
 
     def feed(self, piece: bytes) -> Iterable[bytes]:
         """The pieces that may go upstream now, checked before this returns; a spooled chunk's bytes are read
@@ -124,16 +141,20 @@ class Resigner:
         spool_dir: Path | None = None,
         spool: SpoolLimits | None = None,
         previous: AwsKeys | None = None,
+        actions: Actions | None = None,
     ) -> None:
         self._name = name
         self._hosts = hosts
         self._upstream_ca_file = upstream_ca_file
         self._spool_dir = spool_dir
         self._spool = spool
+        self._actions = actions or Actions()
         self.placeholder = placeholder
         self._real: AwsKeys | None = real
         self._previous = previous  # the keys this one replaced: still masked in answers to requests under way
-        self._verifier: Verifier | None = Verifier(placeholder, real, spool_dir=spool_dir, spool=spool)
+        self._verifier: Verifier | None = Verifier(
+            placeholder, real, spool_dir=spool_dir, spool=spool, actions=self._actions
+        )
         self._open = 0
         self._mutex = threading.Lock()
 
@@ -169,7 +190,7 @@ class Resigner:
             raise refused(verdict, host_service(_host(head)))
         with self._mutex:
             self._open += 1
-        return ResignedPassage(verdict, verdict.signed.scope.service, self._closed)
+        return ResignedPassage(verdict, verdict.signed.scope.service, self._closed, (self.placeholder.access_key_id,))
 
     def rotated(self, real: AwsKeys) -> Resigner:
         """This credential's injector with the renewed STS keys ``real`` behind the same placeholder (after
@@ -183,6 +204,7 @@ class Resigner:
             spool_dir=self._spool_dir,
             spool=self._spool,
             previous=self._real,
+            actions=self._actions,
         )
 
     def revoked_answer(self, head: RequestHead) -> Answer:

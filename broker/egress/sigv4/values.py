@@ -97,6 +97,8 @@ class Reason(enum.Enum):
     CHECKSUM = ("BadDigest", "BadDigest", "a trailing checksum that does not match the body")
     TOO_LARGE = ("EntityTooLarge", "RequestEntityTooLarge", "a body over the proxy's spool bound")
     REVOKED = ("AccessDenied", "AccessDenied", "a revoked session")
+    ACTION = ("AccessDenied", "AccessDenied", "an action the proxy does not re-sign")
+    CREDENTIALS = ("AccessDenied", "AccessDenied", "an answer holding credentials the session does not own")
 
     @property
     def s3_code(self) -> str:

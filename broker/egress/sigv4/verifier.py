@@ -2,7 +2,7 @@
 
     verifier = Verifier(placeholder, real, spool_dir=session_tmpfs)
     verdict = verifier.begin(head)            # Passage, or Refusal (answer it, send nothing upstream)
-    if passage.head: send it upstream          # None: the head waits until the body checked
+    if passage.head: send it upstream          # None: the head waits until the body checked (a hashed body)
     for piece in body: send(passage.feed(piece))  # raises RequestRefused: abort, upstream gets no whole request
     ending = passage.end()                     # raises RequestRefused likewise
     send(ending.head if any, then ending.pieces); passage.close()
@@ -10,9 +10,18 @@
 What is re-signed is exactly what was verified: the same method, target,
 headers and signed-header list; only the Authorization header (or the
 presigned query's credential, token and signature) and the session token
-change, and the signing date stays the client's. A body the signature covers
-by its hash is spooled and released only once it matches; aws-chunked bodies
-stream (``broker.egress.sigv4.bodies``).
+change, and the signing date stays the client's. Only the actions
+``Actions`` lets through are re-signed (``broker.egress.sigv4.actions``: no
+request that answers with new credentials).
+
+A body the signature covers by its hash is spooled, and nothing of the
+request, not even its head, is released before the whole body matches (and,
+for STS, before the action it names is read from it): a refused request
+sends nothing upstream. A declared hash is checked against the signature at
+once, so a bad signature is refused before the body is read. aws-chunked
+bodies stream (``broker.egress.sigv4.bodies``): the head goes at once, each
+chunk once its signature checks, so before a bad chunk upstream has the head
+and the chunks before it, and then a connection closed mid-body.
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ from pathlib import Path
 from urllib.parse import quote, unquote
 
 from broker.egress.sigv4 import checks
+from broker.egress.sigv4.actions import FORM_LIMIT, Actions
 from broker.egress.sigv4.bodies import Hashed, PassThrough, SignedChunks, UnsignedTrailer, spool_factory
 from broker.egress.sigv4.canonical import SigningInput, authorization, sign
 from broker.egress.sigv4.chain import ChunkChain
@@ -65,7 +75,7 @@ class Passage:
     """One verified request on its way upstream; ``close`` it when done (it may hold a spool)."""
 
     def __init__(
-        self, head: Head | None, body: Body, mode: PayloadMode, signed: Signed, settle: Callable[[str], Head] | None
+        self, head: Head | None, body: Body, mode: PayloadMode, signed: Signed, settle: Callable[[Hashed], Head] | None
     ) -> None:
         self.head = head
         self.mode = mode
@@ -90,7 +100,7 @@ class Passage:
             if trailers:
                 refuse(Reason.MALFORMED, "HTTP trailers are not part of a SigV4 request", self.signed.scope.service)
             pieces = iter(self._body.end())
-            head = self._settle(self._body.digest) if self._settle and isinstance(self._body, Hashed) else None
+            head = self._settle(self._body) if self._settle and isinstance(self._body, Hashed) else None
             return Ending(head, pieces)
         except RequestRefused:
             self.close()
@@ -118,6 +128,7 @@ class Verifier:
         spool_dir: Path | None = None,
         spool: SpoolLimits | None = None,
         clock: Callable[[], datetime] | None = None,
+        actions: Actions | None = None,
     ) -> None:
         if (placeholder.session_token is None) != (real.session_token is None):
             raise ValueError("the placeholder and the real keys must both have a session token, or neither")
@@ -126,6 +137,7 @@ class Verifier:
         self.spool_dir = spool_dir
         self.spool = spool or SpoolLimits()
         self.clock = clock or (lambda: datetime.now(UTC))
+        self.actions = actions or Actions()
 
     def begin(self, head: Head) -> Passage | Refusal:
         """Check the head; a ``Passage`` to forward it through, or the ``Refusal`` to answer instead."""
@@ -144,22 +156,41 @@ class Verifier:
         checks.check_time(signed, self.clock())
         checks.check_headers(head, signed)
         mode, payload = checks.payload_mode(head, signed)
+        service = signed.scope.service
+        self.actions.check_head(head, target, service)
+        reads = self.actions.reads_body(service)
+        if reads and mode is not PayloadMode.HASHED:
+            refuse(
+                Reason.ACTION, "an STS request's body must be covered by its signature (it names the action)", service
+            )
         signing = _signing_input(head, target, signed, payload or "")
-        if payload is None:  # the body's hash is part of the signature: both wait for the body
-            spool = Spool(self.spool_dir, self.spool)
+        if mode is PayloadMode.HASHED:  # nothing goes upstream, not even the head, before the body matched
+            if payload is not None:  # the hash is declared: the signature checks now, before the body is read
+                self._verify(signing, signed)
 
-            def settle(digest: str) -> Head:
-                return self._resign(head, target, signed, replace(signing, payload=digest))[0]
+            def settle(body: Hashed) -> Head:
+                whole = signing if payload is not None else replace(signing, payload=body.digest)
+                if payload is None:  # the body's hash is part of the signature: it checks now
+                    self._verify(whole, signed)
+                if reads:  # the action it names (STS), before anything is signed with the real keys
+                    self.actions.check_body(head, target, body.read(FORM_LIMIT))
+                return self._signed(head, target, signed, whole)[0]
 
-            return Passage(None, Hashed(spool, None, signed.scope.service), mode, signed, settle)
-        new_head, new_signature = self._resign(head, target, signed, signing)
+            body = Hashed(Spool(self.spool_dir, self.spool), payload, service)
+            return Passage(None, body, mode, signed, settle)
+        assert payload is not None  # only a hashed body's hash is unknown before the body
+        self._verify(signing, signed)
+        new_head, new_signature = self._signed(head, target, signed, signing)
         return Passage(new_head, self._body(head, signed, mode, payload, new_signature), mode, signed, None)
 
-    def _resign(self, head: Head, target: Target, signed: Signed, signing: SigningInput) -> tuple[Head, str]:
-        """Verify ``signing`` against the placeholder key; then the same request signed with the real one, and
-        its new signature (the seed of the real chunk chain)."""
+    def _verify(self, signing: SigningInput, signed: Signed) -> None:
+        """``signing`` checks against the placeholder key (``SIGNATURE`` refused otherwise)."""
         if not hmac.compare_digest(sign(signing, self.placeholder), signed.signature):
             refuse(Reason.SIGNATURE, MISMATCH, signed.scope.service)
+
+    def _signed(self, head: Head, target: Target, signed: Signed, signing: SigningInput) -> tuple[Head, str]:
+        """The request of ``signing`` (verified) signed with the real keys, and its new signature (the seed of the
+        real chunk chain)."""
         real_token = self.real.session_token.reveal() if self.real.session_token is not None else None
         if signed.presigned:
             values = {"X-Amz-Credential": f"{self.real.access_key_id}/{signed.scope.text()}"}
@@ -183,8 +214,6 @@ class Verifier:
 
     def _body(self, head: Head, signed: Signed, mode: PayloadMode, payload: str, new_signature: str) -> Body:
         service = signed.scope.service
-        if mode is PayloadMode.HASHED:
-            return Hashed(Spool(self.spool_dir, self.spool), payload, service)
         if mode is PayloadMode.UNSIGNED:
             return PassThrough()
         length = checks.decoded_length(head, service)

@@ -29,10 +29,16 @@ re-signer verifies the head and the body and re-signs both; a header
 template (``Authorization: Bearer {}`` for any service) changes one header.
 ``mask_pairs`` names the secrets that must never come back in an answer
 (each with what replaces it, of the same length), ``forget`` drops them when
-the session is revoked. An injector whose clients print errors of their own
-shape (``AnswersRevoked``: the AWS re-signer, whose SDKs read an XML error)
-gives the answer every request to its hosts gets after the revocation, so
-the client says what happened; the others get the proxy's line of text.
+the session is revoked. A passage may also screen its answer
+(``Screening``): the answer, after the masker, is read through its
+``AnswerScreen``, which refuses one that carries what the session must not
+get (the AWS re-signer: credentials the session does not own); the proxy
+holds the answer's head and first ``hold`` bytes back meanwhile, so such a
+refusal is a clean answer, and cuts the answer off when it comes later.
+An injector whose clients print errors of their own shape
+(``AnswersRevoked``: the AWS re-signer, whose SDKs read an XML error) gives
+the answer every request to its hosts gets after the revocation, so the
+client says what happened; the others get the proxy's line of text.
 Rotation swaps one injector for another
 (``Interceptor.replace``): a request keeps the passage it began with, the
 next one begins on the new injector, so no request fails during a swap.
@@ -68,12 +74,14 @@ class Ending:
 
 
 class InjectionRefused(Exception):
-    """A passage refused the request mid-body; ``answer`` is what the client gets when it can still get one."""
+    """A passage refused the request (or a screen its answer); ``answer`` is what the client gets when it can still
+    get one; ``why`` the reason of the ``egress.refused`` record that counts it (``broker.egress.guards.Refusal``)."""
 
-    def __init__(self, answer: Answer, reason: str) -> None:
+    def __init__(self, answer: Answer, reason: str, why: str = "credential") -> None:
         super().__init__(reason)
         self.answer = answer
         self.reason = reason
+        self.why = why
 
 
 class Passage(Protocol):
@@ -92,6 +100,30 @@ class Passage(Protocol):
     def close(self) -> None:
         """Release what the passage holds (a spool); called once, whatever happened."""
         ...
+
+
+class AnswerScreen(Protocol):
+    """What an answer may not carry, read after the masker: first the head's values (``head``), then the body in
+    pieces (``scan``); each raises ``InjectionRefused`` when the answer may not go on."""
+
+    @property
+    def hold(self) -> int | None:
+        """Bytes of the body held back with the head, so a refusal within them is a clean answer; None: the whole
+        answer (one over the proxy's bound is refused, unchecked)."""
+        ...
+
+    def head(self, values: Sequence[bytes]) -> None: ...
+
+    def scan(self, data: bytes, *, final: bool = False) -> None:
+        """The next piece of the body (``final``: nothing follows); a value split across pieces is found."""
+        ...
+
+
+@runtime_checkable
+class Screening(Protocol):
+    """A passage whose answer is read through a screen (see the module docstring)."""
+
+    def answer_screen(self) -> AnswerScreen | None: ...
 
 
 class Injector(Protocol):

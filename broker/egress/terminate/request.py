@@ -15,9 +15,11 @@ The steps, in order; each may refuse, and a refused request sends nothing upstre
 4. the credential step: the first injector of the host that takes the request
    (``broker.egress.terminate.injector``) gives the passage its head and body go upstream through;
 5. forward on the tunnel's kept upstream connection, the head framed by the proxy (never with the client's
-   framing headers), the rest of the body streamed while the answer is relayed
-   (an upstream may answer early); the answer's secrets become their stand-ins (``Masker``), a guarded host's
-   JSON answer is held and checked for the key its guard refuses (Vault: a wrapping token);
+   framing headers), the rest of the body streamed while the answer is relayed (an upstream may answer early);
+   a passage whose head waits for the body sends nothing, not even the head, before the body checked; the
+   answer (``broker.egress.terminate.relay``) has its secrets turned into their stand-ins (``Masker``), a
+   guarded host's JSON answer is held and checked for the key its guard refuses (Vault: a wrapping token), and
+   a passage's screen reads it (the AWS re-signer: no credentials the session does not own);
 6. the ``egress.request`` record (``broker.egress.terminate.evidence``), handed to the evidence writer whatever
    happened.
 
@@ -35,14 +37,22 @@ import h11
 
 from broker.egress.exchange import HOP_BY_HOP, Refused, next_event
 from broker.egress.framing import Framing, declared, framed
-from broker.egress.guards import AnswerGuard, HeldAnswer, Refusal, checked_headers, held_back
+from broker.egress.guards import Refusal, checked_headers
 from broker.egress.operations import Answer, BodyCheck, Decision
 from broker.egress.terminate.answers import send_answer, send_continue, text_answer
 from broker.egress.terminate.evidence import Evidence
-from broker.egress.terminate.injector import Header, HeadOnly, InjectionRefused, Passage, RequestHead
+from broker.egress.terminate.injector import (
+    Header,
+    HeadOnly,
+    InjectionRefused,
+    Passage,
+    RequestHead,
+    Screening,
+)
 from broker.egress.terminate.masking import Masker
 from broker.egress.terminate.outgoing import Outgoing
 from broker.egress.terminate.plan import Interceptor
+from broker.egress.terminate.relay import Relay, Stale
 from broker.egress.terminate.upstream import Hooks, UpstreamLink
 from broker.egress.terminate.writer import EvidenceWriter
 
@@ -56,10 +66,6 @@ class Site:
     host: str
     port: int
     keep: bool = True
-
-
-class _Stale(Exception):
-    """A kept upstream connection turned out closed before any answer came."""
 
 
 class Cycle:
@@ -83,7 +89,6 @@ class Cycle:
         self.sink = sink
         self.limits = hooks.limits
         self.forwarding = False
-        self._out = bytearray()  # the answer's bytes for the client, written once the proxy would wait
 
     async def run(self) -> bool:
         try:
@@ -127,8 +132,8 @@ class Cycle:
                 self.evidence.refused(refused.reason)
             self._answer(text_answer(refused.status, refused.reason))
             return False
-        except InjectionRefused as refused:  # mid-body: the upstream got no whole request, the connection ends
-            self.hooks.count_refusal(host, port, Refusal.CREDENTIAL)
+        except InjectionRefused as refused:  # mid-body, or its answer: no whole request or answer, the connection ends
+            self.hooks.count_refusal(host, port, _kind(refused))
             self.evidence.refused(refused.reason)
             self._answer(refused.answer)
             return False
@@ -220,7 +225,7 @@ class Cycle:
         try:
             passage, kept = self._passage(headers)
         except InjectionRefused as refused:  # on the head: nothing went upstream, the connection may go on
-            self.hooks.count_refusal(self.site.host, self.site.port, Refusal.CREDENTIAL)
+            self.hooks.count_refusal(self.site.host, self.site.port, _kind(refused))
             self.evidence.refused(refused.reason)
             return await self._refuse(refused.answer)
         if isinstance(passage, Answer):
@@ -236,7 +241,7 @@ class Cycle:
                 try:
                     await self._exchange(passage, held, masker, stale_ok=retry and reused and attempt == 1)
                     break
-                except _Stale:
+                except Stale:
                     await self.link.close()
         finally:
             passage.close()
@@ -247,16 +252,20 @@ class Cycle:
         link = self.link
         assert link.conn is not None and link.writer is not None and link.reader is not None
         send_continue(self.conn, self.writer)
+        screen = passage.answer_screen() if isinstance(passage, Screening) else None
+        guard = self.plan.answer_guard(self.site.host, self.site.port)
+        client = (self.conn, self.writer)
+        answer = Relay(client, self.evidence, self.limits, masker, keep=self.site.keep, guard=guard, screen=screen)
         if not _has_body(self.request) or self.conn.their_state is not h11.SEND_BODY:
             try:  # the whole request is here: send it, then read the answer (no second task needed)
                 await self._pump(passage, held, link.conn, link.writer)
-                await self._relay(link.conn, link.reader, masker, stale_ok)
+                await answer.run(link.conn, link.reader, stale_ok)
             except BaseException:
                 await link.close()
                 raise
             return
         pump = asyncio.create_task(self._pump(passage, held, link.conn, link.writer))
-        relay = asyncio.create_task(self._relay(link.conn, link.reader, masker, stale_ok))
+        relay = asyncio.create_task(answer.run(link.conn, link.reader, stale_ok))
         try:
             done, _ = await asyncio.wait({pump, relay}, return_when=asyncio.FIRST_EXCEPTION)
             for task in (pump, relay):
@@ -275,6 +284,8 @@ class Cycle:
                     task.cancel()
                     with contextlib.suppress(BaseException):
                         await task
+                elif not task.cancelled():
+                    task.exception()  # one ended by the link's close (the other one's failure) is not reported lost
 
     async def _pump(self, passage: Passage, held: list[bytes], up: h11.Connection, out: asyncio.StreamWriter) -> None:
         """The head and body upstream through the passage: what was held, then the rest as it arrives. What is
@@ -310,82 +321,6 @@ class Cycle:
         ready.add(up.send(h11.EndOfMessage()))
         await flush()
 
-    async def _relay(self, up: h11.Connection, upstream: asyncio.StreamReader, masker: Masker, stale_ok: bool) -> None:
-        """The answer back to the client; a guarded host's JSON answer is held whole and checked first. What is
-        ready goes to the client in one write, before the proxy waits for more."""
-        guard = self.plan.answer_guard(self.site.host, self.site.port)
-        held: HeldAnswer | None = None
-        answered = False
-        while True:
-            try:
-                event = up.next_event()
-            except h11.RemoteProtocolError:
-                raise Refused(502, "the upstream's answer is not HTTP/1.1 the proxy can read") from None
-            if event is h11.NEED_DATA:
-                await self._flush()
-                try:
-                    async with asyncio.timeout(self.limits.idle_timeout):
-                        data = await upstream.read(self.limits.body_chunk)
-                except ConnectionError:
-                    if stale_ok and not answered:
-                        raise _Stale() from None
-                    raise Refused(502, "the upstream broke the connection") from None
-                except TimeoutError:
-                    raise Refused(504, "the upstream did not answer in time") from None
-                up.receive_data(data)
-                continue
-            if isinstance(event, h11.InformationalResponse):
-                answered = True
-            elif isinstance(event, h11.Response):
-                answered = True
-                held = self._respond(event, masker, guard)
-            elif isinstance(event, h11.Data):
-                data = masker.feed(event.data)
-                if held is not None:
-                    held.add(data)
-                elif data:
-                    self._send(data)
-            elif isinstance(event, h11.EndOfMessage):
-                rest = masker.flush()
-                if held is not None:
-                    held.add(rest)
-                    rest = held.check()  # refused when it holds the guarded key: nothing of it was sent
-                    self._out.extend(self.conn.send(held.response) or b"")
-                    self.evidence.status = held.response.status_code
-                if rest:
-                    self._send(rest)
-                self._out.extend(self.conn.send(h11.EndOfMessage()) or b"")
-                await self._flush()
-                return
-            else:
-                if stale_ok and not answered:
-                    raise _Stale()
-                raise Refused(502, "the upstream closed the connection before answering")
-
-    async def _flush(self) -> None:
-        if self._out:
-            self.writer.write(bytes(self._out))
-            self._out.clear()
-            await self.writer.drain()
-
-    def _respond(self, event: h11.Response, masker: Masker, guard: AnswerGuard | None) -> HeldAnswer | None:
-        self.evidence.upstream_status = event.status_code
-        if masker.active and _compressed(event.headers):
-            raise Refused(502, "the upstream sent a compressed answer, which cannot be checked for the secret")
-        headers = [(k, masker.whole(v)) for k, v in event.headers if k not in HOP_BY_HOP]
-        if not self.site.keep:
-            headers.append((b"connection", b"close"))
-        response = h11.Response(status_code=event.status_code, headers=headers, reason=masker.whole(event.reason))
-        if guard is not None and guard.refused_key is not None and held_back(event.headers):
-            return HeldAnswer(response, self.limits.max_checked_answer, guard)
-        self._out.extend(self.conn.send(response) or b"")
-        self.evidence.status = event.status_code
-        return None
-
-    def _send(self, data: bytes) -> None:
-        self._out.extend(self.conn.send(h11.Data(data=data)) or b"")
-        self.evidence.answer_bytes += len(data)
-
 
 def _request(head: RequestHead) -> h11.Request:
     """The request upstream: ``head`` framed by the proxy (the framing its headers declare, written anew)."""
@@ -396,5 +331,9 @@ def _has_body(request: h11.Request) -> bool:
     return declared(request.headers, request.http_version) not in (None, Framing(0))  # checked on arrival
 
 
-def _compressed(headers: Iterable[tuple[bytes, bytes]]) -> bool:
-    return any(k == b"content-encoding" and v.strip().lower() not in (b"", b"identity") for k, v in headers)
+def _kind(refused: InjectionRefused) -> Refusal:
+    """The ``egress.refused`` reason of an injector's refusal (``credential`` unless it names another)."""
+    try:
+        return Refusal(refused.why)
+    except ValueError:
+        return Refusal.CREDENTIAL

@@ -11,7 +11,9 @@ whether AWS would deny a revoked session.
 
 from __future__ import annotations
 
+import hashlib
 import json
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -109,6 +111,17 @@ def test_mint_caps_expiry_at_the_session(aws_provider: AwsStsProvider) -> None:
     assert minted.reference["policy_digest"] != ""
     unnarrowed = aws_provider.mint(parse({"role_arn": ROLE_ARN}), context(session_id="s-other1"))
     assert unnarrowed.reference["policy_digest"] == "" and unnarrowed.scope["session_policy"] is None
+
+
+@pytest.mark.server
+def test_a_proxied_credential_is_assumed_with_a_deny_of_new_credentials(aws_provider: AwsStsProvider) -> None:
+    """``inject: proxy``: the session policy AWS holds denies minting credentials (the digest covers what is sent)."""
+    narrowed = parse({"role_arn": ROLE_ARN, "session_policy": S3_READ})
+    minted = aws_provider.mint(narrowed, replace(context(), proxied=True))
+    (recorded,) = moto_assumed_roles()
+    assert recorded.policy == narrowed.sent_policy_json(True) != narrowed.policy_json
+    assert json.loads(recorded.policy)["Statement"][-1]["Effect"] == "Deny"
+    assert minted.reference["policy_digest"] == "sha256:" + hashlib.sha256(recorded.policy.encode()).hexdigest()
 
 
 @pytest.mark.server

@@ -103,11 +103,12 @@ def test_a_hashed_body_is_held_until_it_matches_its_hash() -> None:
         client("s3", PLACEHOLDER, request_checksum_calculation="when_required"),
         lambda s3: s3.put_object(Bucket="bucket", Key="k", Body=DATA),
     )
-    passage = verifier().begin(captured.head)
+    passage = verifier().begin(captured.head)  # the signature checks at once (the hash is declared)...
     assert not isinstance(passage, Refusal)
-    assert passage.head is not None  # the head checks at once...
+    assert passage.head is None  # ...but nothing goes, not even the head, before the whole body matched
     assert all(list(passage.feed(captured.body[i : i + 4096])) == [] for i in range(0, len(captured.body), 4096))
-    ending = passage.end()  # ...but nothing goes before the whole body matched
+    ending = passage.end()
+    assert ending.head is not None and header(ending.head, b"authorization") != header(captured.head, b"authorization")
     assert b"".join(ending.pieces) == captured.body
     passage.close()
 

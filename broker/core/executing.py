@@ -27,7 +27,7 @@ A session whose rules need an approval is waited for (``wait`` seconds,
 default its rule's timeout; ``on_pending`` is told the request first) and
 then issued as approved. A session whose rules allow children gets its
 ``broker.sock``, served here while the command runs
-(``broker.core.session_socket``) and closed before the session is revoked,
+(``broker.core.delegation.session_socket``) and closed before the session is revoked,
 children first. Everything the exec does for its session while the command
 runs (renewals, a ``kind: secret``'s new versions, children, ``session
 allow``) is decided with the policy as its files say now
@@ -42,13 +42,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from broker.core.approvals.settling import settle
 from broker.core.broker import Broker
 from broker.core.credential.proxied import session_interceptor
 from broker.core.delegation.budget import ChildBudget
-from broker.core.delegation.socket_request import DelegationSocket
+from broker.core.delegation.session_socket import SessionSocket
 from broker.core.inputs.manifest import Manifest
-from broker.core.issuing import issue
-from broker.core.resuming import settle
+from broker.core.issuing import DelegationSocket, issue
 from broker.core.revoking import RevokeReport, revoke_locked
 from broker.core.running.allowing import RunningNetwork
 from broker.core.running.forcing import Renewal
@@ -57,7 +57,6 @@ from broker.core.running.refreshing import SecretRefresher
 from broker.core.running.rotating import Rotator
 from broker.core.running.standing import Standing, recorded_network_rule
 from broker.core.session_document import SessionDocument
-from broker.core.session_socket import SessionSocket
 from broker.egress.bridge import forwarder_argv, proxy_hints
 from broker.egress.records import log_denials
 from broker.egress.running import RunningProxy, running_proxy

@@ -16,7 +16,7 @@ listens on the same control socket as a direct ``exec``
 asks the daemon instead of waiting on the lock: the proxy refuses at once
 (``broker.core.running.halting``), and the hold ends the session, which answers the
 client, which stops the command. A session whose rules allow children has its
-``broker.sock`` served here too (``broker.core.session_socket``), closed
+``broker.sock`` served here too (``broker.core.delegation.session_socket``), closed
 before the session ends. A session that needs an approval answers 202 with
 its request (exit 8); the client waits for the decision and asks again with
 ``resume``, and the session is issued as approved (the digest binds it).
@@ -33,14 +33,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from broker.core.approvals.settling import granted
 from broker.core.broker import Broker
 from broker.core.credential.proxied import session_interceptor
 from broker.core.delegation.budget import ChildBudget
-from broker.core.delegation.socket_request import DelegationSocket
+from broker.core.delegation.session_socket import SessionSocket
 from broker.core.executing import ExecOptions, check_proxied, child_environment, network_mode, session_evidence
 from broker.core.inputs.manifest import Manifest
-from broker.core.issuing import issue
-from broker.core.resuming import granted
+from broker.core.issuing import DelegationSocket, issue
 from broker.core.revoking import RevokeReport, revoke_locked
 from broker.core.running.allowing import RunningNetwork
 from broker.core.running.forcing import Renewal
@@ -48,7 +48,6 @@ from broker.core.running.halting import Halt
 from broker.core.running.refreshing import SecretRefresher
 from broker.core.running.rotating import Rotator
 from broker.core.running.standing import Standing, recorded_network_rule
-from broker.core.session_socket import SessionSocket
 from broker.daemon.access import owned_session
 from broker.daemon.peer import Peer
 from broker.egress.bridge import proxy_hints

@@ -150,7 +150,7 @@ class DelegationSocket:
     directory is sealed, owned by ``owner``, and says how many children the
     rules allow (``limits``: ``delegate_rate`` a minute and ``delegate_total``
     in all, the smallest of its rules'); the caller serves it
-    (``broker.core.delegation.session_socket``).
+    (``broker.core.running.session_socket``).
     """
 
     def __init__(self, owner: tuple[int, int] | None) -> None:

@@ -21,8 +21,9 @@ Opening, in this order:
 3. the standing (``standing``): the session decided again with the policy as
    its files say now, every ``[egress] policy_refresh``, and asked by each of
    the parts below before it acts;
-4. the delegation socket, when its rules allow children
-   (``broker.core.delegation.session_socket``, with its ``ChildBudget``);
+4. the session's socket (``broker.sock``), when its rules allow children
+   (``session_socket``, with the tree's ``ChildBudget``:
+   ``broker.core.delegation.budget``);
 5. the control socket (``broker.host.control``): an outside revoke
    (``halting``), ``session allow|disallow`` (``allowing``) and ``broker
    renew`` (``forcing``) reach the session there;
@@ -38,7 +39,7 @@ renewals and refreshes stop first (one under way finishes, so the revocation
 sees every credential they made), the proxy drops its secrets and refuses
 before the providers revoke, the proxy stops (its last ``egress.request``
 records written) and its refusals are logged (``egress.denied``,
-``egress.refused``), the control socket and the delegation socket close (no
+``egress.refused``), the control socket and the session's socket close (no
 child after this: the revocation takes the children), the standing stops;
 then the session is revoked (``broker.core.revoking``: its records after
 every record above), the log signed and the lock released. A failure while
@@ -60,7 +61,6 @@ from broker.core.approvals.settling import settle
 from broker.core.broker import Broker
 from broker.core.credential.proxied import session_interceptor
 from broker.core.delegation.budget import ChildBudget
-from broker.core.delegation.session_socket import SessionSocket
 from broker.core.inputs.manifest import Manifest
 from broker.core.issuing import DelegationSocket, issue
 from broker.core.revoking import RevokeReport, revoke_locked
@@ -69,6 +69,7 @@ from broker.core.running.forcing import Renewal
 from broker.core.running.halting import Halt
 from broker.core.running.refreshing import SecretRefresher
 from broker.core.running.rotating import Rotator
+from broker.core.running.session_socket import SessionSocket
 from broker.core.running.standing import Standing, recorded_network_rule
 from broker.core.session_document import SessionDocument
 from broker.core.store.interface import ApprovalRecord

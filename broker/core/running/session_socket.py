@@ -38,7 +38,7 @@ import logging
 import re
 import socket
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
 
 from broker.core.broker import Broker
@@ -46,6 +46,7 @@ from broker.core.delegation.budget import ChildBudget
 from broker.core.delegation.delegating import check_child, child_manifest, delegating, describe_parent, parent_session
 from broker.core.delegation.records import admit, log_refused
 from broker.core.revoking import RevokeReport, revoke_session
+from broker.core.running.standing import Standing
 from broker.core.status import session_status
 from broker.host.peercred import peer_credentials
 from broker.host.wire import HTTP_STATUS, Request, Send, busy, error_body, serve_connection
@@ -60,9 +61,6 @@ from broker.vocab.errors import (
 )
 from broker.vocab.logs import event
 from broker.vocab.session_ids import check_session_id
-
-if TYPE_CHECKING:  # the exec that serves this socket holds the standing; it stands above this room
-    from broker.core.running.standing import Standing
 
 LOG = logging.getLogger("broker.delegation")
 CHILD_PATH = re.compile(r"/v1/sessions/([^/]{1,64})")

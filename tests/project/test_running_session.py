@@ -14,7 +14,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNNING_SESSION = "broker/core/running/session.py"
-#: The parts of a running session (docs/architecture.md, "A new part of a running exec").
+#: The parts of a running session (docs/architecture.md, "A running exec session").
 PARTS = ("Halt", "Standing", "ControlSocket", "RunningNetwork", "Rotator", "SecretRefresher", "EvidenceWriter")
 
 

@@ -10,12 +10,12 @@ record before it. A log with records but no checkpoint fails (stripped
 checkpoints look exactly like that), and the records after the newest
 checkpoint are counted as an unsigned tail. Every witnessed checkpoint
 (seq and hash, from objects the host cannot rewrite) must be in the log.
-The first failure names its ``seq`` and the kind of damage.
+The first failure names its ``seq`` and the kind of damage. The keys an
+auditor pins and one checkpoint's signature are ``broker.audit.signatures``.
 """
 
 from __future__ import annotations
 
-import base64
 import hashlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -24,11 +24,10 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from broker.audit.keys import key_id_for
-from broker.audit.log import GENESIS, checkpoint_message, open_for_reading
+from broker.audit.log import GENESIS, open_for_reading
+from broker.audit.signatures import signature_ok
 from broker.vocab.errors import BadInput, LogVerificationError
 
 
@@ -129,32 +128,6 @@ def failure_json(error: LogVerificationError) -> dict[str, object]:
         "first_bad_seq": error.seq if isinstance(error, LogDamage) else None,
         "reason": error.message,
     }
-
-
-def parse_public_keys(text: str) -> dict[str, Ed25519PublicKey]:
-    """``ed25519:<base64>`` lines (current and retired keys) by key id."""
-    return parse_pinned_keys(text)[0]
-
-
-def parse_pinned_keys(text: str) -> tuple[dict[str, Ed25519PublicKey], dict[str, str]]:
-    """``ed25519:<base64> [HOST]`` lines: the keys by key id, and the host each named key belongs to (a fleet)."""
-    keys: dict[str, Ed25519PublicKey] = {}
-    hosts: dict[str, str] = {}
-    for number, line in enumerate(text.splitlines(), start=1):
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        key, _, host = line.partition(" ")
-        try:
-            raw = base64.b64decode(key.removeprefix("ed25519:"), validate=True)
-            keys[key_id_for(raw)] = Ed25519PublicKey.from_public_bytes(raw)
-        except ValueError:
-            raise BadInput(f"public key file line {number}: not an ed25519:<base64> key") from None
-        if host.strip():
-            hosts[key_id_for(raw)] = host.strip()
-    if not keys:
-        raise BadInput("public key file holds no key")
-    return keys, hosts
 
 
 def _lines(path: Path, offset: int) -> Iterator[bytes]:
@@ -370,24 +343,14 @@ def _check_host_key(record: Mapping[str, object], key_hosts: Mapping[str, str] |
 def _check_signatures(state: _Pass, keys: Mapping[str, Ed25519PublicKey]) -> None:
     """The newest checkpoint of each fleet host key, and of a one-host log (naming its first bad one)."""
     for seq, record in sorted(state.host_newest.values(), key=lambda item: item[0]):
-        if not _signature_ok(record, keys):
+        if not signature_ok(record, keys):
             host = str(record.get("host"))[:64]
             raise LogDamage(
                 seq, Damage.BAD_SIGNATURE, f"host {host}'s newest checkpoint fails its signature (a forgery)"
             )
-    if state.checkpoints and not _signature_ok(state.checkpoints[-1][1], keys):
+    if state.checkpoints and not signature_ok(state.checkpoints[-1][1], keys):
         for number, checkpoint in state.checkpoints:
-            if not _signature_ok(checkpoint, keys):
+            if not signature_ok(checkpoint, keys):
                 raise LogDamage(
                     number, Damage.BAD_SIGNATURE, "the checkpoint's signature fails (edited records or a forgery)"
                 )
-
-
-def _signature_ok(record: Mapping[str, object], keys: Mapping[str, Ed25519PublicKey]) -> bool:
-    key = keys[str(record.get("key_id"))]
-    try:
-        signature = base64.b64decode(str(record.get("signature")), validate=True)
-        key.verify(signature, checkpoint_message(int(str(record["head_seq"])), str(record["head_hash"])))
-    except (ValueError, InvalidSignature):
-        return False
-    return True

@@ -28,8 +28,8 @@ from broker.core import holders
 from broker.core.approvals.deciding import withdraw
 from broker.core.broker import Broker, preload_providers
 from broker.core.credential.revoke import revoke_credential
-from broker.core.delegation.lineage import ancestors
 from broker.core.store.interface import CredentialRecord, SessionRecord
+from broker.core.store.lineage import ancestors
 from broker.core.store.locks import try_lock
 from broker.core.store.states import (
     ENDED_SESSION_STATES,

@@ -23,7 +23,7 @@ from broker.core.approvals.deciding import approve, deny, expire, visible
 from broker.core.approvals.ticket import request_json
 from broker.core.approvals.waiting import wait_for_decision
 from broker.core.broker import Broker
-from broker.core.resuming import resuming
+from broker.core.issuing.resuming import resuming
 from broker.daemon.access import owned_session, sees_all
 from broker.daemon.peer import Peer
 from broker.host.wire import Request, Send, error_body

@@ -1,7 +1,7 @@
 """HTTP/1.1 on one accepted Unix-socket connection, parsed by h11 (no hand-written parser), JSON in and out.
 
 The daemon (``broker.daemon``) and a delegating session's socket
-(``broker.core.session_socket``) both serve their peers with it.
+(``broker.core.running.session_socket``) both serve their peers with it.
 
 Keep-alive is supported; a request that h11 cannot parse, or whose body is
 too large, gets 400/413 with the usual ``{"error", "exit_code"}`` body and the

@@ -1,4 +1,10 @@
-"""Durations as SPEC.md defines them: ``90s``, ``15m``, ``1h`` or a whole number of seconds."""
+"""Durations as SPEC.md defines them: ``90s``, ``15m``, ``1h`` or a whole number of seconds.
+
+What a session lives is at most a week (``parse_duration``); the operator's
+longer periods (a witness's retention, how long a fleet's revoke waits) also
+take days, ``400d``, and may be zero where the key says so
+(``parse_long_duration``).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,8 @@ _DURATION = re.compile(r"([1-9][0-9]{0,8})([smh]?)")
 _UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600}
 #: Nothing the broker hands out lives longer than a week; larger values are typos or attacks.
 MAX_DURATION_SECONDS = 7 * 24 * 3600
+_LONG_DURATION = re.compile(r"([0-9]{1,6})([smhd])")
+_LONG_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def parse_duration(value: object, field: str, error: type[BadInput] = BadInput) -> int:
@@ -30,6 +38,19 @@ def parse_duration(value: object, field: str, error: type[BadInput] = BadInput) 
     if seconds > MAX_DURATION_SECONDS:
         shown = f"{seconds}s" if seconds < 10**20 else "the value"  # a 4000-digit number stays out of the message
         raise error(f"{field}: {shown} is longer than the 168h the broker accepts")
+    return seconds
+
+
+def parse_long_duration(value: object, field: str, error: type[BadInput] = BadInput, *, allow_zero: bool) -> int:
+    """Seconds for ``400d``, ``12h``, ``0s`` or an integer (days are allowed here, unlike session TTLs)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        seconds = value
+    elif isinstance(value, str) and (match := _LONG_DURATION.fullmatch(value)):
+        seconds = int(match.group(1)) * _LONG_UNITS[match.group(2)]
+    else:
+        raise error(f"{field}: expected a duration such as 0s, 12h or 400d")
+    if seconds < 0 or (seconds == 0 and not allow_zero):
+        raise error(f"{field}: {'must be positive' if not allow_zero else 'must not be negative'}")
     return seconds
 
 

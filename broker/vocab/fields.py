@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from broker.vocab.durations import parse_duration
+from broker.vocab.durations import parse_duration, parse_long_duration
 from broker.vocab.errors import BadInput
 from broker.vocab.sizes import parse_size
 
@@ -138,6 +138,13 @@ class Fields:
         if value is None:
             return None
         return parse_duration(value, self.where(key), self._error)
+
+    def long_duration(self, key: str, default: int, *, allow_zero: bool) -> int:
+        """Seconds for ``400d``, ``12h``, ``0s`` or an integer (``parse_long_duration``); ``default`` when absent."""
+        value = self.raw(key)
+        if value is None:
+            return default
+        return parse_long_duration(value, self.where(key), self._error, allow_zero=allow_zero)
 
     def size(self, key: str, *, required: bool = False) -> int | None:
         """Bytes for ``64MiB``, ``1GiB`` or an integer of bytes (``broker.vocab.sizes``)."""

@@ -21,7 +21,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from broker.audit.keys import FingerprintKeys, load_or_create_keys, load_signing_keys
 from broker.audit.pglog import TableSource
-from broker.audit.verify import Head, VerifyResult, parse_pinned_keys, verify_stream
+from broker.audit.signatures import parse_pinned_keys
+from broker.audit.verify import Head, VerifyResult, verify_stream
 from broker.cli.context import Invocation, echo
 from broker.core.inputs.config import Config
 from broker.core.store import open_config_store, read_fleet_log

@@ -43,8 +43,9 @@ def issue(
         warm_up(config, {request.provider for request in manifest.credentials}, minting=True)  # handshakes meanwhile
     from broker.cli.sessions.launch_formats import SessionFile
     from broker.cli.sessions.waiting import pending_notice
+    from broker.core.approvals.settling import settle
     from broker.core.issuing import issuing
-    from broker.core.resuming import resuming, settle
+    from broker.core.issuing.resuming import resuming
     from broker.vocab.errors import AwaitingApproval
 
     target = SessionFile.open(session_file) if session_file is not None else None  # before anything is minted

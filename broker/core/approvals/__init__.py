@@ -2,6 +2,8 @@
 
 ``ticket`` opens the request (the ``awaiting-approval`` session and its
 digest), ``deciding`` approves, denies, withdraws, lists and expires requests,
-``waiting`` waits for a decision. Collecting an approved session is
-``broker.core.resuming``, which issues it.
+``waiting`` waits for a decision and ``settling`` turns its end into the
+approved request or the error it means. Issuing an approved session is
+``broker.core.issuing.resuming`` (``issue --resume``) or the running session
+of ``broker exec``.
 """

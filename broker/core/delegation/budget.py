@@ -1,7 +1,7 @@
 """How many children a delegating session's sandbox may still ask for: ``delegate_rate`` a minute, ``delegate_total``
 in all, and how often its refused requests reach the log.
 
-The 64 live children of ``broker.core.delegating`` bound what a sandbox
+The 64 live children of ``broker.core.delegation.delegating`` bound what a sandbox
 holds at once, not what it spends: a child revoked at once frees its slot,
 and every cycle is a real mint (and, for an AWS role revoked by deny
 policy, an entry in the role's shared budget until the child's credentials

@@ -2,14 +2,15 @@
 
 Loading validates every field and builds every provider instance (cheaply:
 no network, no SDK import), so a broken config fails before any work starts.
-Relative paths are taken relative to the config file's directory.
+Relative paths are taken relative to the config file's directory;
+``state_dir`` and ``runtime_dir`` must be the broker's own
+(``broker.core.inputs.directories``).
 """
 
 from __future__ import annotations
 
 import ipaddress
 import os
-import pwd
 import re
 import socket
 import tomllib
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from broker.audit.witness import DEFAULT_WITNESS_RETENTION, WitnessConfig, parse_witness_url
+from broker.core.inputs.directories import check_own_directory
 from broker.core.inputs.store_url import SHAPE, store_url_problem
 from broker.egress.destinations import Destination, DestinationError, parse_destination
 from broker.egress.terminate.budget import EvidenceBudget, read_evidence_budget
@@ -36,14 +38,7 @@ MAX_CONFIG_BYTES = 256 * 1024
 INSTANCE_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
 HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 MOUNT_MODES = ("auto", "always", "never")
-# Directories other software shares: sweep empties what it finds in runtime_dir, so neither may be one.
-SHARED_DIRECTORIES = ("/", "/run", "/tmp", "/var/run", "/dev/shm", "/var/tmp", "/home", "/root")
-FIRST_USER_UID = 1000
-NOBODY_UID = 65534
 
-
-LONG_DURATION = re.compile(r"([0-9]{1,6})([smhd])")
-LONG_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 DEFAULT_SWEEP_INTERVAL = 60
 DAEMON_SOCKET_NAME = "broker.sock"
 DAEMON_MAX_CONNECTIONS = 512  # every peer but root together; one uid: [daemon] max_connections_per_uid
@@ -128,7 +123,7 @@ def _store(fields: Fields, base: Path) -> StoreConfig | None:
             key = "store_passfile" if passfile is not None else "fleet_revoke_wait"
             raise ConfigError(f'{key}: only with store = "postgresql://..."')
         return None
-    seconds = _long_duration(fields, "fleet_revoke_wait", DEFAULT_FLEET_REVOKE_WAIT, allow_zero=True)
+    seconds = fields.long_duration("fleet_revoke_wait", DEFAULT_FLEET_REVOKE_WAIT, allow_zero=True)
     if seconds > MAX_FLEET_REVOKE_WAIT:
         raise ConfigError(f"fleet_revoke_wait: at most {MAX_FLEET_REVOKE_WAIT}s (a revoke waits that long)")
     problem = store_url_problem(url)
@@ -154,29 +149,6 @@ def config_path(explicit: str | None) -> Path:
         return Path(explicit)
     env = os.environ.get(CONFIG_ENV)
     return Path(env) if env else DEFAULT_CONFIG_PATH
-
-
-def check_own_directory(key: str, path: Path) -> Path:
-    """``path`` unless it is (or resolves to) a shared system directory or a home directory."""
-    try:
-        resolved = path.resolve()
-        shared = {Path(d) for d in SHARED_DIRECTORIES} | {Path(d).resolve() for d in SHARED_DIRECTORIES}
-        homes = _home_directories()
-    except (OSError, RuntimeError):  # a symbolic link loop
-        raise ConfigError(f"{key}: {shown(str(path), 80)} cannot be resolved (a symbolic link loop?)") from None
-    if resolved in shared or path in shared or resolved.parent == Path("/home") or resolved in homes:
-        via = "" if resolved == path else f" (resolves to {shown(str(resolved), 80)})"
-        raise ConfigError(
-            f"{key}: {shown(str(path), 80)}{via} is a shared system or home directory;"
-            " give the broker a directory of its own"
-        )
-    return path
-
-
-def _home_directories() -> set[Path]:
-    """The home directories of root and of every user account (uid 1000 and up, but not nobody)."""
-    accounts = [e for e in pwd.getpwall() if e.pw_uid == 0 or FIRST_USER_UID <= e.pw_uid < NOBODY_UID]
-    return {Path(e.pw_dir).resolve() for e in accounts if e.pw_dir.startswith("/") and e.pw_dir != "/nonexistent"}
 
 
 def load_config(path: Path, table: dict[str, Any] | None = None) -> Config:
@@ -374,27 +346,11 @@ def _audit(fields: Fields) -> tuple[WitnessConfig | None, int]:
     endpoint_url = audit.string("witness_endpoint_url", required=False, max_len=1024)
     region = audit.string("witness_region", required=False, max_len=64)
     profile = audit.string("witness_profile", required=False, max_len=128)
-    retention = _long_duration(audit, "witness_retention", DEFAULT_WITNESS_RETENTION, allow_zero=False)
-    interval = _long_duration(audit, "witness_interval", 0, allow_zero=True)
+    retention = audit.long_duration("witness_retention", DEFAULT_WITNESS_RETENTION, allow_zero=False)
+    interval = audit.long_duration("witness_interval", 0, allow_zero=True)
     audit.done()
     min_free = DEFAULT_MIN_FREE if min_free is None else min_free
     if url is None:
         return None, min_free
     bucket, prefix = parse_witness_url(url, "audit.witness")
     return WitnessConfig(bucket, prefix, endpoint_url, region, profile, retention, interval), min_free
-
-
-def _long_duration(fields: Fields, key: str, default: int, *, allow_zero: bool) -> int:
-    """Seconds for ``400d``, ``12h``, ``0s`` or an integer (days are allowed here, unlike session TTLs)."""
-    value = fields.raw(key)
-    if value is None:
-        return default
-    if isinstance(value, int) and not isinstance(value, bool):
-        seconds = value
-    elif isinstance(value, str) and (match := LONG_DURATION.fullmatch(value)):
-        seconds = int(match.group(1)) * LONG_UNITS[match.group(2)]
-    else:
-        raise fields.fail(key, "expected a duration such as 0s, 12h or 400d")
-    if seconds < 0 or (seconds == 0 and not allow_zero):
-        raise fields.fail(key, "must be positive" if not allow_zero else "must not be negative")
-    return seconds

@@ -1,78 +1,35 @@
-"""Policy files: strict loading, compilation into rules, and the deny-by-default decision.
+"""The policy: its files loaded into rules, and the deny-by-default decision.
 
 A session is allowed only when every requested credential is covered by a
-grant of some rule whose ``tasks`` and ``requesters`` match. Provider-specific
-grant fields are compiled by the provider type; this module owns rule
-matching and TTL capping.
+grant of some rule whose ``tasks`` and ``requesters`` match. What one rule
+says, and how it is read, is ``broker.core.inputs.rules`` (provider-specific
+grant fields are compiled by the provider type); this module owns the
+files, rule matching and TTL capping.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from broker.core.inputs.approval import ApprovalNeed, ApprovalRule, Delegation, read_approval, read_delegation
+from broker.core.inputs.approval import ApprovalNeed, Delegation
 from broker.core.inputs.config import Config
 from broker.core.inputs.manifest import Manifest
-from broker.core.inputs.sandbox_ids import NO_IDS, IdSet, read_id_set
+from broker.core.inputs.rules import Rule, compile_rule
 from broker.core.inputs.strictdata import parse_document
-from broker.egress.destinations import Destination
-from broker.egress.operations import NO_OPERATIONS, Operations, check_network, narrowed, read_operations
-from broker.egress.policy import NO_NETWORK, NetworkDecision, decide_network, read_destinations
+from broker.egress.operations import NO_OPERATIONS, Operations, narrowed
+from broker.egress.policy import NO_NETWORK, NetworkDecision, decide_network
 from broker.vocab.errors import PolicyFileError
-from broker.vocab.fields import Fields, shown
+from broker.vocab.fields import Fields
 from broker.vocab.files import read_regular_file
-from broker.vocab.globs import any_match
-from providers.base import CredentialRequest, Grant
+from providers.base import CredentialRequest
 
 if TYPE_CHECKING:
     from broker.core.broker import Requester
 
 MAX_POLICY_BYTES = 256 * 1024
 MAX_DENIAL_CHARS = 1000
-RULE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-TASK_GLOB = re.compile(r"[a-z0-9._*?-]{1,63}")
-REQUESTER_GLOB = re.compile(r"(uid:[0-9]{1,10}|[A-Za-z0-9._*?-]{1,64})")
-
-
-@dataclass(frozen=True)
-class Rule:
-    id: str
-    source: str
-    description: str
-    tasks: tuple[str, ...]
-    requesters: tuple[str, ...] | None
-    max_ttl: int | None
-    grants: tuple[Grant[Any], ...]
-    allow_root_sandbox: bool = False
-    sandbox_uids: IdSet = NO_IDS
-    sandbox_gids: IdSet = NO_IDS
-    network: tuple[Destination, ...] = ()
-    operations: Operations = NO_OPERATIONS  # what a session may do on its hosts (``broker.egress.operations``)
-    approval: ApprovalRule | None = None  # a person decides each session (broker.core.approvals)
-    delegation: Delegation = field(default_factory=Delegation)  # the children its exec sessions may ask for
-
-    @property
-    def allows_no_sandbox(self) -> bool:
-        """A rule that lists no sandbox identities allows no session at all."""
-        return self.sandbox_uids.empty or self.sandbox_gids.empty
-
-    def sandbox_reason(self, uid: int, gid: int) -> str | None:
-        """Why this rule refuses the sandbox identity ``uid``/``gid``; None when it allows it."""
-        if self.sandbox_uids.empty or self.sandbox_gids.empty:
-            return f"rule {self.id}: lists no sandbox_uids/sandbox_gids, so it allows no session"
-        if uid not in self.sandbox_uids:
-            return f"rule {self.id}: sandbox uid {uid} is not in its sandbox_uids"
-        if gid not in self.sandbox_gids:
-            return f"rule {self.id}: sandbox gid {gid} is not in its sandbox_gids"
-        return None
-
-    def applies_to(self, task: str, requester: Requester) -> bool:
-        if not any_match(self.tasks, task):
-            return False
-        return self.requesters is None or any(requester.matches(p) for p in self.requesters)
 
 
 @dataclass(frozen=True)
@@ -193,61 +150,9 @@ def load_policy_file(path: Path, config: Config) -> list[Rule]:
 
     document = parse_document(data, what="policy file", max_bytes=MAX_POLICY_BYTES, as_json=False, error=FileError)
     fields = Fields(document, "", FileError)
-    rules = [_compile_rule(item, config, path.name) for item in fields.list_of_mappings("rules", max_items=1000)]
+    rules = [compile_rule(item, config, path.name) for item in fields.list_of_mappings("rules", max_items=1000)]
     fields.done()
     return rules
-
-
-def _compile_rule(fields: Fields, config: Config, source: str) -> Rule:
-    rule_id = fields.req_string("id", pattern=RULE_ID, max_len=64)
-    description = fields.string("description", required=False, max_len=1024) or ""
-    tasks = fields.string_list("tasks", pattern=TASK_GLOB, max_items=100, hint="a glob on task names")
-    requesters = fields.string_list(
-        "requesters",
-        required=False,
-        pattern=REQUESTER_GLOB,
-        max_items=100,
-        hint="a user name glob or uid:N",
-    )
-    max_ttl = fields.duration("max_ttl")
-    allow_root = fields.boolean("allow_root_sandbox", False)
-    uids = read_id_set(fields, "sandbox_uids")
-    gids = read_id_set(fields, "sandbox_gids")
-    grants = tuple(_compile_grant(g, config) for g in fields.list_of_mappings("grants", max_items=100))
-    network = read_destinations(fields, "network")
-    operations = read_operations(fields.mapping("operations", required=False))
-    check_network(fields, operations, network)
-    approval = read_approval(fields)
-    delegation = read_delegation(fields)
-    fields.done()
-    assert tasks is not None
-    return Rule(
-        rule_id,
-        source,
-        description,
-        tasks,
-        requesters,
-        max_ttl,
-        grants,
-        allow_root,
-        uids,
-        gids,
-        network,
-        operations,
-        approval,
-        delegation,
-    )
-
-
-def _compile_grant(fields: Fields, config: Config) -> Grant[Any]:
-    provider = fields.req_string("provider", max_len=64)
-    if provider not in config.providers:
-        known = ", ".join(sorted(config.providers)) or "none configured"
-        raise fields.fail("provider", f"{shown(provider)} is not a provider in the config (known: {known})")
-    max_ttl = fields.duration("max_ttl")
-    grant = type(config.providers[provider]).compile_grant(fields, provider=provider, max_ttl=max_ttl)
-    fields.done()
-    return grant
 
 
 # -- deciding ----------------------------------------------------------------------------

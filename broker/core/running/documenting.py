@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from broker.core.broker import Broker
-from broker.core.delegation.lineage import ancestors
 from broker.core.session_document import SessionDocument
 from broker.core.store.interface import SessionRecord
+from broker.core.store.lineage import ancestors
 from broker.host.sessiondir import SessionDirectory
 
 

@@ -5,7 +5,7 @@ runs for hours. Everything the exec still does for its session decides with
 the policy as its files say now (``Broker.policy`` reads changed files
 again): a renewal behind a placeholder (``rotating``), a ``kind: secret``'s
 new version (``refreshing``), a child for its sandbox (``broker.sock``,
-``broker.core.session_socket``) and ``session allow`` (``allowing``) each
+``broker.core.running.session_socket``) and ``session allow`` (``allowing``) each
 ask ``require`` first. ``Standing`` is that decision for one session: its
 manifest, read for its own sandbox identity when the exec began, for the
 session's requester. A denial is a withdrawal: what asked is refused (exit

@@ -31,7 +31,7 @@ from broker.core.inputs.config import Config, load_config
 from broker.core.inputs.policy import load_policy
 from broker.core.setup.install import POLICY_EXAMPLE_NAME
 from broker.core.status import deny_budgets
-from broker.core.store import has_store, open_config_store, state_room
+from broker.core.store import has_store, open_config_store, shared_store_checks, state_room
 from broker.host import mounts
 from broker.host.sessiondir import prepare_runtime_dir
 from broker.vocab.checks import Check
@@ -77,7 +77,7 @@ def run_doctor(path: Path, more: Callable[[Config], list[Check]] | None = None) 
             check_state_dir(config),
             check_audit_key(config),
             check_fingerprint_key(config),
-            *check_store(config),
+            *shared_store_checks(config),
             *check_witness(config),
             *check_providers(config),
             *check_deny_budgets(config),
@@ -205,49 +205,6 @@ def _check_key_file(name: str, path: Path, load: Callable[[Path], str]) -> Check
         fix = "broker audit migrate-keys" if MIGRATE_HINT in exc.message else "restore the key file from a backup"
         return Check(name, False, exc.message, fix)
     return Check(name, True, f"{path} (mode {mode:04o}, key id {key_id})")
-
-
-#: More clock difference than this between this host and the shared store fails ``store.clock`` (seconds).
-MAX_STORE_SKEW = 5.0
-
-
-def check_store(config: Config) -> list[Check]:
-    """A shared store: it answers, its schema is this broker's, and this host's clock agrees with it."""
-    if config.store is None:
-        return []
-    from broker.core.store.postgres.schema import SCHEMA_VERSION
-    from broker.core.store.postgres.store import PostgresSessionStore, shown_url
-
-    fix = f"check store and store_passfile in {config.path}, and that the database accepts this host"
-    try:
-        store = PostgresSessionStore(config.store.url, host=config.host, passfile=config.store.passfile)
-    except BrokerError as exc:
-        return [Check("store.connection", False, exc.message, fix)]
-    try:
-        version = store.schema_version()
-        before = datetime.now(UTC)
-        server = store.server_time()
-        after = datetime.now(UTC)
-    except BrokerError as exc:
-        return [Check("store.connection", False, exc.message, fix)]
-    finally:
-        store.close()
-    skew = (server - (before + (after - before) / 2)).total_seconds()
-    return [
-        Check("store.connection", True, f"{shown_url(config.store.url)} (this host: {config.host})"),
-        Check(
-            "store.schema",
-            version == SCHEMA_VERSION,
-            f"schema version {version} (this broker: {SCHEMA_VERSION})",
-            "" if version == SCHEMA_VERSION else "run the same broker version on every host",
-        ),
-        Check(
-            "store.clock",
-            abs(skew) <= MAX_STORE_SKEW,
-            f"{skew:+.3f} s against the database server",
-            "" if abs(skew) <= MAX_STORE_SKEW else "synchronise this host's clock (NTP): expiry is judged by it",
-        ),
-    ]
 
 
 def check_witness(config: Config) -> list[Check]:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from broker.audit.keys import load_fingerprint_keys, load_or_create_keys, load_signing_keys
-from broker.core.inputs.config import check_own_directory
+from broker.core.inputs.directories import check_own_directory
 from broker.vocab.errors import BadInput, ConfigError
 from broker.vocab.files import write_private_file
 from providers.registry import provider_classes

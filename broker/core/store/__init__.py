@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from broker.core.inputs.config import Config
     from broker.core.store.interface import SessionStore
     from broker.core.store.sqlite import SqliteSessionStore
+    from broker.vocab.checks import Check
 
 
 def ensure_state_dir(config: Config) -> None:
@@ -66,6 +67,15 @@ def open_config_store(config: Config) -> SessionStore:
     from broker.core.store.postgres.store import PostgresSessionStore
 
     return PostgresSessionStore(config.store.url, host=config.host, passfile=config.store.passfile)
+
+
+def shared_store_checks(config: Config) -> list[Check]:
+    """``broker doctor``'s lines for a shared store (``broker.core.store.postgres.health``); none for SQLite."""
+    if config.store is None:
+        return []
+    from broker.core.store.postgres.health import store_checks
+
+    return store_checks(config)
 
 
 def has_store(config: Config) -> bool:

@@ -361,7 +361,7 @@ def test_an_aws_credential_kept_in_the_parents_proxy_never_becomes_a_childs_file
 
 def test_a_child_names_no_mount_path_of_its_own(config: Config) -> None:
     from broker.core.broker import Broker
-    from broker.core.delegating import child_manifest
+    from broker.core.delegation.delegating import child_manifest
     from broker.vocab.errors import BadInput
 
     record, _, _ = _parent(config)
@@ -376,7 +376,7 @@ def test_a_session_holds_a_bounded_number_of_live_children(config: Config, tmp_p
     import dataclasses
 
     from broker.core.broker import Broker, Requester
-    from broker.core.delegating import MAX_LIVE_CHILDREN, parent_session
+    from broker.core.delegation.delegating import MAX_LIVE_CHILDREN, parent_session
     from broker.core.store import open_store
     from broker.vocab.errors import PolicyDenied
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.core.inputs.config import check_own_directory
+from broker.core.inputs.directories import check_own_directory
 from broker.host.sessiondir import RuntimeDir, prepare_runtime_dir
 from tests.fixtures.brokerenv import make_env
 from tests.security.filesystem.targets import CANARY, TASK, refused, root_only, snapshot, vault_env

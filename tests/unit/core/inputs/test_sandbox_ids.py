@@ -1,4 +1,4 @@
-"""A rule's sandbox_uids/sandbox_gids (``broker.core.inputs.sandbox_ids``): which sandbox identities it allows."""
+"""A rule's sandbox_uids/sandbox_gids (``broker.core.inputs.rules``): which sandbox identities it allows."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ and JSON (``broker.host.wire``), so the thin client in the sandbox
 (``BROKER_SOCKET`` points at it) and ``curl --unix-socket`` both work, but it
 answers only for its session:
 
-* ``POST /v1/sessions``: a child session (``broker.core.delegating``), 201;
+* ``POST /v1/sessions``: a child session (``broker.core.delegation.delegating``), 201;
 * ``POST /v1/policy/check``: whether a child manifest is covered, minting nothing;
 * ``GET /v1/sessions``: its children; ``DELETE /v1/sessions/ID``: revoke one of them;
 * ``GET /v1/health``: which session this is.
@@ -42,8 +42,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from broker.core.broker import Broker
-from broker.core.delegating import check_child, child_manifest, delegating, describe_parent, parent_session
 from broker.core.delegation.budget import ChildBudget
+from broker.core.delegation.delegating import check_child, child_manifest, delegating, describe_parent, parent_session
 from broker.core.delegation.records import admit, log_refused
 from broker.core.revoking import RevokeReport, revoke_session
 from broker.core.running.standing import Standing

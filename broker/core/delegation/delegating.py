@@ -27,14 +27,13 @@ from typing import Any
 from broker.core.broker import Broker, Requester, new_session_id
 from broker.core.delegation.budget import ChildBudget
 from broker.core.delegation.coverage import Delegated, cover
-from broker.core.delegation.lineage import ancestors
 from broker.core.delegation.records import log_wider
-from broker.core.delegation.socket_request import DelegationSocket
 from broker.core.inputs.manifest import Manifest, parse_manifest
 from broker.core.inputs.policy import Decision, decide
-from broker.core.issuing import issuing
+from broker.core.issuing import DelegationSocket, issuing
 from broker.core.session_document import SessionDocument
 from broker.core.store.interface import SessionRecord
+from broker.core.store.lineage import ancestors
 from broker.core.store.states import LIVE_SESSION_STATES, SessionState
 from broker.host.sessiondir import CHILDREN
 from broker.vocab.errors import BadInput, PolicyDenied, UnknownSession

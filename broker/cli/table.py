@@ -169,7 +169,7 @@ COMMANDS = (
     ),
     Command(
         ("exec",),
-        f"{SESSIONS}.running:run",
+        f"{SESSIONS}.executing:run",
         "Issue, run CMD with only its scoped credentials, revoke when it ends; exit with CMD's status.\n\n"
         "CMD gets a clean environment: PATH, HOME, LANG, TERM, the session's hints and the manifest's sandbox.env.\n"
         "Example: broker exec --task task.yaml --sandbox bwrap --workspace ./repo -- make test",
@@ -249,7 +249,7 @@ COMMANDS = (
     ),
     Command(
         ("policy", "check"),
-        "broker.cli.policy:check",
+        "broker.cli.checking:check",
         "The decision for a manifest, without minting anything (exit 0 allowed, 3 denied).\n\n"
         "Example: broker policy check --task task.yaml",
         (
@@ -260,7 +260,7 @@ COMMANDS = (
     ),
     Command(
         ("policy", "lint"),
-        "broker.cli.policy:lint",
+        "broker.cli.checking:lint",
         "Validate policy files (syntax, fields, provider instances the config defines).\n\n"
         "Example: broker policy lint /etc/broker/policies",
         (Option("directory", kind=ARGUMENT, help="Policy directory [default: the config's policy_dir]."),),

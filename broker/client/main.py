@@ -103,7 +103,7 @@ def _run(command: str, args: dict[str, object], socket: str) -> int:
     if command == "revoke":
         return _revoke(args, socket)
     if command == "exec":
-        from broker.client.running import run_exec
+        from broker.client.executing import run_exec
 
         return run_exec(args, socket, _manifest(str(args["task"])))
     if command == "status":

@@ -35,9 +35,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
 import socket
 import threading
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -49,6 +49,7 @@ from broker.core.revoking import RevokeReport, revoke_session
 from broker.core.running.standing import Standing
 from broker.core.status import session_status
 from broker.host.peercred import peer_credentials
+from broker.host.routing import Router
 from broker.host.wire import HTTP_STATUS, Request, Send, busy, error_body, serve_connection
 from broker.vocab.errors import (
     REPORT_URL,
@@ -63,7 +64,6 @@ from broker.vocab.logs import event
 from broker.vocab.session_ids import check_session_id
 
 LOG = logging.getLogger("broker.delegation")
-CHILD_PATH = re.compile(r"/v1/sessions/([^/]{1,64})")
 MAX_CONNECTIONS = 8
 ACCEPT_POLL = 0.5
 
@@ -183,28 +183,34 @@ class SessionSocket:
 
     def _dispatch(self, request: Request, send: Send) -> None:
         path = urlsplit(request.target).path
-        route = (request.method, path)
-        broker = self.broker
-        if route == ("GET", "/v1/health"):
-            record = broker.store.get_session(self.session_id)
-            if record is None:
-                raise UnknownSession(f"unknown session {self.session_id}")
-            send(200, {"status": "ok", **describe_parent(record)})
-        elif route == ("POST", "/v1/sessions"):
-            self._still_allowed()
-            self._child(request.body, send)
-        elif route == ("POST", "/v1/policy/check"):
-            self._still_allowed()
-            self._check(request.body, send)
-        elif route == ("GET", "/v1/sessions"):
-            send(200, [s.to_json() for s in self._children_status()])
-        elif request.method == "DELETE" and (match := CHILD_PATH.fullmatch(path)):
-            report = self._revoke(match.group(1))
-            pending = "" if report.complete else report.session
-            send(200, report.to_json(), RevokeIncomplete.exit_code if pending else 0, pending)
-        else:
+        found = ROUTES.find(request.method, path)
+        if found is None:
             name = f"{request.method[:10]} {path[:80]}"
             _answer(send, 404, error_body(f"no endpoint {name}: this socket answers only for {self.session_id}", 2))
+            return
+        found.value(self, request, found.params, send)
+
+    def _health(self, request: Request, params: dict[str, str], send: Send) -> None:
+        record = self.broker.store.get_session(self.session_id)
+        if record is None:
+            raise UnknownSession(f"unknown session {self.session_id}")
+        send(200, {"status": "ok", **describe_parent(record)})
+
+    def _ask_child(self, request: Request, params: dict[str, str], send: Send) -> None:
+        self._still_allowed()
+        self._child(request.body, send)
+
+    def _ask_check(self, request: Request, params: dict[str, str], send: Send) -> None:
+        self._still_allowed()
+        self._check(request.body, send)
+
+    def _list_children(self, request: Request, params: dict[str, str], send: Send) -> None:
+        send(200, [s.to_json() for s in self._children_status()])
+
+    def _revoke_child(self, request: Request, params: dict[str, str], send: Send) -> None:
+        report = self._revoke(params["id"])
+        pending = "" if report.complete else report.session
+        send(200, report.to_json(), RevokeIncomplete.exit_code if pending else 0, pending)
 
     def _check(self, body: bytes, send: Send) -> None:
         """The coverage decision; counted in the budget only when it finds the manifest wider (or refuses)."""
@@ -261,6 +267,18 @@ class SessionSocket:
         report = revoke_session(broker, record.id)
         broker.checkpoint()
         return report
+
+
+#: What a session's socket answers: the same routing pieces as the daemon's (``broker.host.routing``), five routes.
+ROUTES: Router[Callable[[SessionSocket, Request, dict[str, str], Send], None]] = Router(
+    (
+        ("GET", "/v1/health", SessionSocket._health),
+        ("POST", "/v1/sessions", SessionSocket._ask_child),
+        ("POST", "/v1/policy/check", SessionSocket._ask_check),
+        ("GET", "/v1/sessions", SessionSocket._list_children),
+        ("DELETE", "/v1/sessions/{id}", SessionSocket._revoke_child),
+    )
+)
 
 
 def _answer(send: Send, status: int, body: dict[str, Any]) -> None:

@@ -4,19 +4,23 @@ The command table names each daemon command's renderer (``render``, a
 function of the answer's document and the command's values that prints it);
 the direct command and the daemon's thin client (``broker.client``) both
 print through it, so both print the same thing for the same answer. The
-lines each renderer is made of are here too.
+lines each renderer is made of are here too. A cold path: times (and
+``datetime``) are loaded by what shows one, a table's library (rich) only for
+a status with sessions to list.
 """
 
 from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Mapping
-from datetime import datetime
-from typing import Any
 
 from broker.vocab.durations import format_duration
-from broker.vocab.time import parse_iso, utcnow
+
+TYPE_CHECKING = False  # typing itself is not imported at run time: the thin client prints through this module
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from datetime import datetime
+    from typing import Any
 
 
 def issue_text(document: dict[str, Any]) -> str:
@@ -91,6 +95,8 @@ STATUS_COLUMNS = ("SESSION", "TASK", "STATE", "EXPIRES", "CREDENTIALS")
 
 
 def status_rows(sessions: list[dict[str, Any]], now: datetime) -> list[list[str]]:
+    from broker.vocab.time import parse_iso
+
     return [
         [
             item["session"],
@@ -166,6 +172,8 @@ def approval_lines(requests: list[dict[str, Any]], now: datetime) -> list[str]:
     """``broker approvals``: each open request with what it would mint, who may approve, and its digest."""
     if not requests:
         return ["no approval requests waiting"]
+    from broker.vocab.time import parse_iso
+
     lines: list[str] = []
     for item in requests:
         uid = f" (uid {item['requester_uid']})" if item.get("requester_uid") is not None else ""
@@ -253,6 +261,7 @@ def status(document: Any, values: Mapping[str, object]) -> None:
         show("no live sessions" if not values.get("show_all") else "no sessions")
     else:
         from broker.cli.output import print_table
+        from broker.vocab.time import utcnow
 
         print_table(STATUS_COLUMNS, status_rows(document, utcnow()))
 
@@ -271,6 +280,8 @@ def decision(document: Any, values: Mapping[str, object]) -> None:
 
 
 def approvals(document: Any, values: Mapping[str, object]) -> None:
+    from broker.vocab.time import utcnow
+
     _lines(values, document, approval_lines(document, utcnow()))
 
 

@@ -18,7 +18,7 @@ from broker.core.broker import Broker
 from broker.core.revoking import RevokeReport
 from broker.daemon.holds import Holds, Link
 from broker.daemon.peer import Peer
-from broker.host.wire import Request, Send
+from broker.host.serving.wire import Request, Send
 from broker.vocab.errors import BadInput, RevokeIncomplete
 
 

@@ -24,8 +24,8 @@ from broker.core.revoking import RevokeReport, revoke_session
 from broker.daemon.call import Call, finish
 from broker.daemon.holds import Holds, Link
 from broker.daemon.peer import Peer
-from broker.host.routing import Router
-from broker.host.wire import HTTP_STATUS, Request, Send, error_body
+from broker.host.serving.routing import Router
+from broker.host.serving.wire import HTTP_STATUS, Request, Send, error_body
 from broker.vocab.errors import REPORT_URL, AwaitingApproval, BrokerError, UnknownSession
 from broker.vocab.logs import event
 from broker.vocab.tracing import OFF, span

@@ -1,6 +1,6 @@
 """One HTTP/1.1 request to the daemon over its Unix socket, and its answer: the thin client and doctor use it.
 
-The daemon parses what peers send with h11 (``broker.host.wire``): that is
+The daemon parses what peers send with h11 (``broker.host.serving.wire``): that is
 where untrusted bytes arrive, from any local user. This side reads only the
 answers of its own daemon, whose framing ``wire`` fixes: a status line, a few
 headers, a ``Content-Length`` JSON body, never chunked, never a 1xx. So it

@@ -26,7 +26,7 @@ from broker.core.broker import Broker
 from broker.core.resuming import resuming
 from broker.daemon.access import owned_session, sees_all
 from broker.daemon.call import Call
-from broker.host.wire import Request
+from broker.host.serving.wire import Request
 from broker.vocab.errors import BadInput
 from broker.vocab.session_ids import check_session_id
 

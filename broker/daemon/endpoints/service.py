@@ -9,7 +9,7 @@ from broker.core.inputs.policy import decide
 from broker.core.sweeping import sweep as run_sweep
 from broker.daemon.access import operators_only
 from broker.daemon.call import Call, finish
-from broker.host.wire import Raw, error_body
+from broker.host.serving.wire import Raw, error_body
 from broker.telemetry.metrics import CONTENT_TYPE
 from broker.vocab.errors import PolicyDenied, RevokeIncomplete, UnknownSession
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker.host.routing import Router
+from broker.host.serving.routing import Router
 
 pytestmark = pytest.mark.unit
 

@@ -2,7 +2,7 @@
 
 ``broker --version`` and ``broker --help`` are answered from this module and
 the command table alone (the help text is ``broker.cli.help_text``, rendered
-from the table by scripts/gen-reference; a test keeps it equal to what typer
+from the table by scripts/gen-docs; a test keeps it equal to what typer
 renders). Every other command line is parsed once by the table's parser
 (``broker.cli.parsing``); a command the daemon answers, with ``BROKER_SOCKET``
 or ``[daemon] socket`` set, goes to the thin client ``broker.client`` and

@@ -9,7 +9,7 @@ A provider type knows four things about its credentials:
 and declares its facts: what bounds their lifetime (``max_ttl``,
 ``min_ttl``, ``fixed_lifetime``), how the egress proxy puts its secrets in
 (``proxy``), the environment names it owns (``reserved_env``, ``ca_env``)
-and its reference (``reference()``). ``health`` and ``close`` have defaults. Everything a
+and its manual (``manual()``: its keys for docs/reference.md). ``health`` and ``close`` have defaults. Everything a
 provider may do beyond that (warm up, find what a crash left minted, hold a
 deny budget, share locks, check its grants, refresh its login) is a protocol
 in ``providers.capabilities`` that the core checks with ``isinstance``.
@@ -37,7 +37,7 @@ from broker.vocab.fields import Fields
 from broker.vocab.secret import Secret
 
 if TYPE_CHECKING:
-    from broker.vocab.reference import ProviderReference
+    from broker.vocab.manual import ProviderManual
     from providers.delivery import ProxyDelivery
 
 __all__ = [
@@ -165,7 +165,7 @@ class ProxyFacts:
     """
 
     label: str  # how messages name these credentials ("GitHub")
-    reference: str  # how docs/reference.md names them ("github_app", or a kind: "vault token")
+    documented_as: str  # how docs/reference.md names them ("github_app", or a kind: "vault token")
     token_headers: tuple[str, ...] = ()  # lower-case names of headers whose whole value is the secret
     address_env: str | None = None  # the hint naming the provider's address
     #: Request headers the proxy takes out (lower case, ``-`` for ``_``): asking for an answer that would carry
@@ -260,14 +260,15 @@ class Provider(ABC, Generic[RequestT]):
         """Read and compile the provider-specific fields of one policy grant."""
 
     @classmethod
-    def reference(cls) -> ProviderReference:
+    def manual(cls) -> ProviderManual:
         """What docs/reference.md says of the type: the keys its loaders read, the hints its credentials set,
-        the table ``broker init`` writes. By default the ``REFERENCE`` of the ``reference`` module beside the
-        class's own (``providers/x/reference.py`` for ``providers/x/provider.py``), imported when asked: no
-        command but ``gen-reference`` and ``init`` needs it."""
-        module = importlib.import_module(cls.__module__.rpartition(".")[0] + ".reference")
-        reference: ProviderReference = module.REFERENCE
-        return reference
+        the table ``broker init`` writes. By default the ``MANUAL`` of the ``manual`` module beside the
+        class's own (``providers/x/manual.py`` for ``providers/x/provider.py``), imported when asked: no
+        command but ``gen-docs`` and ``init`` needs it. (A credential's ``reference`` is something else: the
+        provider's handle to revoke it, in the store and the log.)"""
+        module = importlib.import_module(cls.__module__.rpartition(".")[0] + ".manual")
+        manual: ProviderManual = module.MANUAL
+        return manual
 
     @abstractmethod
     def mint(self, request: RequestT, context: MintContext) -> MintedCredential:

@@ -27,8 +27,8 @@ from pathlib import Path
 from types import FrameType
 
 from broker.cli.context import Invocation, Read, print_error
-from broker.cli.declaring import ARGUMENT, PATH
 from broker.cli.parsing import Parsed, parse
+from broker.commands.declaring import ARGUMENT, PATH
 from broker.host.process_hardening import MemoryLock, harden_process, lock_memory
 from broker.telemetry.command import traced
 from broker.vocab.errors import REPORT_URL, BrokerError, Interrupted

@@ -1,4 +1,4 @@
-"""The top-level ``broker --help``, pre-rendered by scripts/gen-reference (a test keeps it current)."""
+"""The top-level ``broker --help``, pre-rendered by scripts/gen-docs (a test keeps it current)."""
 
 TOP_LEVEL_HELP = """\
 Usage: broker [OPTIONS] COMMAND [ARGS]...

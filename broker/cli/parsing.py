@@ -1,4 +1,4 @@
-"""The small parser of ``broker``'s command line, made from the command table (``broker.cli.table``).
+"""The small parser of ``broker``'s command line, made from the command table (``broker.commands.table``).
 
 Every command runs through it: the console script, ``python -m broker.cli``
 and the daemon's thin client, so a cold command pays for neither typer nor
@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import os
 
-from broker.cli.declaring import ARGUMENT, CHOICE, FLAG, MANY, REST, WORD, Command, Option
-from broker.cli.table import COMMANDS, GLOBAL_OPTIONS
+from broker.commands.declaring import ARGUMENT, CHOICE, FLAG, MANY, REST, WORD, Command, Option
+from broker.commands.table import COMMANDS, GLOBAL_OPTIONS
 from broker.vocab.errors import UsageError
 
 

@@ -1,17 +1,26 @@
 """The text the session commands print, from the JSON documents alone (no typer, no core).
 
-The direct commands and the daemon's thin client (``broker.client``) render
-through these functions, so both print the same thing for the same answer.
+The command table names each daemon command's renderer (``render``, a
+function of the answer's document and the command's values that prints it);
+the direct command and the daemon's thin client (``broker.client``) both
+print through it, so both print the same thing for the same answer. The
+lines each renderer is made of are here too. A cold path: times (and
+``datetime``) are loaded by what shows one, a table's library (rich) only for
+a status with sessions to list.
 """
 
 from __future__ import annotations
 
 import json
-from datetime import datetime
-from typing import Any
+import sys
 
 from broker.vocab.durations import format_duration
-from broker.vocab.time import parse_iso
+
+TYPE_CHECKING = False  # typing itself is not imported at run time: the thin client prints through this module
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from datetime import datetime
+    from typing import Any
 
 
 def issue_text(document: dict[str, Any]) -> str:
@@ -86,6 +95,8 @@ STATUS_COLUMNS = ("SESSION", "TASK", "STATE", "EXPIRES", "CREDENTIALS")
 
 
 def status_rows(sessions: list[dict[str, Any]], now: datetime) -> list[list[str]]:
+    from broker.vocab.time import parse_iso
+
     return [
         [
             item["session"],
@@ -161,6 +172,8 @@ def approval_lines(requests: list[dict[str, Any]], now: datetime) -> list[str]:
     """``broker approvals``: each open request with what it would mint, who may approve, and its digest."""
     if not requests:
         return ["no approval requests waiting"]
+    from broker.vocab.time import parse_iso
+
     lines: list[str] = []
     for item in requests:
         uid = f" (uid {item['requester_uid']})" if item.get("requester_uid") is not None else ""
@@ -218,3 +231,77 @@ def waiting_line(message: str, wait: float | None) -> str:
     """What a waiting ``issue`` says on stderr while it waits for the decision."""
     limit = "until the request expires" if wait is None else f"up to {format_duration(max(int(wait), 0))}"
     return f"broker: {message}; waiting {limit} (interrupting leaves it pending)"
+
+
+# -- the renderers the command table names: (document, the command's values) -> printed -------------------------
+
+
+def show(value: object) -> None:
+    """One piece of output on stdout, flushed now: text as it is, anything else as indented JSON."""
+    text = value if isinstance(value, str) else json.dumps(value, indent=2)
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+def _lines(values: Mapping[str, object], document: object, lines: list[str]) -> None:
+    show(document if values.get("as_json") else "\n".join(lines))
+
+
+def revoked(document: Any, values: Mapping[str, object]) -> None:
+    """``broker revoke``: one report (``--session``) or a list (``--task``)."""
+    _lines(values, document, revoke_lines(document if isinstance(document, list) else [document]))
+
+
+def status(document: Any, values: Mapping[str, object]) -> None:
+    """``broker status``: the sessions as a table, or JSON (with ``--all``, ended ones too); the table's library
+    (rich) is loaded only when there is a table to print."""
+    if values.get("as_json"):
+        show(document)
+    elif not document:
+        show("no live sessions" if not values.get("show_all") else "no sessions")
+    else:
+        from broker.cli.output import print_table
+        from broker.vocab.time import utcnow
+
+        print_table(STATUS_COLUMNS, status_rows(document, utcnow()))
+
+
+def renewed(document: Any, values: Mapping[str, object]) -> None:
+    _lines(values, document, renew_lines(document))
+
+
+def network(document: Any, values: Mapping[str, object]) -> None:
+    _lines(values, document, network_lines(document))
+
+
+def decision(document: Any, values: Mapping[str, object]) -> None:
+    """``broker policy check``: the decision, allowed or denied."""
+    _lines(values, document, decision_lines(document))
+
+
+def approvals(document: Any, values: Mapping[str, object]) -> None:
+    from broker.vocab.time import utcnow
+
+    _lines(values, document, approval_lines(document, utcnow()))
+
+
+def approved(document: Any, values: Mapping[str, object]) -> None:
+    _lines(values, document, [decided_line(document, "approve")])
+
+
+def denied(document: Any, values: Mapping[str, object]) -> None:
+    _lines(values, document, [decided_line(document, "deny")])
+
+
+def exec_ended(document: Any, values: Mapping[str, object]) -> None:
+    """``broker exec`` prints nothing of its own but how its session's revocation ended, when it did not end well
+    (``revoked``: True, False for incomplete, None when the daemon went away first)."""
+    session, revoked = document["session"], document["revoked"]
+    if revoked is None:
+        message = f"session {session}: the broker daemon went away; broker sweep revokes it"
+    elif not revoked:
+        message = f"session {session}: revocation incomplete; pending credentials stay for broker sweep"
+    else:
+        return
+    sys.stderr.write(f"broker: error: {message}\n")
+    sys.stderr.flush()

@@ -1,7 +1,7 @@
 """The typer application, made from the command table: help pages, shell completion, and the rare command line
 the small parser leaves to it (``broker.cli.parsing``).
 
-Each command of ``broker.cli.table`` becomes a typer command whose signature
+Each command of ``broker.commands.table`` becomes a typer command whose signature
 is built from its options (``inspect.Signature``, which typer reads like any
 function's); what typer parses goes to the same ``run`` as what the small
 parser parses. typer is loaded only on this path, never by a command the small
@@ -19,9 +19,9 @@ from typing import Annotated, Any, Literal
 import typer
 
 from broker import __version__
-from broker.cli.declaring import ARGUMENT, CHOICE, FLAG, MANY, PATH, REST, WORD, Command, Option
 from broker.cli.parsing import Parsed
-from broker.cli.table import COMMANDS, GLOBAL_OPTIONS, GROUPS, PROGRAM_HELP, VERSION_HELP
+from broker.commands.declaring import ARGUMENT, CHOICE, FLAG, MANY, PATH, REST, WORD, Command, Option
+from broker.commands.table import COMMANDS, GLOBAL_OPTIONS, GROUPS, PROGRAM_HELP, VERSION_HELP
 
 Run = Callable[[Parsed], int]
 _GLOBALS = "broker.global_options"  # where the group's callback keeps the global options (``ctx.meta``)

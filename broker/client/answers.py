@@ -1,7 +1,7 @@
 """The daemon's answers as the thin client takes them: an error answer is the broker error it reports.
 
 ``checked`` is the one reading of an error answer, for every command the
-client runs (``main``) and for ``exec`` (``running``): the daemon's one-line
+client runs (``main``) and for ``exec`` (``executing``): the daemon's one-line
 message and its exit code, made into the error once, as the direct command
 would have raised it.
 """

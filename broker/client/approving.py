@@ -14,11 +14,12 @@ import json
 import sys
 import time
 
-from broker.cli.render import approval_lines, decided_line, waiting_line
+from broker.cli.render import waiting_line
 from broker.client.answers import checked
+from broker.client.asking import render, session_id
+from broker.commands.declaring import Command
 from broker.daemon.transport import Answer, call
 from broker.vocab.errors import AwaitingApproval, DaemonUnreachable, PolicyDenied, UnknownRequest
-from broker.vocab.session_ids import check_session_id
 from broker.vocab.time import parse_iso, utcnow
 
 TYPE_CHECKING = False  # typing itself is not imported at run time: the client's cold path
@@ -106,16 +107,23 @@ def collect(socket: str, request: str) -> dict[str, Any]:
     return document
 
 
-def run_approvals(command: str, args: dict[str, object], socket: str) -> int:
-    """``broker approvals``, ``approve``, ``deny`` (``args``: the command table's values)."""
-    if command == "approvals":
-        found = _list(socket)
-        _print(found if args["as_json"] else "\n".join(approval_lines(found, utcnow())))
-        return 0
-    request = check_session_id(str(args["request"]), "request id")
-    body = {"digest": args["digest"]} if command == "approve" else {"reason": args["reason"]}
-    decided = checked(call(socket, "POST", f"/v1/approvals/{request}/{command}", body)).document
-    _print(decided if args["as_json"] else decided_line(decided, command))
+def approvals(command: Command, args: dict[str, object], socket: str) -> int:
+    """``broker approvals``: the open requests this caller may decide or asked for."""
+    render(command, _list(socket), args)
+    return 0
+
+
+def approve(command: Command, args: dict[str, object], socket: str) -> int:
+    return _decide(command, args, socket, "approve", {"digest": args["digest"]})
+
+
+def deny(command: Command, args: dict[str, object], socket: str) -> int:
+    return _decide(command, args, socket, "deny", {"reason": args["reason"]})
+
+
+def _decide(command: Command, args: dict[str, object], socket: str, action: str, body: dict[str, object]) -> int:
+    request = session_id(args["request"], "request id")
+    render(command, checked(call(socket, "POST", f"/v1/approvals/{request}/{action}", body)).document, args)
     return 0
 
 

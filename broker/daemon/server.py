@@ -1,13 +1,14 @@
 """The daemon's lifecycle: its socket (bound here or handed over by systemd), one thread per connection,
 a sweep on an interval, and a graceful stop on SIGTERM (no new connection; what is in flight finishes).
 
-The accept loop never waits for a connection to end: each peer uid but root
+The accept loop (``broker.host.serving.listening``, the one every socket of
+the broker uses) never waits for a connection to end: each peer uid but root
 (and the daemon's own uid) holds at most ``[daemon] max_connections_per_uid``
 connections and all of them together ``DAEMON_MAX_CONNECTIONS``; a
 connection over either limit is answered 503 and closed at once, and root is
-always served. With the head deadline of ``broker.host.wire`` an idle peer
-cannot keep the daemon from root, nor from the other users of its socket for
-long.
+always served. With the head deadline of ``broker.host.serving.wire`` an idle
+peer cannot keep the daemon from root, nor from the other users of its socket
+for long.
 
 Provider clients live as long as the daemon (one ``Config``): connections stay
 open, the GitHub App JWT and installation ids stay cached, and the provider
@@ -26,7 +27,6 @@ import signal
 import socket
 import stat
 import threading
-from collections import Counter
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
@@ -38,7 +38,8 @@ from broker.daemon.holds import Link
 from broker.daemon.peer import Peer, peer_of
 from broker.daemon.routes import Routes
 from broker.daemon.watching import MetricsListener, daemon_metrics, measure_budgets
-from broker.host.wire import busy, serve_connection
+from broker.host.serving.listening import Acceptor, Limits, Refusals
+from broker.host.serving.wire import busy, serve_connection
 from broker.vocab.errors import BrokerError, ConfigError, DaemonUnreachable
 from broker.vocab.logs import event
 from broker.vocab.tracing import span
@@ -50,7 +51,6 @@ if TYPE_CHECKING:
 LOG = logging.getLogger("broker.daemon")
 SOCKET_MODE = 0o660
 SD_LISTEN_FDS_START = 3
-ACCEPT_POLL = 0.5
 
 
 def inherited_socket() -> socket.socket | None:
@@ -148,9 +148,23 @@ class Daemon:
         self.routes = Routes(broker, self.stopping)
         self.fleet: FleetListener | None = None
         self.scrapes: MetricsListener | None = None
-        self._connections: set[threading.Thread] = set()
-        self._mutex = threading.Lock()
-        self._held: Counter[int] = Counter()  # connections per peer uid; root and the daemon's uid are not counted
+        self.acceptor: Acceptor[Peer] = Acceptor(
+            listener,
+            identify=peer_of,
+            key=lambda peer: peer.uid,
+            serve=self._serve,
+            refuse=lambda connection, why: busy(connection, why, DaemonUnreachable.exit_code),
+            limits=Limits(total=DAEMON_MAX_CONNECTIONS, per_peer=per_uid, exempt=_operator),
+            stopping=self.stopping,
+            refusals=Refusals(
+                peer=lambda peer, held: (
+                    f"the broker daemon is busy: uid {peer.uid} already holds {held} connections"
+                    " ([daemon] max_connections_per_uid)"
+                ),
+                full=f"the broker daemon is busy: {DAEMON_MAX_CONNECTIONS} connections are open; try again",
+                no_thread="the broker daemon cannot start a thread for this connection",
+            ),
+        )
 
     def stop(self, signum: int | None = None, frame: FrameType | None = None) -> None:
         self.stopping.set()
@@ -162,26 +176,10 @@ class Daemon:
             self.fleet = FleetListener(self.broker, revokes, self._revoke_here, self.stopping).start()
         sweeper = threading.Thread(target=self._sweep_loop, name="sweep")
         sweeper.start()
-        self.listener.settimeout(ACCEPT_POLL)
         event(LOG, "daemon listening", socket=str(self.listener.getsockname()), sweep_interval=self.sweep_interval)
         try:
-            while not self.stopping.is_set():
-                try:
-                    connection, _ = self.listener.accept()
-                except TimeoutError:
-                    continue
-                except OSError as exc:
-                    if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
-                        self.stopping.wait(ACCEPT_POLL)  # out of descriptors: let connections finish
-                        continue
-                    raise
-                self._start(connection)
+            self.acceptor.run()  # until stopping; then every connection in flight has ended
         finally:
-            self.listener.close()
-            with self._mutex:
-                running = list(self._connections)
-            for thread in running:
-                thread.join()
             sweeper.join()
             for part in (self.fleet, self.scrapes):
                 if part is not None:
@@ -199,66 +197,17 @@ class Daemon:
         broker.checkpoint()
         return report.dir_removed
 
-    def _start(self, connection: socket.socket) -> None:
-        """Serve ``connection`` in a thread of its own, or answer 503 at once; never waits."""
-        try:
-            peer = peer_of(connection)
-        except OSError:
-            connection.close()
-            return
-        refusal = self._admit(peer.uid)
-        if refusal is not None:
-            busy(connection, refusal, DaemonUnreachable.exit_code)
-            return
-        thread = threading.Thread(target=self._serve, args=(connection, peer), name="conn")
-        with self._mutex:
-            self._connections.add(thread)
-        try:
-            thread.start()
-        except RuntimeError:  # no thread to be had: this connection goes, the daemon stays
-            with self._mutex:
-                self._connections.discard(thread)
-            self._leave(peer.uid)
-            busy(connection, "the broker daemon cannot start a thread for this connection", DaemonUnreachable.exit_code)
-
-    def _admit(self, uid: int) -> str | None:
-        """Count a connection of ``uid``; the refusal when it is over a limit (root, the daemon's uid: never)."""
-        if _operator(uid):
-            return None
-        with self._mutex:
-            if self._held[uid] >= self.per_uid:
-                return (
-                    f"the broker daemon is busy: uid {uid} already holds {self._held[uid]} connections"
-                    " ([daemon] max_connections_per_uid)"
-                )
-            if self._held.total() >= DAEMON_MAX_CONNECTIONS:
-                return f"the broker daemon is busy: {DAEMON_MAX_CONNECTIONS} connections are open; try again"
-            self._held[uid] += 1
-        return None
-
-    def _leave(self, uid: int) -> None:
-        if _operator(uid):
-            return
-        with self._mutex:
-            self._held[uid] -= 1
-            if self._held[uid] <= 0:
-                del self._held[uid]
-
     def _serve(self, connection: socket.socket, peer: Peer) -> None:
+        """One connection, in its own thread (the acceptor closes it and counts it out afterwards)."""
         link = Link(connection)
         try:
             try:
                 handle = lambda request, send: self.routes.handle(request, peer, send, link)  # noqa: E731
-                serve_connection(connection, handle, self.stopping)
+                serve_connection(connection, handle, self.stopping, self.acceptor.limits.head_deadline)
             finally:
                 self.routes.release(peer, link)  # what an exec client held ends with its connection
         except Exception:  # a bug in one connection never stops the daemon
             LOG.exception("daemon connection failed")
-        finally:
-            connection.close()
-            with self._mutex:
-                self._connections.discard(threading.current_thread())
-            self._leave(peer.uid)
 
     def _sweep_loop(self) -> None:
         """Sweep at start (a crashed predecessor's half-done sessions) and then every ``sweep_interval``;

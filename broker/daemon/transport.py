@@ -1,6 +1,6 @@
 """One HTTP/1.1 request to the daemon over its Unix socket, and its answer: the thin client and doctor use it.
 
-The daemon parses what peers send with h11 (``broker.host.wire``): that is
+The daemon parses what peers send with h11 (``broker.host.serving.wire``): that is
 where untrusted bytes arrive, from any local user. This side reads only the
 answers of its own daemon, whose framing ``wire`` fixes: a status line, a few
 headers, a ``Content-Length`` JSON body, never chunked, never a 1xx. So it
@@ -10,14 +10,17 @@ head over 16 KiB, a body over 64 MiB) as a daemon that did not answer
 (exit 7). h11 with its dataclasses and typing would cost the thin client more
 than Python's own start (SPEC.md, "Operators at scale": a light client); a
 test holds this side and h11 to the same bytes both ways (tests/unit/daemon/test_transport.py).
-Standard library only, and only ``socket`` and ``json`` of it: the client's
-cold path.
+Standard library only, and only ``_socket`` and ``json`` of it: the client's
+cold path. ``_socket`` is the interpreter's built-in socket type that the
+``socket`` module wraps; this side needs none of the wrapper's extras (file
+objects, ``sendfile``, the enum-typed constants) and the wrapper with what it
+loads (``selectors``, ``array``) is more than a tenth of the client's start.
 """
 
 from __future__ import annotations
 
+import _socket  # the built-in type behind the socket module (see above)
 import json
-import socket
 
 from broker.vocab.errors import DaemonUnreachable
 
@@ -67,7 +70,7 @@ class Connection:
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        self.sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM | _socket.SOCK_CLOEXEC)
         try:
             self.sock.connect(path)
         except OSError as exc:
@@ -115,7 +118,7 @@ class Connection:
     def done_sending(self) -> None:
         """Tell the daemon this side has nothing more to say (it still answers what was asked)."""
         try:  # contextlib would be one more import on the client's cold path
-            self.sock.shutdown(socket.SHUT_WR)
+            self.sock.shutdown(_socket.SHUT_WR)
         except OSError:
             return
 

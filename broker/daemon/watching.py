@@ -17,7 +17,6 @@ connections are served at once; more are answered 503 at once.
 
 from __future__ import annotations
 
-import errno
 import logging
 import socket
 import threading
@@ -25,15 +24,15 @@ import threading
 from broker.core.broker import Broker
 from broker.core.status import live_deny_budgets
 from broker.core.store.gauges import StoreGaugeReader
-from broker.host.wire import Raw, Request, Send, busy, error_body, serve_connection
+from broker.host.serving.listening import Acceptor, Limits, Refusals
+from broker.host.serving.wire import Raw, Request, Send, busy, error_body, serve_connection
 from broker.telemetry.metrics import CONTENT_TYPE, BrokerMetrics, RoleBudget
 from broker.telemetry.scrape import StoreCollector
-from broker.vocab.errors import BrokerError, ConfigError
+from broker.vocab.errors import BrokerError, ConfigError, DaemonUnreachable
 from broker.vocab.logs import event
 
 LOG = logging.getLogger("broker.daemon")
 SCRAPERS = 4
-ACCEPT_POLL = 0.5
 
 
 def daemon_metrics(broker: Broker) -> BrokerMetrics:
@@ -76,46 +75,34 @@ class MetricsListener:
             self.listener.close()
             where = f"{address[0]}:{address[1]}"
             raise ConfigError(f"daemon.metrics_listen: cannot listen on {where} ({exc.strerror})") from None
-        self.listener.settimeout(ACCEPT_POLL)
         self.address = self.listener.getsockname()[:2]
-        self._slots = threading.BoundedSemaphore(SCRAPERS)
-        self._thread = threading.Thread(target=self._accept, name="metrics-listen", daemon=True)
+        self.acceptor: Acceptor[None] = Acceptor(  # the daemon's accept loop; a scraper has no identity to count
+            self.listener,
+            identify=lambda connection: None,
+            key=lambda peer: "scraper",
+            serve=self._serve,
+            refuse=lambda connection, why: busy(connection, why, DaemonUnreachable.exit_code),
+            limits=Limits(total=SCRAPERS),
+            stopping=stopping,
+            refusals=Refusals(full="too many scrapes at once; try again"),
+            name="metrics",
+        )
+        self._thread: threading.Thread | None = None
 
     def start(self) -> MetricsListener:
-        self._thread.start()
+        self._thread = self.acceptor.start("metrics-listen")
         event(LOG, "metrics listening", address=f"{self.address[0]}:{self.address[1]}")
         return self
 
     def join(self) -> None:
-        self._thread.join()
+        if self._thread is not None:
+            self._thread.join()
 
-    def _accept(self) -> None:
+    def _serve(self, connection: socket.socket, peer: None) -> None:
         try:
-            while not self.stopping.is_set():
-                try:
-                    connection, _ = self.listener.accept()
-                except TimeoutError:
-                    continue
-                except OSError as exc:
-                    if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM, errno.ECONNABORTED):
-                        self.stopping.wait(ACCEPT_POLL)
-                        continue
-                    raise
-                if not self._slots.acquire(blocking=False):
-                    busy(connection, "too many scrapes at once; try again", 7)
-                    continue
-                threading.Thread(target=self._serve, args=(connection,), name="metrics", daemon=True).start()
-        finally:
-            self.listener.close()
-
-    def _serve(self, connection: socket.socket) -> None:
-        try:
-            serve_connection(connection, self._answer, self.stopping)
+            serve_connection(connection, self._answer, self.stopping, self.acceptor.limits.head_deadline)
         except Exception:  # one scrape's failure never stops the listener
             LOG.exception("metrics connection failed")
-        finally:
-            connection.close()
-            self._slots.release()
 
     def _answer(self, request: Request, send: Send) -> None:
         path = request.target.split("?", 1)[0]

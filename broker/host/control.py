@@ -17,6 +17,8 @@ proxy, or the destination did not parse; a JSON line ``{"error": ...,
 line: a list of what each renewal did (``none``: nothing here renews).
 Paths are reached through a directory descriptor, so a
 long ``state_dir`` never runs into the 108-byte limit of a socket address.
+Connections are accepted by the broker's one accept loop
+(``broker.host.serving.listening``), served one after another in its thread.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from broker.host.peercred import peer_credentials
+from broker.host.serving.listening import Acceptor, Limits
 from broker.vocab.errors import ProviderError
 from broker.vocab.session_ids import check_session_id
 
@@ -92,6 +95,16 @@ def may_control(uid: int) -> bool:
     return uid in (0, os.geteuid())
 
 
+def _admit(connection: socket.socket, uid: int) -> bool:
+    """Root and the broker's own uid; anyone else is answered ``refused`` and nothing happens."""
+    if may_control(uid):
+        return True
+    with contextlib.suppress(OSError):
+        connection.settimeout(ANSWER_TIMEOUT)
+        connection.sendall(REFUSED)
+    return False
+
+
 class ControlSocket:
     """Listens for ``revoke`` for one session and calls ``on_revoke`` (once per request) for an allowed peer."""
 
@@ -115,39 +128,42 @@ class ControlSocket:
             self._listener.bind(address)
             os.chmod(address, 0o600)
         self._listener.listen(8)
-        self._thread = threading.Thread(target=self._serve, name="exec-control", daemon=True)
-        self._thread.start()
+        self._acceptor: Acceptor[int] = Acceptor(  # the broker's one accept loop; one exchange at a time, here
+            self._listener,
+            identify=peer_uid,
+            key=lambda uid: uid,
+            admit=_admit,
+            serve=self._exchange,
+            refuse=lambda connection, why: None,  # never over its one: each is served before the next is accepted
+            limits=Limits(total=1, head_deadline=ANSWER_TIMEOUT, inline=True),
+            stopping=threading.Event(),
+            name="exec-control",
+        )
+        self._thread = self._acceptor.start("exec-control")
 
     @property
     def path(self) -> Path:
         return self._directory / self._name
 
-    def _serve(self) -> None:
-        while True:
-            try:
-                connection, _ = self._listener.accept()
-            except OSError:
-                return  # closed
-            with connection, contextlib.suppress(OSError):
-                connection.settimeout(ANSWER_TIMEOUT)
-                if not may_control(peer_uid(connection)):
-                    connection.sendall(REFUSED)
-                    continue
-                line = _read_line(connection)
-                if line == REQUEST:
-                    self._on_revoke()
-                    connection.sendall(STOPPED)
-                    continue
-                verb, _, destination = line.rstrip(b"\n").partition(b" ")
-                if verb == RENEW and line.endswith(b"\n"):  # answered from a thread: a revoke never waits for it
-                    named = destination.decode("ascii", "replace") or None
-                    threading.Thread(target=self._renew, args=(connection.dup(), named), daemon=True).start()
-                    continue
-                if verb in NETWORK_VERBS and line.endswith(b"\n"):
-                    applied = self._on_network is not None and self._on_network(
-                        verb == b"allow", destination.decode("ascii", "replace")
-                    )
-                    connection.sendall(applied.line() if isinstance(applied, Refusal) else DONE if applied else NONE)
+    def _exchange(self, connection: socket.socket, uid: int) -> None:
+        """One request line and its answer (an allowed peer: ``_admit`` turned the others away)."""
+        with contextlib.suppress(OSError):
+            connection.settimeout(self._acceptor.limits.head_deadline)
+            line = _read_line(connection)
+            if line == REQUEST:
+                self._on_revoke()
+                connection.sendall(STOPPED)
+                return
+            verb, _, destination = line.rstrip(b"\n").partition(b" ")
+            if verb == RENEW and line.endswith(b"\n"):  # answered from a thread: a revoke never waits for it
+                named = destination.decode("ascii", "replace") or None
+                threading.Thread(target=self._renew, args=(connection.dup(), named), daemon=True).start()
+                return
+            if verb in NETWORK_VERBS and line.endswith(b"\n"):
+                applied = self._on_network is not None and self._on_network(
+                    verb == b"allow", destination.decode("ascii", "replace")
+                )
+                connection.sendall(applied.line() if isinstance(applied, Refusal) else DONE if applied else NONE)
 
     def _renew(self, connection: socket.socket, credential: str | None) -> None:
         with connection, contextlib.suppress(OSError):
@@ -158,10 +174,9 @@ class ControlSocket:
             connection.sendall(json.dumps(done, separators=(",", ":")).encode()[: MAX_ANSWER - 1] + b"\n")
 
     def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self._listener.shutdown(socket.SHUT_RDWR)
-        self._listener.close()
+        self._acceptor.stop()  # the loop wakes at once and closes the listener
         self._thread.join(timeout=ANSWER_TIMEOUT)
+        self._listener.close()
         with contextlib.suppress(OSError), _reachable(self._directory, self._name) as address:
             os.unlink(address)
 

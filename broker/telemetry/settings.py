@@ -24,8 +24,7 @@ from urllib.parse import urlsplit
 
 from broker.vocab.errors import ConfigError
 from broker.vocab.fields import Fields, shown
-from broker.vocab.files import read_secret_file
-from broker.vocab.secret import Secret
+from broker.vocab.secret import Secret, read_secret_file
 
 SERVICE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 HEADER_NAME = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}")

@@ -10,8 +10,10 @@ a planted link is never written through.
 ``read_bounded`` opens without blocking (a FIFO or a device cannot stall the
 broker), refuses what ``fstat`` does not call a regular file, and reads at
 most a limit. ``read_regular_file`` words its failures for manifests, the
-config and policy files; ``read_secret_file`` adds the broker's own secret
-files' rules. Errors name the file, never its content.
+config and policy files; ``broker.vocab.secret.read_secret_file`` adds the
+broker's own secret files' rules on top of it. Errors name the file, never its
+content. No hashing here: the thin client reads its config through this
+module, and hashlib is no part of its cold start.
 """
 
 from __future__ import annotations
@@ -21,14 +23,12 @@ import os
 import stat
 from typing import TYPE_CHECKING
 
-from broker.vocab.errors import BadInput, ConfigError
-from broker.vocab.secret import Secret
+from broker.vocab.errors import BadInput
 
 if TYPE_CHECKING:  # annotations only: the thin client reads its config through this module
     from collections.abc import Iterable, Iterator
     from pathlib import Path
 
-MAX_SECRET_FILE_BYTES = 64 * 1024
 _DIR_OPEN = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 
 
@@ -169,17 +169,3 @@ def read_regular_file(
         raise error(f"{name} is larger than {max_bytes // 1024} KiB") from None
     except OSError as exc:
         raise error(f"{name}: {exc.strerror}") from None
-
-
-def read_secret_file(path: Path, what: str, *, strip: bool = True) -> Secret:
-    """A broker secret file (provider token, private key): regular, not a link, owner-only, small, not empty."""
-    data, info = read_regular_file(
-        path, what=what, max_bytes=MAX_SECRET_FILE_BYTES, error=ConfigError, follow_symlinks=False
-    )
-    if info.st_mode & 0o077:
-        raise ConfigError(f"{what} {path} is readable by others (mode {stat.S_IMODE(info.st_mode):04o}); chmod 600 it")
-    if strip:
-        data = data.strip()
-    if not data:
-        raise ConfigError(f"{what} {path} is empty")
-    return Secret(data)

@@ -3,13 +3,22 @@
 Its ``repr``, ``str`` and ``format`` are redacted, it refuses to be pickled,
 and the value is only reachable through ``reveal()``, so a secret that slips
 into a log line, an exception or a traceback prints as ``Secret(***)``.
+``read_secret_file`` reads the broker's own secret files into one (through
+the one bounded reader, ``broker.vocab.files``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-from typing import NoReturn
+import stat
+from typing import TYPE_CHECKING, NoReturn
+
+from broker.vocab.errors import ConfigError
+from broker.vocab.files import read_regular_file
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 REDACTED = "Secret(***)"
 
@@ -66,3 +75,20 @@ class Secret:
 
     def __getstate__(self) -> NoReturn:
         raise TypeError("Secret cannot be pickled")
+
+
+MAX_SECRET_FILE_BYTES = 64 * 1024
+
+
+def read_secret_file(path: Path, what: str, *, strip: bool = True) -> Secret:
+    """A broker secret file (provider token, private key): regular, not a link, owner-only, small, not empty."""
+    data, info = read_regular_file(
+        path, what=what, max_bytes=MAX_SECRET_FILE_BYTES, error=ConfigError, follow_symlinks=False
+    )
+    if info.st_mode & 0o077:
+        raise ConfigError(f"{what} {path} is readable by others (mode {stat.S_IMODE(info.st_mode):04o}); chmod 600 it")
+    if strip:
+        data = data.strip()
+    if not data:
+        raise ConfigError(f"{what} {path} is empty")
+    return Secret(data)

@@ -93,7 +93,7 @@ class AwsStsProvider(Provider[AwsStsRequest]):
     """Capabilities: ``Warming``, ``FindsMinted`` (by name), ``Reserving``, ``SharesLocks``, ``Narrowing``."""
 
     type_name = "aws_sts"
-    proxy = ProxyFacts(label="AWS", reference="aws_sts", resigns=True)
+    proxy = ProxyFacts(label="AWS", documented_as="aws_sts", resigns=True)
     narrower = staticmethod(aws_narrower)
     reserved_env = frozenset({"AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE", "AWS_REGION"})
     ca_env = ("AWS_CA_BUNDLE",)

@@ -23,8 +23,7 @@ from urllib.parse import urlsplit
 
 from broker import __version__
 from broker.vocab.errors import ConfigError, ProviderError
-from broker.vocab.files import read_secret_file
-from broker.vocab.secret import Secret
+from broker.vocab.secret import Secret, read_secret_file
 from providers.warm import open_connections, requests_pool
 
 if TYPE_CHECKING:

@@ -63,7 +63,7 @@ class GitHubAppProvider(Provider[GitHubRequest]):
     max_ttl = 3600  # GitHub's installation tokens live one hour
     fixed_lifetime = 3600  # and cannot be shortened: revoking is the only way to end one early
     revokes_with_kept_secret = True  # DELETE /installation/token with the token: only its keep-safe's host can
-    proxy = ProxyFacts(label="GitHub", reference="github_app")
+    proxy = ProxyFacts(label="GitHub", documented_as="github_app")
     reserved_env = frozenset({"GIT_CONFIG_GLOBAL"})
     warm_first = False
     # A token revokes itself: a revocation needs no App JWT.

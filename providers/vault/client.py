@@ -19,8 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from broker.vocab.errors import ConfigError, ProviderError
-from broker.vocab.files import read_secret_file
-from broker.vocab.secret import Secret
+from broker.vocab.secret import Secret, read_secret_file
 from providers.warm import with_connection
 
 if TYPE_CHECKING:

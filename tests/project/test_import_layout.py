@@ -19,7 +19,7 @@ LIBRARIES = (
     "broker.core.store.postgres",
 )  # fmt: skip
 #: The daemon's modules are being changed for its security fixes; their imports move to the top after those land.
-PENDING = ("broker/daemon/routes.py", "broker/daemon/holds.py", "broker/daemon/server.py", "broker/daemon/health.py")
+PENDING = ("broker/daemon/holds.py", "broker/daemon/server.py", "broker/daemon/health.py")
 
 
 def cold_paths() -> set[str]:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from broker.vocab.fields import Fields
-from broker.vocab.reference import Key, ProviderReference
+from broker.vocab.manual import Key, ProviderManual
 from broker.vocab.secret import Secret
 from providers.base import (
     CredentialRequest,
@@ -50,8 +50,8 @@ class MemoryProvider(Provider[MemoryRequest]):
     type_name = "memory"
 
     @classmethod
-    def reference(cls) -> ProviderReference:
-        return ProviderReference(
+    def manual(cls) -> ProviderManual:
+        return ProviderManual(
             summary="Tokens held in the broker's own memory (tests).",
             config=(),
             manifest=(Key("label", "string", False, "memory: what the token is for."),),

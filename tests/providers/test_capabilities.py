@@ -9,7 +9,7 @@ import pytest
 
 from broker.vocab.errors import ConfigError
 from broker.vocab.fields import Fields
-from broker.vocab.reference import ProviderReference
+from broker.vocab.manual import ProviderManual
 from providers.capabilities import CAPABILITIES
 from providers.registry import known_types, provider_class
 
@@ -38,8 +38,8 @@ def test_every_registered_type_declares_its_facts() -> None:
     assert set(known_types()) == set(TABLES)
     for type_name in known_types():
         cls = provider_class(type_name)
-        assert isinstance(cls.reference(), ProviderReference), type_name
-        assert cls.reference().example.startswith("# [providers."), type_name
+        assert isinstance(cls.manual(), ProviderManual), type_name
+        assert cls.manual().example.startswith("# [providers."), type_name
         assert all(name == name.upper() for name in (*cls.reserved_env, *cls.ca_env)), type_name
         if cls.proxy is not None:
             assert all(header == header.lower() for header in cls.proxy.token_headers), type_name

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.cli.reference import render
+from broker.cli.manual import render
 from broker.core.credential.proxied import ca_hint_names
 from broker.core.inputs.manifest import reserved_env
 from broker.core.setup.install import render_config

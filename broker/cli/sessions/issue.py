@@ -75,12 +75,8 @@ def issue(
 
 def _deliver(document: dict[str, object], target: object, as_json: bool, fmt: str | None) -> None:
     """Print the session document (or its launcher format), and write ``--session-file``."""
-    from broker.cli.render import issue_text
-    from broker.cli.sessions.launch_formats import SessionFile, emit, render
+    from broker.cli.sessions.launch_formats import SessionFile, show
 
     if isinstance(target, SessionFile):
         target.write(str(document["session"]))
-    if as_json or fmt is not None:
-        emit(render(document, fmt or "json"))
-    else:
-        emit(issue_text(document))
+    show(document, {"as_json": as_json, "fmt": fmt})

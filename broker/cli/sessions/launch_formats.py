@@ -13,11 +13,23 @@ import os
 import shlex
 import stat
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
+from broker.cli.render import issue_text
 from broker.vocab.errors import BadInput, OutputError
 from broker.vocab.files import write_all
+
+
+def show(document: dict[str, Any], values: Mapping[str, object]) -> None:
+    """``broker issue``'s renderer: the session document as JSON, in a launcher's ``--format``, or as text; raising
+    when stdout cannot take it (the caller rolls the session back)."""
+    fmt = values.get("fmt")
+    if values.get("as_json") or fmt is not None:
+        emit(render(document, str(fmt or "json")))
+    else:
+        emit(issue_text(document))
 
 
 def emit(text: str) -> None:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from broker.cli.context import Invocation, echo, print_json
+from broker.cli.context import Invocation
 from broker.cli.opening import open_broker
-from broker.cli.render import network_lines
+from broker.cli.render import network
 from broker.core.running.allowing import change_network
 from broker.vocab.session_ids import check_session_id
 
@@ -13,11 +13,7 @@ def _change(run: Invocation, session: str, destination: str, as_json: bool, *, a
     check_session_id(session)
     with open_broker(run.load_config()) as broker:
         change = change_network(broker, session, destination, allow=allow).to_json()
-    if as_json:
-        print_json(change)
-    else:
-        for line in network_lines(change):
-            echo(line)
+    network(change, {"as_json": as_json})
 
 
 def allow(run: Invocation, session: str, destination: str, as_json: bool) -> None:

@@ -3,9 +3,9 @@ a running exec's proxied credentials renewed by that exec, behind their placehol
 
 from __future__ import annotations
 
-from broker.cli.context import Invocation, echo, print_json
+from broker.cli.context import Invocation
 from broker.cli.opening import open_broker
-from broker.cli.render import RENEW_PENDING, renew_lines
+from broker.cli.render import RENEW_PENDING, renewed
 from broker.core.renewing import renew_session
 from broker.core.running.forcing import RunningRenewal, outcome_error
 from broker.vocab.errors import RevokeIncomplete
@@ -17,11 +17,7 @@ def renew(run: Invocation, session: str, as_json: bool) -> None:
     config = run.load_config()
     with open_broker(config) as broker:
         renewals = renew_session(broker, session)
-    if as_json:
-        print_json([r.to_json() for r in renewals])
-    else:
-        for line in renew_lines([r.to_json() for r in renewals]):
-            echo(line)
+    renewed([r.to_json() for r in renewals], {"as_json": as_json})
     failed = outcome_error([r for r in renewals if isinstance(r, RunningRenewal)])
     if failed is not None:
         raise failed

@@ -7,7 +7,7 @@ imported while they run.
 
 from __future__ import annotations
 
-from broker.cli.context import Invocation, echo, print_json
+from broker.cli.context import Invocation
 from broker.cli.opening import open_broker
 from broker.core.warming import warm_revocation
 from broker.vocab.errors import RevokeIncomplete, UsageError
@@ -23,7 +23,7 @@ def revoke(run: Invocation, session: str | None, task: str | None, as_json: bool
     config = run.load_config()
     annotate(session=session, task=task)  # on the command's trace, when tracing is on
     store = warm_revocation(config, session, task)  # the handshakes overlap the imports below
-    from broker.cli.render import revoke_incomplete, revoke_lines
+    from broker.cli.render import revoke_incomplete, revoked
     from broker.core.revoking import revoke_session, revoke_task
 
     with open_broker(config, store) as broker:
@@ -32,11 +32,7 @@ def revoke(run: Invocation, session: str | None, task: str | None, as_json: bool
         else:
             assert task is not None
             reports = revoke_task(broker, task)
-    if as_json:
-        print_json(reports[0].to_json() if session is not None else [r.to_json() for r in reports])
-    else:
-        for line in revoke_lines([r.to_json() for r in reports]):
-            echo(line)
+    revoked(reports[0].to_json() if session is not None else [r.to_json() for r in reports], {"as_json": as_json})
     incomplete = [r.session for r in reports if not r.complete]
     if incomplete:
         raise RevokeIncomplete(revoke_incomplete(incomplete))

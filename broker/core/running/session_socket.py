@@ -2,7 +2,7 @@
 
 ``broker exec`` (direct, or the daemon holding an exec session) serves it in
 threads of its own while the command runs. It speaks the daemon's HTTP/1.1
-and JSON (``broker.host.wire``), so the thin client in the sandbox
+and JSON (``broker.host.serving.wire``), so the thin client in the sandbox
 (``BROKER_SOCKET`` points at it) and ``curl --unix-socket`` both work, but it
 answers only for its session:
 
@@ -28,16 +28,18 @@ connection that sends no request head in time is closed (as the daemon's),
 and at most ``MAX_CONNECTIONS`` are served at once. A child that may
 delegate further gets a socket of its own, served here too and closed with
 this one; the last to close, the session's own, logs how many requests the
-tree's sockets refused.
+tree's sockets refused. Its connections are accepted by the broker's one
+accept loop (``broker.host.serving.listening``) with these limits, and its
+requests routed by a small route table (``ROUTES``, ``broker.host.serving.routing``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import re
 import socket
 import threading
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -49,7 +51,9 @@ from broker.core.revoking import RevokeReport, revoke_session
 from broker.core.running.standing import Standing
 from broker.core.status import session_status
 from broker.host.peercred import peer_credentials
-from broker.host.wire import HTTP_STATUS, Request, Send, busy, error_body, serve_connection
+from broker.host.serving.listening import Acceptor, Limits, Refusals
+from broker.host.serving.routing import Router
+from broker.host.serving.wire import HTTP_STATUS, Request, Send, busy, error_body, serve_connection
 from broker.vocab.errors import (
     REPORT_URL,
     BrokerError,
@@ -63,9 +67,7 @@ from broker.vocab.logs import event
 from broker.vocab.session_ids import check_session_id
 
 LOG = logging.getLogger("broker.delegation")
-CHILD_PATH = re.compile(r"/v1/sessions/([^/]{1,64})")
 MAX_CONNECTIONS = 8
-ACCEPT_POLL = 0.5
 
 
 class SessionSocket:
@@ -89,23 +91,32 @@ class SessionSocket:
         self.budget = budget
         self.stopping = threading.Event()
         self._mutex = threading.Lock()
-        self._threads: set[threading.Thread] = set()
         self._children: dict[str, SessionSocket] = {}
-        self._acceptor = threading.Thread(target=self._accept, name="session-socket", daemon=True)
+        self.acceptor: Acceptor[int] = Acceptor(  # the daemon's accept loop: its owner alone, 8 at once
+            listener,
+            identify=lambda connection: peer_credentials(connection).uid,
+            key=lambda uid: uid,
+            admit=self._admit,
+            serve=self._serve,
+            refuse=lambda connection, why: busy(connection, why, DaemonUnreachable.exit_code),
+            limits=Limits(total=MAX_CONNECTIONS),
+            stopping=self.stopping,
+            refusals=Refusals(full=f"session {session_id}'s socket is busy; try again"),
+            name="session-conn",
+        )
+        self._accepting: threading.Thread | None = None
 
     def start(self) -> SessionSocket:
-        self._acceptor.start()
+        self._accepting = self.acceptor.start("session-socket")
         return self
 
     def close(self) -> None:
         """No more children: stop accepting, finish the requests in flight, close the children's sockets too."""
-        self.stopping.set()
-        if self._acceptor.is_alive():
-            self._acceptor.join()
+        self.acceptor.stop()
+        if self._accepting is not None:
+            self._accepting.join()  # the loop's end waits for the requests in flight
         with self._mutex:
-            running, children = list(self._threads), list(self._children.values())
-        for thread in running:
-            thread.join()
+            children = list(self._children.values())
         for child in children:
             child.close()
         if self.budget.session == self.session_id:  # the budget's own socket: the tree's refusals, counted
@@ -120,52 +131,18 @@ class SessionSocket:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _accept(self) -> None:
-        self.listener.settimeout(ACCEPT_POLL)
-        try:
-            while not self.stopping.is_set():
-                try:
-                    connection, _ = self.listener.accept()
-                except TimeoutError:
-                    continue
-                except OSError:
-                    if self.stopping.is_set():
-                        return
-                    self.stopping.wait(ACCEPT_POLL)  # out of descriptors: let connections finish
-                    continue
-                self._admit(connection)
-        finally:
-            self.listener.close()
-
-    def _admit(self, connection: socket.socket) -> None:
-        try:
-            uid = peer_credentials(connection).uid
-        except OSError:
-            connection.close()
-            return
+    def _admit(self, connection: socket.socket, uid: int) -> bool:
+        """Its owner's connection; any other is closed unanswered (and logged)."""
         if uid != self.owner:
             event(LOG, "refused a peer of another uid", session=self.session_id, uid=uid)
-            connection.close()
-            return
-        with self._mutex:
-            full = len(self._threads) >= MAX_CONNECTIONS
-            thread = threading.Thread(target=self._serve, args=(connection,), name="session-conn", daemon=True)
-            if not full:
-                self._threads.add(thread)
-        if full:
-            busy(connection, f"session {self.session_id}'s socket is busy; try again", DaemonUnreachable.exit_code)
-            return
-        thread.start()
+            return False
+        return True
 
-    def _serve(self, connection: socket.socket) -> None:
+    def _serve(self, connection: socket.socket, uid: int) -> None:
         try:
-            serve_connection(connection, self._handle, self.stopping)
+            serve_connection(connection, self._handle, self.stopping, self.acceptor.limits.head_deadline)
         except Exception:  # a bug in one connection never stops the socket
             LOG.exception("session socket connection failed")
-        finally:
-            connection.close()
-            with self._mutex:
-                self._threads.discard(threading.current_thread())
 
     def _handle(self, request: Request, send: Send) -> None:
         try:
@@ -183,28 +160,34 @@ class SessionSocket:
 
     def _dispatch(self, request: Request, send: Send) -> None:
         path = urlsplit(request.target).path
-        route = (request.method, path)
-        broker = self.broker
-        if route == ("GET", "/v1/health"):
-            record = broker.store.get_session(self.session_id)
-            if record is None:
-                raise UnknownSession(f"unknown session {self.session_id}")
-            send(200, {"status": "ok", **describe_parent(record)})
-        elif route == ("POST", "/v1/sessions"):
-            self._still_allowed()
-            self._child(request.body, send)
-        elif route == ("POST", "/v1/policy/check"):
-            self._still_allowed()
-            self._check(request.body, send)
-        elif route == ("GET", "/v1/sessions"):
-            send(200, [s.to_json() for s in self._children_status()])
-        elif request.method == "DELETE" and (match := CHILD_PATH.fullmatch(path)):
-            report = self._revoke(match.group(1))
-            pending = "" if report.complete else report.session
-            send(200, report.to_json(), RevokeIncomplete.exit_code if pending else 0, pending)
-        else:
+        found = ROUTES.find(request.method, path)
+        if found is None:
             name = f"{request.method[:10]} {path[:80]}"
             _answer(send, 404, error_body(f"no endpoint {name}: this socket answers only for {self.session_id}", 2))
+            return
+        found.value(self, request, found.params, send)
+
+    def _health(self, request: Request, params: dict[str, str], send: Send) -> None:
+        record = self.broker.store.get_session(self.session_id)
+        if record is None:
+            raise UnknownSession(f"unknown session {self.session_id}")
+        send(200, {"status": "ok", **describe_parent(record)})
+
+    def _ask_child(self, request: Request, params: dict[str, str], send: Send) -> None:
+        self._still_allowed()
+        self._child(request.body, send)
+
+    def _ask_check(self, request: Request, params: dict[str, str], send: Send) -> None:
+        self._still_allowed()
+        self._check(request.body, send)
+
+    def _list_children(self, request: Request, params: dict[str, str], send: Send) -> None:
+        send(200, [s.to_json() for s in self._children_status()])
+
+    def _revoke_child(self, request: Request, params: dict[str, str], send: Send) -> None:
+        report = self._revoke(params["id"])
+        pending = "" if report.complete else report.session
+        send(200, report.to_json(), RevokeIncomplete.exit_code if pending else 0, pending)
 
     def _check(self, body: bytes, send: Send) -> None:
         """The coverage decision; counted in the budget only when it finds the manifest wider (or refuses)."""
@@ -261,6 +244,18 @@ class SessionSocket:
         report = revoke_session(broker, record.id)
         broker.checkpoint()
         return report
+
+
+#: What a session's socket answers, five routes, with the daemon's routing pieces (``broker.host.serving.routing``).
+ROUTES: Router[Callable[[SessionSocket, Request, dict[str, str], Send], None]] = Router(
+    (
+        ("GET", "/v1/health", SessionSocket._health),
+        ("POST", "/v1/sessions", SessionSocket._ask_child),
+        ("POST", "/v1/policy/check", SessionSocket._ask_check),
+        ("GET", "/v1/sessions", SessionSocket._list_children),
+        ("DELETE", "/v1/sessions/{id}", SessionSocket._revoke_child),
+    )
+)
 
 
 def _answer(send: Send, status: int, body: dict[str, Any]) -> None:

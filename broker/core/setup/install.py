@@ -120,7 +120,7 @@ class InitResult:
 
 def render_config(directory: Path, state_dir: Path, runtime_dir: Path) -> str:
     """The commented config ``init`` writes (loads with no provider enabled): each provider type's example table."""
-    examples = [cls.reference().example for cls in provider_classes()]
+    examples = [cls.manual().example for cls in provider_classes()]
     instances = [match.group(1) for text in examples for match in EXAMPLE_TABLE.finditer(text)]
     return CONFIG_TEMPLATE.format(
         instances=", ".join(instances),

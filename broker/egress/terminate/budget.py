@@ -52,7 +52,7 @@ Key = tuple[Any, Any, Any, Any]
 SIZE = "size (KiB, MiB, GiB, TiB; or bytes)"
 #: ``evidence_budget``'s keys as docs/reference.md documents them (key, type, required, meaning, default); its test
 #: checks them against the keys ``read_evidence_budget`` reads.
-REFERENCE_KEYS = (
+MANUAL_KEYS = (
     ("records", "integer", False, "egress.request records a session writes one per request.", "10000"),
     ("bytes", SIZE, False, "The same budget in bytes of log: whichever is reached first.", "64MiB"),
     (
@@ -64,7 +64,7 @@ REFERENCE_KEYS = (
         "10",
     ),
 )
-REFERENCE_INTRO = (
+MANUAL_INTRO = (
     "Past the budget, the refusals with the same decision, host, method and rule within a minute of the clock are"
     " one egress.request record with their count, window_start and window_end (64 such a minute, then host, method"
     " and rule *); an allowed request keeps its own record. The refusals past the cap are one record counting them"

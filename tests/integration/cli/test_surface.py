@@ -98,7 +98,7 @@ def test_the_pre_rendered_top_level_help_is_current() -> None:
         env={**os.environ, "COLUMNS": "80"},
         check=True,
     ).stdout
-    assert rendered == TOP_LEVEL_HELP, "broker/cli/help_text.py is stale: run scripts/gen-reference"
+    assert rendered == TOP_LEVEL_HELP, "broker/cli/help_text.py is stale: run scripts/gen-docs"
 
 
 @pytest.mark.parametrize("args", [["--version"], ["--help"], ["-h"], ["status", "--bogus"]])

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from broker.cli.declaring import ARGUMENT, CHOICE, FLAG, MANY, PATH, REST, TEXT, WORD, Command
 from broker.cli.parsing import Parsed, parse
-from broker.cli.table import COMMANDS
 from broker.cli.typed import build_app
+from broker.commands.declaring import ARGUMENT, CHOICE, FLAG, MANY, PATH, REST, TEXT, WORD, Command
+from broker.commands.table import COMMANDS
 from broker.vocab.errors import UsageError
 from tests.fixtures.brokerenv import BrokerEnv
 

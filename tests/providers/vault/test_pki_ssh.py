@@ -25,7 +25,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509 import ocsp
 from cryptography.x509.oid import NameOID
 
-from broker.cli.reference.env import hints
+from broker.cli.manual.env import hints
 from tests.fixtures.brokerenv import BrokerEnv
 from tests.fixtures.vault_engines import DYNAMIC_GRANTS, NO_KEY_ID_ROLE, Engines, lease_exists
 

@@ -1,6 +1,6 @@
 """The client's side of the daemon's HTTP: the same bytes as h11 both ways, and nothing else accepted.
 
-The daemon parses requests with h11 (``broker.host.wire``); the thin client
+The daemon parses requests with h11 (``broker.host.serving.wire``); the thin client
 writes them and reads the daemon's answers without it (``broker.daemon.transport``,
 a light client). h11 is the oracle here: what the client writes, h11's server
 side reads as the same request; what h11 writes the way ``wire`` answers, the
@@ -40,7 +40,7 @@ def test_h11_reads_the_clients_request_as_sent(method: str, target: str, body: o
 
 
 def wire_answer(status: int, document: object, headers: list[tuple[str, str]] = ()) -> bytes:  # type: ignore[assignment]
-    """An answer as ``broker.host.wire`` writes it: through h11's server side."""
+    """An answer as ``broker.host.serving.wire`` writes it: through h11's server side."""
     server = h11.Connection(h11.SERVER)
     server.receive_data(b"GET / HTTP/1.1\r\nhost: broker\r\n\r\n")
     server.next_event()

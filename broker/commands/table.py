@@ -6,15 +6,19 @@ every command runs through, the daemon's thin client included) and
 any command line the small parser leaves to it). A command names its handler
 ``module:function``; only the chosen command's module is imported
 (``broker.cli.app``). ``daemon`` marks the commands a configured ``broker
-serve`` answers (``broker.client``).
+serve`` answers, each with its endpoints (``Route``: the daemon's dispatch is
+made from them, ``broker.daemon.routes``), its thin client's call
+(``broker.client``) and its renderer (``broker.cli.render`` and the like),
+which the direct command prints with too.
 
 This module is on the thin client's cold path: plain values of the classes
-``broker.cli.declaring`` defines, and the standard library's nothing.
+``broker.commands.declaring`` defines, and the standard library's nothing.
 """
 
 from __future__ import annotations
 
-from broker.cli.declaring import ARGUMENT, CHOICE, FLAG, MANY, PATH, REST, WORD, Command, Group, Option
+from broker.commands.auditing import AUDIT_COMMANDS
+from broker.commands.declaring import ARGUMENT, CHOICE, FLAG, MANY, PATH, REST, WORD, Command, Group, Option, Route
 
 PROGRAM_HELP = "Scoped-credential broker: short-lived, narrow credentials for sandboxed agents."
 CONFIG_ENV = "BROKER_CONFIG"
@@ -70,19 +74,30 @@ def _network(verb: str, summary: str) -> Command:
     )
     session = _session("Session id (its exec must be running).", required=True)
     options = (session, destination, _json("Print the change as JSON."))
-    return Command(("session", verb), f"{SESSIONS}.network:{verb}", f"{summary}\n\n{example}", options, daemon=True)
+    return Command(
+        ("session", verb),
+        f"{SESSIONS}.network:{verb}",
+        f"{summary}\n\n{example}",
+        options,
+        daemon=True,
+        routes=(_sessions("POST", "/v1/sessions/{id}/network", "network"),),
+        call=f"{CALLS}:{verb}",
+        render=f"{RENDER}:network",
+    )
 
 
-def _log() -> Option:
-    return Option("log", "--log", kind=PATH, help="Log file [default: the config's].")
+def _sessions(method: str, path: str, answer: str) -> Route:
+    return Route(method, path, f"{ENDPOINTS}.sessions:{answer}")
 
 
-def _no_verify() -> Option:
-    return Option("no_verify", "--no-verify", kind=FLAG, help="Read the log without checking its chain.")
+def _approvals(method: str, path: str, answer: str) -> Route:
+    return Route(method, path, f"{ENDPOINTS}.approvals:{answer}")
 
 
 SESSIONS = "broker.cli.sessions"
-AUDIT = "broker.cli.audit"
+ENDPOINTS = "broker.daemon.endpoints"  # the daemon's functions answering each route
+CALLS = "broker.client.calls"  # the thin client's one-request calls
+RENDER = "broker.cli.render"
 FORMATS = ("json", "env", "docker", "podman", "bwrap")
 
 COMMANDS = (
@@ -134,6 +149,13 @@ COMMANDS = (
             Option("resume", "--resume", help="Collect the session of an approved request (instead of --task)."),
         ),
         daemon=True,
+        routes=(
+            _sessions("POST", "/v1/sessions", "issue"),
+            _approvals("POST", "/v1/approvals/{id}/wait", "wait"),
+            _approvals("POST", "/v1/approvals/{id}/collect", "collect"),
+        ),
+        call="broker.client.issuing:issue",
+        render=f"{SESSIONS}.launch_formats:show",
     ),
     Command(
         ("revoke",),
@@ -146,6 +168,12 @@ COMMANDS = (
             _json("Print the outcome as JSON."),
         ),
         daemon=True,
+        routes=(
+            _sessions("DELETE", "/v1/sessions/{id}", "revoke"),
+            _sessions("DELETE", "/v1/sessions", "revoke_task"),
+        ),
+        call=f"{CALLS}:revoke",
+        render=f"{RENDER}:revoked",
     ),
     Command(
         ("status",),
@@ -153,6 +181,9 @@ COMMANDS = (
         "List live sessions (with --all, ended ones too).\n\nExample: broker status --json",
         (_json("Print JSON."), Option("show_all", "--all", kind=FLAG, help="Include ended sessions.")),
         daemon=True,
+        routes=(_sessions("GET", "/v1/sessions", "status"),),
+        call=f"{CALLS}:status",
+        render=f"{RENDER}:status",
     ),
     Command(
         ("renew",),
@@ -166,10 +197,13 @@ COMMANDS = (
             _json("Print the renewals as JSON."),
         ),
         daemon=True,
+        routes=(_sessions("POST", "/v1/sessions/{id}/renew", "renew"),),
+        call=f"{CALLS}:renew",
+        render=f"{RENDER}:renewed",
     ),
     Command(
         ("exec",),
-        f"{SESSIONS}.running:run",
+        f"{SESSIONS}.executing:run",
         "Issue, run CMD with only its scoped credentials, revoke when it ends; exit with CMD's status.\n\n"
         "CMD gets a clean environment: PATH, HOME, LANG, TERM, the session's hints and the manifest's sandbox.env.\n"
         "Example: broker exec --task task.yaml --sandbox bwrap --workspace ./repo -- make test",
@@ -200,6 +234,13 @@ COMMANDS = (
             *_waiting(),
         ),
         daemon=True,
+        routes=(
+            Route("POST", "/v1/exec", f"{ENDPOINTS}.execs:start"),
+            Route("POST", "/v1/sessions/{id}/hold", f"{ENDPOINTS}.execs:hold"),
+            _approvals("POST", "/v1/approvals/{id}/wait", "wait"),
+        ),
+        call="broker.client.executing:run_exec",
+        render=f"{RENDER}:exec_ended",
         interspersed=False,
     ),
     _network("allow", "Let a running session reach HOST:PORT now, if its rule's network covers it (exit 3 if not)."),
@@ -221,6 +262,9 @@ COMMANDS = (
         "Example: broker approvals",
         (_json("Print the requests as JSON."),),
         daemon=True,
+        routes=(_approvals("GET", "/v1/approvals", "listed"),),
+        call="broker.client.approving:approvals",
+        render=f"{RENDER}:approvals",
     ),
     Command(
         ("approve",),
@@ -234,6 +278,9 @@ COMMANDS = (
             _json("Print the decided request as JSON."),
         ),
         daemon=True,
+        routes=(_approvals("POST", "/v1/approvals/{id}/approve", "approve"),),
+        call="broker.client.approving:approve",
+        render=f"{RENDER}:approved",
     ),
     Command(
         ("deny",),
@@ -246,10 +293,13 @@ COMMANDS = (
             _json("Print the decided request as JSON."),
         ),
         daemon=True,
+        routes=(_approvals("POST", "/v1/approvals/{id}/deny", "deny"),),
+        call="broker.client.approving:deny",
+        render=f"{RENDER}:denied",
     ),
     Command(
         ("policy", "check"),
-        "broker.cli.policy:check",
+        "broker.cli.checking:check",
         "The decision for a manifest, without minting anything (exit 0 allowed, 3 denied).\n\n"
         "Example: broker policy check --task task.yaml",
         (
@@ -257,112 +307,18 @@ COMMANDS = (
             _json("Print the decision as JSON."),
         ),
         daemon=True,
+        routes=(Route("POST", "/v1/policy/check", f"{ENDPOINTS}.service:check"),),
+        call=f"{CALLS}:check",
+        render=f"{RENDER}:decision",
     ),
     Command(
         ("policy", "lint"),
-        "broker.cli.policy:lint",
+        "broker.cli.checking:lint",
         "Validate policy files (syntax, fields, provider instances the config defines).\n\n"
         "Example: broker policy lint /etc/broker/policies",
         (Option("directory", kind=ARGUMENT, help="Policy directory [default: the config's policy_dir]."),),
     ),
-    Command(
-        ("audit", "verify"),
-        f"{AUDIT}.verifying:verify",
-        "Check the hash chain, the signed checkpoints and the witness; exit 6 naming the first bad seq.\n\n"
-        "Example: broker audit verify --log issuance.jsonl --public-key broker.pub --strict",
-        (
-            Option("log", "--log", kind=PATH, help="Log file [default: the config's state_dir log]."),
-            Option("public_key", "--public-key", kind=PATH, help="Public key file from 'broker audit public-key'."),
-            Option("expect_head", "--expect-head", help="SEQ:HASH of a record noted earlier; the log must hold it."),
-            Option("strict", "--strict", kind=FLAG, help="Fail when records follow the newest checkpoint."),
-            Option(
-                "witness",
-                "--witness",
-                help="s3://BUCKET/PREFIX holding witnessed checkpoints; the log must match them.",
-            ),
-            Option("witness_endpoint_url", "--witness-endpoint-url", help="S3 endpoint [default: the config's]."),
-            Option("witness_region", "--witness-region", help="Bucket region."),
-            Option("witness_profile", "--witness-profile", help="AWS profile to read it."),
-            Option("store", "--store", help="postgresql://USER@HOST/DB: the fleet's log, checked in place."),
-            Option("repair", "--repair", kind=FLAG, help="Cut a torn last record left by a crash."),
-            _json("Print the result as JSON."),
-        ),
-    ),
-    Command(
-        ("audit", "list"),
-        f"{AUDIT}.reading:list_records",
-        "Read the log as an auditor, filtered.\n\n"
-        "With --event egress.request the table shows each request a session made through its proxy (credential,\n"
-        "method, host, path, decision, rule, status); --json gives every field, the hashes included.\n\n"
-        "Example: broker audit list --task fix-build-123 --since 2026-11-29T00:00:00Z",
-        (
-            _session("Only this session."),
-            Option("task", "--task", help="Only this task."),
-            Option("provider", "--provider", help="Only this provider instance."),
-            Option("event", "--event", help="Only this event, e.g. credential.issued."),
-            Option("since", "--since", help="From this time (RFC 3339)."),
-            Option("until", "--until", help="Up to this time (RFC 3339)."),
-            _log(),
-            _json("JSON lines."),
-            Option("as_csv", "--csv", kind=FLAG, help="CSV with a header row."),
-        ),
-    ),
-    Command(
-        ("audit", "lookup"),
-        f"{AUDIT}.reading:lookup",
-        "Find the session, task and credential that minted a leaked secret (never echoes it).\n\n"
-        "Example: broker audit lookup --secret-file leaked-token.txt",
-        (
-            Option("secret_file", "--secret-file", kind=PATH, help="File holding the leaked secret."),
-            Option("secret_stdin", "--secret-stdin", kind=FLAG, help="Read the leaked secret from stdin."),
-            _log(),
-            _no_verify(),
-            _json("Print JSON."),
-        ),
-    ),
-    Command(
-        ("audit", "active"),
-        f"{AUDIT}.reading:active",
-        "Credentials live now (issued, not revoked, not expired): who can do what right now.\n\n"
-        "Example: broker audit active --json",
-        (_log(), _no_verify(), _json("Print JSON.")),
-    ),
-    Command(
-        ("audit", "public-key"),
-        f"{AUDIT}.keys:public_key",
-        "Print the public keys auditors verify checkpoints with: current, then retired (a fleet: every host's).\n\n"
-        "Example: broker audit public-key > broker.pub",
-    ),
-    Command(
-        ("audit", "rotate-key"),
-        f"{AUDIT}.keys:rotate_key",
-        "Replace one audit key; older checkpoints stay verifiable and older fingerprints searchable.\n\n"
-        "Example: broker audit rotate-key --key signing && broker audit public-key > broker.pub",
-        (
-            Option(
-                "which",
-                "--key",
-                default="signing",
-                help="signing (audit_key, signs checkpoints) or fingerprint (fingerprint_key).",
-            ),
-        ),
-    ),
-    Command(
-        ("audit", "migrate-keys"),
-        f"{AUDIT}.keys:migrate_keys",
-        "Split an older one-file audit key into audit_key (signing) and fingerprint_key (HMAC).\n\n"
-        "Example: broker audit migrate-keys",
-    ),
-    Command(
-        ("audit", "export"),
-        f"{AUDIT}.fleet:export",
-        "Write the fleet's issuance log as JSON lines, for an offline 'broker audit verify --log'.\n\n"
-        "Example: broker audit export --output issuance.jsonl",
-        (
-            Option("output", "--output", kind=PATH, help="Write to this file (mode 0600) [default: stdout]."),
-            Option("store", "--store", help="postgresql://USER@HOST/DB [default: the config's store]."),
-        ),
-    ),
+    *AUDIT_COMMANDS,
 )
 
 GROUPS = (

@@ -1,8 +1,8 @@
 """The session environment's hints in docs/reference.md: the ``env`` names a session document may carry.
 
-Beside the key tables of ``broker.cli.reference`` (what the loaders read),
+Beside the key tables of ``broker.cli.manual`` (what the loaders read),
 this is what the broker writes: the session id, and what each provider
-type's credentials set (``ProviderReference.hints``, declared in the
+type's credentials set (``ProviderManual.hints``, declared in the
 provider's package). A test issues Vault dynamic secrets and checks that
 every name they set is in this table.
 """
@@ -10,7 +10,7 @@ every name they set is in this table.
 from __future__ import annotations
 
 from broker.core.inputs.manifest import RESERVED_ENV_PREFIX, reserved_env
-from broker.vocab.reference import Hint
+from broker.vocab.manual import Hint
 from providers.registry import provider_classes
 
 #: What the broker itself puts in every session's ``env``.
@@ -19,7 +19,7 @@ CORE_HINTS = (Hint("BROKER_SESSION", "every session", "The session id."),)
 
 def hints() -> tuple[Hint, ...]:
     """Every hint: the core's, then each registered provider type's."""
-    return CORE_HINTS + tuple(hint for cls in provider_classes() for hint in cls.reference().hints)
+    return CORE_HINTS + tuple(hint for cls in provider_classes() for hint in cls.manual().hints)
 
 
 def render_hints() -> list[str]:

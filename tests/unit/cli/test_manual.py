@@ -1,4 +1,4 @@
-"""docs/reference.md is generated from broker/cli/reference/, which lists exactly the keys the loaders read."""
+"""docs/reference.md is generated from broker/cli/manual/, which lists exactly the keys the loaders read."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from broker.cli.reference import CONFIG, MANIFEST, POLICY, render
+from broker.cli.manual import CONFIG, MANIFEST, POLICY, render
 from broker.core.inputs.config import Config, parse_config
 from broker.core.inputs.manifest import parse_manifest
 from broker.core.inputs.policy import load_policy
 from broker.vocab import fields as fields_module
-from broker.vocab.reference import Section
+from broker.vocab.manual import Section
 from tests.fixtures.stack import STACK_TASK
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -127,4 +127,4 @@ def test_policy_reference_lists_exactly_what_the_loader_reads(read_keys: dict[st
 
 def test_the_committed_reference_is_current() -> None:
     committed = (ROOT / "docs" / "reference.md").read_text()
-    assert committed == render(), "docs/reference.md is stale: run scripts/gen-reference"
+    assert committed == render(), "docs/reference.md is stale: run scripts/gen-docs"

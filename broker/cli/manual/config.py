@@ -1,13 +1,13 @@
 """The operator's config file in the reference: the core's own tables (each provider type declares its own).
 
-The config changes with the operator's settings, the task documents (``broker.cli.reference.documents``)
-with what a task may ask; ``broker.cli.reference`` renders all three.
+The config changes with the operator's settings, the task documents (``broker.cli.manual.documents``)
+with what a task may ask; ``broker.cli.manual`` renders all three.
 """
 
 from __future__ import annotations
 
-from broker.egress.terminate.budget import REFERENCE_INTRO, REFERENCE_KEYS, SIZE
-from broker.vocab.reference import Key, Section
+from broker.egress.terminate.budget import MANUAL_INTRO, MANUAL_KEYS, SIZE
+from broker.vocab.manual import Key, Section
 
 DURATION = "duration"
 
@@ -148,8 +148,8 @@ CORE_CONFIG = (
     Section(
         "Config: [egress] evidence_budget",
         "egress.evidence_budget",
-        tuple(Key(*k) for k in REFERENCE_KEYS),
-        REFERENCE_INTRO,
+        tuple(Key(*k) for k in MANUAL_KEYS),
+        MANUAL_INTRO,
     ),
     Section(
         "Config: [daemon]",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from broker.cli.context import Invocation, echo, print_json
-from broker.cli.render import decision_lines
+from broker.cli.context import Invocation, echo
+from broker.cli.render import decision as show_decision
 from broker.core.broker import Requester
 from broker.core.inputs.manifest import load_manifest
 from broker.core.inputs.policy import decide, load_policy
@@ -16,11 +16,7 @@ def check(run: Invocation, task: str, as_json: bool) -> None:
     config = run.load_config()
     manifest = load_manifest(task, config)
     decision = decide(load_policy(config.policy_dir, config), manifest, Requester.current(), config)
-    if as_json:
-        print_json(decision.to_json())
-    else:
-        for line in decision_lines(decision.to_json()):
-            echo(line)
+    show_decision(decision.to_json(), {"as_json": as_json})
     if not decision.allowed:
         raise PolicyDenied(decision.denial_message())
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
-import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -27,26 +26,28 @@ from typing import Any
 
 from broker.client import approving
 from broker.client.answers import checked
+from broker.client.asking import manifest, render, session_id
+from broker.commands.declaring import Command
 from broker.daemon.transport import Answer, Connection
 from broker.egress.bridge import forwarder_argv
 from broker.host.sandbox import EGRESS_SOCKET, check_sandbox_available
 from broker.host.spawning import Launch, launch, stop
 from broker.vocab.durations import wait_seconds
 from broker.vocab.errors import BrokerError, UsageError
-from broker.vocab.session_ids import check_session_id
 
 PASSED_TO_DAEMON = ("PATH", "LANG", "TERM")  # what direct exec takes from its own environment
 
 
-def run_exec(args: dict[str, Any], socket: str, manifest: Any) -> int:
+def run_exec(table_entry: Command, args: dict[str, Any], socket: str) -> int:
     """The command's exit status, as direct ``exec`` returns it (``args``: the command table's exec values)."""
+    document = manifest(str(args["task"]))  # read with the launcher's own rights, first, as ever
     command = list(args["command"])
     if not command:
         raise UsageError("exec needs a command: broker exec --task FILE -- CMD ARGS...")
     check_sandbox_available(args["sandbox"], args["network"])  # before anything is minted, as direct exec does
     workspace = str(Path(args["workspace"]).resolve()) if args["workspace"] else None
     body = {
-        "manifest": manifest,
+        "manifest": document,
         "sandbox": args["sandbox"],
         "network": args["network"],
         "workspace": workspace or (os.getcwd() if args["sandbox"] == "none" else None),
@@ -65,10 +66,8 @@ def run_exec(args: dict[str, Any], socket: str, manifest: Any) -> int:
         holder = _Holder(connection, session)
         status = _run(started.document, command, args, workspace, holder.attach)
         report = holder.finish()
-    if report is None:
-        _warn(f"session {session}: the broker daemon went away; broker sweep revokes it")
-    elif report.exit_code:
-        _warn(f"session {session}: revocation incomplete; pending credentials stay for broker sweep")
+    revoked = None if report is None else not report.exit_code
+    render(table_entry, {"session": session, "revoked": revoked}, args)
     return status
 
 
@@ -79,7 +78,7 @@ def _await(socket: str, answer: Answer, wait: float | None) -> str:
     approving.announce(socket, waiting, wait, False)
     if wait == 0:
         raise waiting
-    request = check_session_id(waiting.request, "request id")
+    request = session_id(waiting.request, "request id")
     approving.settle(socket, request, wait)
     return request
 
@@ -148,8 +147,3 @@ def _run(
         forwarder=tuple(forwarder_argv(EGRESS_SOCKET, [])),
     )
     return launch(what, started=attach)
-
-
-def _warn(message: str) -> None:
-    sys.stderr.write(f"broker: error: {message}\n")
-    sys.stderr.flush()

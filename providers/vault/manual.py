@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from broker.vocab.reference import Hint, Key, ProviderReference
+from broker.vocab.manual import Hint, Key, ProviderManual
 
-REFERENCE = ProviderReference(
+MANUAL = ProviderManual(
     summary="Vault or OpenBao.",
     example="""\
 # [providers.vault]

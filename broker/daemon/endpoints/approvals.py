@@ -1,4 +1,4 @@
-"""The daemon's approval endpoints: list, approve, deny; and the requester's wait and collect.
+"""The approval endpoints: list, approve, deny; and the requester's wait and collect.
 
 * ``GET /v1/approvals``: the open requests the peer may decide or asked for (root: all);
 * ``POST /v1/approvals/{id}/approve`` ``{"digest": ...}``, ``POST /v1/approvals/{id}/deny`` ``{"reason": ...}``:
@@ -13,53 +13,56 @@ Waiting and collecting are the requester's (or root's), as its session is.
 from __future__ import annotations
 
 import json
-import re
 import threading
 import time
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
-from broker.core.approvals.deciding import approve, deny, expire, visible
+from broker.core.approvals.deciding import approve as decide_approve
+from broker.core.approvals.deciding import deny as decide_deny
+from broker.core.approvals.deciding import expire, visible
 from broker.core.approvals.ticket import request_json
 from broker.core.approvals.waiting import wait_for_decision
 from broker.core.broker import Broker
 from broker.core.issuing.resuming import resuming
 from broker.daemon.access import owned_session, sees_all
-from broker.daemon.peer import Peer
-from broker.host.wire import Request, Send, error_body
+from broker.daemon.call import Call
+from broker.host.serving.wire import Request
 from broker.vocab.errors import BadInput
 from broker.vocab.session_ids import check_session_id
 
-ACTION_PATH = re.compile(r"/v1/approvals/([^/]{1,64})/(approve|deny|wait|collect)")
 MAX_WAIT = 600.0
 
 
-def dispatch(broker: Broker, peer: Peer, request: Request, send: Send, stopping: threading.Event) -> None:
-    url = urlsplit(request.target)
-    if (request.method, url.path) == ("GET", "/v1/approvals"):
-        send(200, [request_json(a) for a in visible(broker, sees_all=sees_all(peer))])
-        return
-    match = ACTION_PATH.fullmatch(url.path)
-    if request.method != "POST" or match is None:
-        send(404, error_body(f"no endpoint {request.method[:10]} {url.path[:80]}", 2))
-        return
-    request_id, action = check_session_id(match.group(1), "request id"), match.group(2)
-    if action == "approve":
-        digest = _field(request, "digest")
-        if digest is None:
-            raise BadInput('approve needs the request\'s digest: {"digest": SHA256}')
-        send(200, request_json(approve(broker, request_id, digest)))
-    elif action == "deny":
-        send(200, request_json(deny(broker, request_id, _field(request, "reason"))))
-    elif action == "wait":
-        owned_session(broker, peer, request_id, "wait for")
-        seconds = _seconds(parse_qs(url.query).get("seconds", ["0"])[-1])
-        send(200, request_json(_wait(broker, request_id, seconds, stopping)))
-    else:
-        owned_session(broker, peer, request_id, "collect")
-        with resuming(broker, request_id) as session:
-            send(201, session.to_json())  # while it can still be rolled back: a peer that is gone gets nothing
-        broker.checkpoint()
+def listed(call: Call) -> None:
+    call.send(200, [request_json(a) for a in visible(call.broker, sees_all=sees_all(call.peer))])
+
+
+def approve(call: Call) -> None:
+    request_id = check_session_id(call.id, "request id")
+    digest = _field(call.request, "digest")
+    if digest is None:
+        raise BadInput('approve needs the request\'s digest: {"digest": SHA256}')
+    call.send(200, request_json(decide_approve(call.broker, request_id, digest)))
+
+
+def deny(call: Call) -> None:
+    request_id = check_session_id(call.id, "request id")
+    call.send(200, request_json(decide_deny(call.broker, request_id, _field(call.request, "reason"))))
+
+
+def wait(call: Call) -> None:
+    request_id = check_session_id(call.id, "request id")
+    owned_session(call.broker, call.peer, request_id, "wait for")
+    seconds = _seconds(call.query.get("seconds", "0"))
+    call.send(200, request_json(_wait(call.broker, request_id, seconds, call.stopping)))
+
+
+def collect(call: Call) -> None:
+    request_id = check_session_id(call.id, "request id")
+    owned_session(call.broker, call.peer, request_id, "collect")
+    with resuming(call.broker, request_id) as session:
+        call.send(201, session.to_json())  # while it can still be rolled back: a peer that is gone gets nothing
+    call.broker.checkpoint()
 
 
 def _wait(broker: Broker, request: str, seconds: float, stopping: threading.Event) -> Any:

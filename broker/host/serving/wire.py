@@ -1,15 +1,16 @@
 """HTTP/1.1 on one accepted Unix-socket connection, parsed by h11 (no hand-written parser), JSON in and out.
 
-The daemon (``broker.daemon``) and a delegating session's socket
-(``broker.core.running.session_socket``) both serve their peers with it.
+The daemon (``broker.daemon``), its metrics listener and a delegating
+session's socket (``broker.core.running.session_socket``) serve their peers
+with it, each connection accepted by ``broker.host.serving.listening``.
 
 Keep-alive is supported; a request that h11 cannot parse, or whose body is
 too large, gets 400/413 with the usual ``{"error", "exit_code"}`` body and the
 connection is closed. A connection whose next request head is not complete
-within ``HEAD_DEADLINE`` of the connection (or of the previous answer) is
-closed, so an idle peer holds nothing for long: silently when it sent
-nothing, with 408 when it sent part of a head. While the daemon is stopping,
-an idle connection is closed and the answer in flight says
+within the listener's head deadline (``HEAD_DEADLINE`` unless it says
+otherwise) of the connection (or of the previous answer) is closed, so an
+idle peer holds nothing for long: silently when it sent nothing, with 408
+when it sent part of a head. While the daemon is stopping, an idle connection is closed and the answer in flight says
 ``Connection: close``. ``busy`` is the one answer given without reading a
 request: 503 when a peer holds more connections than it may.
 """
@@ -74,12 +75,17 @@ def error_body(message: str, exit_code: int) -> dict[str, Any]:
     return {"error": " ".join(message.split()), "exit_code": exit_code}
 
 
-def serve_connection(sock: socket.socket, handle: Handler, stopping: threading.Event) -> None:
+def serve_connection(
+    sock: socket.socket, handle: Handler, stopping: threading.Event, head_deadline: float = HEAD_DEADLINE
+) -> None:
+    """Serve the requests of one connection, one after another, until the peer closes or ``stopping``; a request
+    head must be complete within ``head_deadline`` of the connection or of the previous answer (the listener's
+    ``Limits.head_deadline``)."""
     conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
     sock.settimeout(POLL)
     while True:
         try:
-            request = _read_request(sock, conn, stopping)
+            request = _read_request(sock, conn, stopping, head_deadline)
         except BadRequest as exc:
             _refuse(sock, conn, exc.status, exc.message)
             return
@@ -109,7 +115,9 @@ def serve_connection(sock: socket.socket, handle: Handler, stopping: threading.E
         conn.start_next_cycle()
 
 
-def _read_request(sock: socket.socket, conn: h11.Connection, stopping: threading.Event) -> Request | None:
+def _read_request(
+    sock: socket.socket, conn: h11.Connection, stopping: threading.Event, head_deadline: float
+) -> Request | None:
     """The next whole request, or None when the peer closed (or the daemon stops) between requests."""
     head: h11.Request | None = None
     body = bytearray()
@@ -121,7 +129,7 @@ def _read_request(sock: socket.socket, conn: h11.Connection, stopping: threading
         except h11.RemoteProtocolError as exc:
             raise BadRequest(400, f"malformed HTTP request: {exc}") from None
         if event is h11.NEED_DATA:
-            data = _receive(sock, conn, stopping, started, None if head is not None else waiting)
+            data = _receive(sock, conn, stopping, started, None if head is not None else waiting, head_deadline)
             if data is None:
                 return None
             started = started if started is not None else time.monotonic()
@@ -148,6 +156,7 @@ def _receive(
     stopping: threading.Event,
     started: float | None,
     waiting: float | None,
+    head_deadline: float,
 ) -> bytes | None:
     """The next bytes; None to close quietly. ``waiting``: since when the head is awaited (None once it came)."""
     while True:
@@ -157,7 +166,7 @@ def _receive(
             now = time.monotonic()
             if started is None and conn.their_state is h11.IDLE and stopping.is_set():
                 return None  # idle between requests: nothing is lost by closing
-            if waiting is not None and now - waiting > HEAD_DEADLINE:
+            if waiting is not None and now - waiting > head_deadline:
                 if started is None:
                     return None  # not a byte in time: an idle peer holds no connection
                 raise BadRequest(408, "the request head did not arrive in time") from None

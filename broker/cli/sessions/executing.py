@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from broker.cli.context import Invocation, print_error
+from broker.cli.context import Invocation
 from broker.cli.opening import open_broker
+from broker.cli.render import exec_ended
 from broker.cli.sessions.waiting import pending_notice
 from broker.core.executing import ExecOptions, check_sandbox_available, execute
 from broker.core.inputs.manifest import load_manifest
@@ -44,6 +45,5 @@ def run(
             pending_notice(broker, pending, seconds, False)
 
         result = execute(broker, manifest, options, wait=seconds, on_pending=notice)
-    if not result.revoke.complete:
-        print_error(f"session {result.session}: revocation incomplete; pending credentials stay for broker sweep")
+    exec_ended({"session": result.session, "revoked": result.revoke.complete}, {})
     return result.status

@@ -1,14 +1,14 @@
 """The task documents in the reference: the manifest's and the policy file's core tables.
 
 What a task may ask and what a rule may grant change together, and apart from the operator's config
-(``broker.cli.reference.config``); each provider type adds its own keys (``Provider.reference()``).
+(``broker.cli.manual.config``); each provider type adds its own keys (``Provider.manual()``).
 """
 
 from __future__ import annotations
 
-from broker.cli.reference.config import DURATION
+from broker.cli.manual.config import DURATION
 from broker.egress.operations.parsing import SECTIONS as OPERATIONS_SECTIONS
-from broker.vocab.reference import Key, Section
+from broker.vocab.manual import Key, Section
 
 
 def operations_sections(title: str, path: str) -> tuple[Section, ...]:

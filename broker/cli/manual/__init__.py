@@ -1,7 +1,7 @@
-"""The config, manifest and policy reference: one table per section, rendered to docs/reference.md.
+"""The manual: the config, manifest and policy keys, one table per section, rendered to docs/reference.md.
 
 Every key a loader reads is listed here or in its provider type's own
-declaration (``Provider.reference()``, in the provider's package), and nothing
+declaration (``Provider.manual()``, in the provider's package), and nothing
 else: a test loads documents through the real loaders, records the keys they
 read, and compares them with these tables; another test regenerates
 docs/reference.md and compares it with the committed file. So neither the
@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from broker.cli.reference.config import CORE_CONFIG
-from broker.cli.reference.documents import CORE_MANIFEST, CORE_POLICY, operations_sections
-from broker.cli.reference.env import render_hints
-from broker.vocab.reference import Key, Section
+from broker.cli.manual.config import CORE_CONFIG
+from broker.cli.manual.documents import CORE_MANIFEST, CORE_POLICY, operations_sections
+from broker.cli.manual.env import render_hints
+from broker.vocab.manual import Key, Section
 from providers.base import Provider
 from providers.registry import provider_classes
 
@@ -28,12 +28,12 @@ PROXY_KEYS = (
 
 
 def _provider_config(cls: type[Provider[Any]]) -> Section:
-    type_row = Key("type", f'"{cls.type_name}"', True, cls.reference().summary)
+    type_row = Key("type", f'"{cls.type_name}"', True, cls.manual().summary)
     proxy = PROXY_KEYS if cls.proxy is not None else ()
     return Section(
         f'Config: [providers.NAME] type = "{cls.type_name}"',
         f"providers.{cls.type_name}",
-        (type_row, *cls.reference().config, *proxy),
+        (type_row, *cls.manual().config, *proxy),
     )
 
 
@@ -42,7 +42,7 @@ def _with_provider_keys(section: Section, keys: tuple[Key, ...]) -> Section:
 
 
 def _inject_key() -> Key:
-    proxied = ", ".join(sorted(cls.proxy.reference for cls in provider_classes() if cls.proxy is not None))
+    proxied = ", ".join(sorted(cls.proxy.documented_as for cls in provider_classes() if cls.proxy is not None))
     return Key(
         "inject",
         "file | proxy",
@@ -55,13 +55,13 @@ def _inject_key() -> Key:
 def _sections() -> tuple[tuple[Section, ...], tuple[Section, ...], tuple[Section, ...]]:
     """The config, manifest and policy sections: the core's, with each registered provider type's keys."""
     classes = provider_classes()
-    manifest_keys = (_inject_key(), *(key for cls in classes for key in cls.reference().manifest))
-    grant_keys = tuple(key for cls in classes for key in cls.reference().grant)
+    manifest_keys = (_inject_key(), *(key for cls in classes for key in cls.manual().manifest))
+    grant_keys = tuple(key for cls in classes for key in cls.manual().grant)
     config = (*CORE_CONFIG, *(_provider_config(cls) for cls in classes))
     manifest = (
         *CORE_MANIFEST[:-1],
         _with_provider_keys(CORE_MANIFEST[-1], manifest_keys),
-        *(section for cls in classes for section in cls.reference().sections),
+        *(section for cls in classes for section in cls.manual().sections),
         *operations_sections("Manifest", "operations"),
     )
     policy = (
@@ -79,8 +79,8 @@ def render() -> str:
     lines = [
         "# Reference",
         "",
-        "Generated from `broker/cli/reference/` and each provider type's `reference.py` by",
-        "`scripts/gen-reference`; a test keeps it equal to the keys the loaders really read. Do not edit by hand.",
+        "Generated from `broker/cli/manual/` and each provider type's `manual.py` by",
+        "`scripts/gen-docs`; a test keeps it equal to the keys the loaders really read. Do not edit by hand.",
     ]
     config, manifest, policy = _sections()  # the provider types registered now
     for part, sections in (("Operator config (TOML)", config), ("Task manifest", manifest), ("Policy files", policy)):

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from broker.vocab.reference import Hint, Key, ProviderReference, Section
+from broker.vocab.manual import Hint, Key, ProviderManual, Section
 
-REFERENCE = ProviderReference(
+MANUAL = ProviderManual(
     summary="AWS STS AssumeRole.",
     example="""\
 # [providers.aws]

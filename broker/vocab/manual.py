@@ -1,8 +1,11 @@
-"""The words of docs/reference.md: a key a loader reads, a table of keys, a hint a session's env carries.
+"""The manual's words (docs/reference.md): a key a loader reads, a table of keys, a hint a session's env carries.
 
-``broker.cli.reference`` renders the document from the core's own tables
-and from what each provider type declares of itself (``ProviderReference``,
-``Provider.reference()``): a new provider type documents its keys in its own
+"Manual" is the documentation of the config keys; a credential's ``reference`` is something else (the
+provider's handle to revoke it, in the store and the log).
+
+``broker.cli.manual`` renders the document from the core's own tables
+and from what each provider type declares of itself (``ProviderManual``,
+``Provider.manual()``): a new provider type documents its keys in its own
 package, and a test keeps every table equal to what the loaders really read.
 """
 
@@ -36,7 +39,7 @@ class Hint:
 
 
 @dataclass(frozen=True)
-class ProviderReference:
+class ProviderManual:
     """What a provider type's loaders read, and what its credentials put in a session's ``env``.
 
     ``config`` are the keys of its ``[providers.NAME]`` table besides ``type``

@@ -120,7 +120,18 @@ class SqliteSessionStore(SqliteApprovals, SessionStore):
             raise StoreError(f"session store {path} is unusable: {exc}") from None
 
     def _migrate(self) -> None:
-        """Bring a store written by an older broker up to the current schema."""
+        """Bring a store written by an older broker up to the current schema, in one write transaction: two
+        processes opening a new or older store at once (a launcher's first commands in parallel) each read the
+        columns only once the other's changes are in, so neither adds a column twice."""
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            self._migrate_columns()
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+        self._conn.execute("COMMIT")
+
+    def _migrate_columns(self) -> None:
         columns = {row[1] for row in self._conn.execute("PRAGMA table_info(sessions)")}
         if "exec_bound" not in columns:
             self._conn.execute("ALTER TABLE sessions ADD COLUMN exec_bound INTEGER NOT NULL DEFAULT 0")

@@ -176,7 +176,7 @@ class ProxyFacts:
     refused_answer_key: str | None = None
     refused_answer_name: str = ""
     #: The client signs each request itself (AWS SigV4): the proxy verifies the signature with the placeholder
-    #: keys and re-signs with the real ones (``broker.egress.sigv4``) instead of swapping a header.
+    #: keys and re-signs with the real ones (``broker.egress.injectors.sigv4``) instead of swapping a header.
     resigns: bool = False
 
 

@@ -28,7 +28,7 @@ from typing import Any
 from broker.client import approving
 from broker.client.answers import checked
 from broker.daemon.transport import Answer, Connection
-from broker.egress.bridge import forwarder_argv
+from broker.egress.proxy.bridge import forwarder_argv
 from broker.host.sandbox import EGRESS_SOCKET, check_sandbox_available
 from broker.host.spawning import Launch, launch, stop
 from broker.vocab.durations import wait_seconds

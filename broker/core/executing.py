@@ -17,10 +17,10 @@ With ``--network allowlist`` (the default when the manifest has a
 way out is the session's egress proxy (``broker.egress``), bridged in on
 ``127.0.0.1:PORT``; the refused destinations are logged as ``egress.denied``
 when the command ends, and the refused requests to credential hosts as
-``egress.refused`` (``broker.egress.records``). The proxy terminates TLS for
+``egress.refused`` (``broker.egress.proxy.denials``). The proxy terminates TLS for
 the hosts of ``inject: proxy`` credentials and the hosts the session's
 operations limit; each request to them is an ``egress.request`` record,
-written while the command runs (``broker.egress.terminate.writer``) and all
+written while the command runs (``broker.egress.evidence.writer``) and all
 in the log before the session's revocation is.
 
 A session whose rules need an approval is waited for (``wait`` seconds,
@@ -58,11 +58,11 @@ from broker.core.running.rotating import Rotator
 from broker.core.running.standing import Standing, recorded_network_rule
 from broker.core.session_document import SessionDocument
 from broker.core.session_socket import SessionSocket
-from broker.egress.bridge import forwarder_argv, proxy_hints
-from broker.egress.records import log_denials
-from broker.egress.running import RunningProxy, running_proxy
-from broker.egress.terminate.plan import Interceptor
-from broker.egress.terminate.writer import EvidenceWriter
+from broker.egress.evidence.writer import EvidenceWriter
+from broker.egress.proxy.bridge import forwarder_argv, proxy_hints
+from broker.egress.proxy.denials import log_denials
+from broker.egress.proxy.thread import ProxyThread, proxy_thread
+from broker.egress.terminate.interceptor import Interceptor
 from broker.host.control import ControlSocket
 from broker.host.egress_socket import EgressSocket, egress_root
 from broker.host.sandbox import EGRESS_SOCKET, SANDBOX_PATH, WORKSPACE
@@ -194,7 +194,7 @@ def execute(
                     unix = EgressSocket(egress_root(broker.runtime), session_id, sandbox, passable=False)
                     evidence = session_evidence(broker, session_id, manifest.task)
                     proxy = stack.enter_context(
-                        running_proxy(manifest.network, unix=unix, interceptor=interceptor, evidence=evidence)
+                        proxy_thread(manifest.network, unix=unix, interceptor=interceptor, evidence=evidence)
                     )
                     stack.callback(_log_denials, broker, proxy, session_id, manifest.task)
                 if interceptor is not None:
@@ -231,12 +231,12 @@ def session_evidence(broker: Broker, session_id: str, task: str) -> EvidenceWrit
     )
 
 
-def _log_denials(broker: Broker, proxy: RunningProxy, session_id: str, task: str) -> None:
+def _log_denials(broker: Broker, proxy: ProxyThread, session_id: str, task: str) -> None:
     log_denials(broker.log, proxy.denials(), session=session_id, task=task, requester=str(broker.requester))
 
 
 def _run(
-    document: SessionDocument, manifest: Manifest, options: ExecOptions, proxy: RunningProxy | None, halt: Halt
+    document: SessionDocument, manifest: Manifest, options: ExecOptions, proxy: ProxyThread | None, halt: Halt
 ) -> int:
     env = child_environment(document, manifest, options, os.environ)
     if proxy is not None:

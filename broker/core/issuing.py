@@ -57,7 +57,7 @@ from broker.core.inputs.policy import Decision, decide
 from broker.core.session_document import IssuedCredential, SessionDocument
 from broker.core.store.interface import ApprovalRecord, SessionRecord
 from broker.core.store.states import SETTLED_CREDENTIAL_STATES, CredentialState, SessionState
-from broker.egress.terminate.plan import Interceptor
+from broker.egress.terminate.interceptor import Interceptor
 from broker.host.sessiondir import SOCKET_NAME, SessionDirectory
 from broker.host.signals import signals_blocked
 from broker.vocab.errors import (

@@ -25,7 +25,7 @@ from broker.core.issuing import issuing
 from broker.core.session_document import SessionDocument
 from broker.core.store.interface import ApprovalRecord
 from broker.core.store.states import ApprovalState
-from broker.egress.terminate.plan import Interceptor
+from broker.egress.terminate.interceptor import Interceptor
 from broker.vocab.errors import PolicyDenied, UnknownRequest
 from broker.vocab.session_ids import check_session_id
 from broker.vocab.time import iso

@@ -51,10 +51,10 @@ from broker.core.running.standing import Standing, recorded_network_rule
 from broker.core.session_socket import SessionSocket
 from broker.daemon.access import owned_session
 from broker.daemon.peer import Peer
-from broker.egress.bridge import proxy_hints
-from broker.egress.proxy import EgressProxy
-from broker.egress.records import log_denials
-from broker.egress.running import RunningProxy
+from broker.egress.proxy.bridge import proxy_hints
+from broker.egress.proxy.denials import log_denials
+from broker.egress.proxy.listener import EgressProxy
+from broker.egress.proxy.thread import ProxyThread
 from broker.host.control import ControlSocket
 from broker.host.egress_socket import EgressSocket, egress_root
 from broker.host.sandbox import check_network_enforceable
@@ -62,7 +62,7 @@ from broker.vocab.errors import BadInput
 from broker.vocab.holding import Lock
 
 if TYPE_CHECKING:
-    from broker.egress.terminate.plan import Interceptor
+    from broker.egress.terminate.interceptor import Interceptor
 
 WAKE = 0.5  # how often a hold looks at the session's expiry and the daemon's stop
 
@@ -87,7 +87,7 @@ class Held:
     task: str
     lock: Lock
     expires_at: datetime
-    proxy: RunningProxy | None = None
+    proxy: ProxyThread | None = None
     interceptor: Interceptor | None = None
     report: RevokeReport | None = None
     halt: Halt = field(default_factory=Halt)  # an outside revoke through the control socket
@@ -155,7 +155,7 @@ class Holds:
                 proxy = EgressProxy(manifest.network, None, None, interceptor, evidence)
                 if broker.metrics is not None:
                     proxy.decided = broker.metrics.egress  # each decision counted in the daemon's metrics
-                held.proxy = RunningProxy(proxy)
+                held.proxy = ProxyThread(proxy)
                 held.proxy.serve_unix(unix)
                 env.update(proxy_hints())
             held.halt.attach_proxy(held.proxy, interceptor)

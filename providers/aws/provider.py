@@ -82,7 +82,7 @@ SESSION_NAME = re.compile(r"[\w+=,.@-]{2,64}", re.ASCII)
 SECRET_TEXT = re.compile(r"[\x21-\x7e]{1,65536}", re.ASCII)  # no whitespace: nothing can break the INI file
 TAG_VALUE = re.compile(r"[\w.:/=+@ -]{0,256}", re.ASCII)
 REVOKE_MODES = ("deny-policy", "expire")
-#: ``proxy_sts_actions``: what the proxy re-signs on STS for inject: proxy (``broker.egress.sigv4.actions``).
+#: ``proxy_sts_actions``: what the proxy re-signs on STS for inject: proxy (``broker.egress.injectors.sigv4.actions``).
 DEFAULT_STS_ACTIONS = ("GetCallerIdentity",)
 #: STS actions that answer with credentials or a token good elsewhere: the proxy never re-signs them.
 CREDENTIAL_ACTION = re.compile(r"assume.*|get.*(?:token|credentials?)", re.IGNORECASE)

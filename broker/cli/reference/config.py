@@ -6,7 +6,7 @@ with what a task may ask; ``broker.cli.reference`` renders all three.
 
 from __future__ import annotations
 
-from broker.egress.terminate.budget import REFERENCE_INTRO, REFERENCE_KEYS, SIZE
+from broker.egress.evidence.budget import REFERENCE_INTRO, REFERENCE_KEYS, SIZE
 from broker.vocab.reference import Key, Section
 
 DURATION = "duration"

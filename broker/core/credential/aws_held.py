@@ -4,7 +4,7 @@ The session's ``credentials`` file gets placeholders of the real shapes (an
 access key id ``ASIA`` + 16 upper-case letters and digits, a 40-character
 secret, a session token of the real one's length), so every SDK and the AWS
 CLI load and sign with them unchanged. The real keys go to the proxy's
-``Resigner`` (``broker.egress.sigv4.injector``), in memory only: it verifies
+``Resigner`` (``broker.egress.injectors.sigv4.resigner``), in memory only: it verifies
 each request to the credential's hosts with the placeholder secret and
 re-signs it with the real keys.
 
@@ -22,10 +22,10 @@ other bucket's host is not terminated. When the provider has its own
 the first proxy host over https, as a Vault address does.
 
 A body that must be checked before it goes upstream is spooled in the
-session's own tmpfs, in a file with no name (``broker.egress.sigv4.spool``).
+session's own tmpfs, in a file with no name (``broker.egress.injectors.sigv4.spool``).
 The re-signer signs only the STS actions its provider lists
 (``Provider.proxy_actions``: ``proxy_sts_actions``), never one that answers
-with new credentials (``broker.egress.sigv4.actions``).
+with new credentials (``broker.egress.injectors.sigv4.actions``).
 """
 
 from __future__ import annotations
@@ -38,10 +38,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from broker.core.inputs.config import ProxyTarget
-from broker.egress.sigv4 import AwsKeys
-from broker.egress.sigv4.actions import DEFAULT_STS_ACTIONS, STS, Actions
-from broker.egress.sigv4.injector import Resigner
-from broker.egress.terminate.plan import Interceptor
+from broker.egress.injectors.sigv4 import AwsKeys
+from broker.egress.injectors.sigv4.actions import DEFAULT_STS_ACTIONS, STS, Actions
+from broker.egress.injectors.sigv4.resigner import Resigner
+from broker.egress.terminate.interceptor import Interceptor
 from broker.vocab.errors import ConfigError, ProviderError
 from broker.vocab.secret import Secret
 from providers.base import CredentialRequest, MintedCredential

@@ -11,7 +11,7 @@ type's own clients: ``Provider.ca_env``). The hint naming a provider's
 address (``ProxyFacts.address_env``) becomes its first proxy host over https,
 and what the provider type says to keep from its hosts (request headers
 stripped, an answer key refused: Vault's response wrapping) guards them
-(``answer_guard``, ``broker.egress.guards``). A credential whose request
+(``answer_guard``, ``broker.egress.terminate.guards``). A credential whose request
 names its own hosts and header (``kind: secret``:
 ``CredentialRequest.delivery``) becomes a ``HeaderTemplate`` for those
 hosts, checked upstream against ``[egress] upstream_ca_file``; its ``env``
@@ -31,11 +31,11 @@ from typing import TYPE_CHECKING
 from broker.core.credential.aws_held import hold_aws_in_proxy
 from broker.core.inputs.config import Config
 from broker.core.inputs.manifest import Manifest
-from broker.egress.ca import SessionCA, ca_bundle
 from broker.egress.destinations import Destination, DestinationError, allowed, parse_destination
-from broker.egress.inject import Injection, placeholder_for
-from broker.egress.template import HeaderTemplate
-from broker.egress.terminate.plan import Interceptor
+from broker.egress.injectors.swap import Injection, placeholder_for
+from broker.egress.injectors.template import HeaderTemplate
+from broker.egress.terminate.ca import SessionCA, ca_bundle
+from broker.egress.terminate.interceptor import Interceptor
 from broker.vocab.errors import BadInput, ConfigError, ProviderError
 from broker.vocab.files import read_bounded
 from broker.vocab.secret import Secret
@@ -44,8 +44,8 @@ from providers.registry import provider_classes
 
 if TYPE_CHECKING:
     from broker.core.inputs.policy import Decision
-    from broker.egress.guards import AnswerGuard
     from broker.egress.operations.checker import OperationsChecker
+    from broker.egress.terminate.guards import AnswerGuard
 
 MAX_SYSTEM_BUNDLE = 4 * 1024 * 1024
 CA_FILE, BUNDLE_FILE = "ca.pem", "ca-bundle.pem"
@@ -58,7 +58,7 @@ def answer_guard(facts: ProxyFacts) -> AnswerGuard | None:
     """What the proxy keeps from a provider's hosts beyond the swap, as its type declares it (None: nothing)."""
     if not facts.stripped_headers and facts.refused_answer_key is None:
         return None
-    from broker.egress.guards import AnswerGuard  # h11 and asyncio: only for a session whose proxy runs here
+    from broker.egress.terminate.guards import AnswerGuard  # h11 and asyncio: only for a session whose proxy runs here
 
     return AnswerGuard(
         facts.label,

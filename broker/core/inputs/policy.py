@@ -18,9 +18,9 @@ from broker.core.inputs.config import Config
 from broker.core.inputs.manifest import Manifest
 from broker.core.inputs.sandbox_ids import NO_IDS, IdSet, read_id_set
 from broker.core.inputs.strictdata import parse_document
+from broker.egress.allowlist.lists import NO_NETWORK, NetworkDecision, decide_network, read_destinations
 from broker.egress.destinations import Destination
 from broker.egress.operations import NO_OPERATIONS, Operations, check_network, narrowed, read_operations
-from broker.egress.policy import NO_NETWORK, NetworkDecision, decide_network, read_destinations
 from broker.vocab.errors import PolicyFileError
 from broker.vocab.fields import Fields, shown
 from broker.vocab.files import read_regular_file

@@ -52,7 +52,7 @@ from broker.core.inputs.manifest import Manifest
 from broker.core.running.documenting import refresh_document
 from broker.core.running.standing import Standing
 from broker.core.store.states import CredentialState
-from broker.egress.terminate.plan import Interceptor
+from broker.egress.terminate.interceptor import Interceptor
 from broker.vocab.errors import BrokerError, PolicyDenied
 from broker.vocab.time import iso
 from providers.base import CredentialRequest

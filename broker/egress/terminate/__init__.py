@@ -6,7 +6,7 @@ session CA and the upstream trust). Inside the tunnel (``tunnel``) requests
 follow one another on the client's connection, each a ``request.Cycle``:
 guards, the operations decision (the body held when it decides), the
 credential step (``injector``: the interface a credential's way in
-implements; the GitHub and Vault header swap is ``broker.egress.inject``),
+implements; the GitHub and Vault header swap is ``broker.egress.injectors.swap``),
 forwarding over a kept upstream connection (``upstream``), the answer
 relayed with the secrets masked, and one ``egress.request`` record
 (``evidence``) appended by a writer thread (``writer``) with back-pressure.

@@ -3,7 +3,7 @@
 After the ``200`` to the CONNECT the proxy speaks TLS to the client with a
 leaf certificate of the session CA for the CONNECT's host, and reads
 requests in a loop (keep-alive: git push and ``gh`` make several on one
-connection), each a ``Cycle`` (``broker.egress.terminate.request``), over one
+connection), each a ``Cycle`` (``broker.egress.terminate.cycle``), over one
 kept connection upstream (``UpstreamLink``). Before each request head is
 read, the tunnel waits for room in the evidence writer (back-pressure: the
 log is never outrun and no record is dropped). The tunnel ends when the
@@ -22,14 +22,14 @@ from urllib.parse import SplitResult
 
 import h11
 
-from broker.egress.exchange import Refused, read_head
-from broker.egress.guards import Refusal
+from broker.egress.evidence.record import Evidence
+from broker.egress.evidence.writer import EvidenceWriter
+from broker.egress.exchange.streams import Refused, read_head
 from broker.egress.terminate.answers import send_answer, text_answer
-from broker.egress.terminate.evidence import Evidence
-from broker.egress.terminate.plan import Interceptor
-from broker.egress.terminate.request import Cycle, Site
+from broker.egress.terminate.cycle import Cycle, Site
+from broker.egress.terminate.guards import Refusal
+from broker.egress.terminate.interceptor import Interceptor
 from broker.egress.terminate.upstream import Hooks, UpstreamLink
-from broker.egress.terminate.writer import EvidenceWriter
 
 
 def destination(host: str, port: int) -> str:

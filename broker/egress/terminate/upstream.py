@@ -20,8 +20,8 @@ from typing import Protocol
 
 import h11
 
-from broker.egress.exchange import ProxyLimits, _close
-from broker.egress.guards import Refusal
+from broker.egress.exchange.streams import ProxyLimits, _close
+from broker.egress.terminate.guards import Refusal
 
 
 class Hooks(Protocol):

@@ -52,7 +52,7 @@ def test_the_thin_clients_issue_reads_the_task_file_without_the_config_or_provid
         "broker.core.inputs.manifest",
         "broker.core.inputs.policy",
         "providers.base",
-        "broker.egress.policy",
+        "broker.egress.allowlist.lists",
     )
     assert sorted(m for m in modules if m in heavy) == []
 

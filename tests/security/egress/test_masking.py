@@ -31,8 +31,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker.core.credential.aws_held import placeholder_keys
-from broker.egress.sigv4 import AwsKeys
-from broker.egress.sigv4.injector import Resigner
+from broker.egress.injectors.sigv4 import AwsKeys
+from broker.egress.injectors.sigv4.resigner import Resigner
 from broker.egress.terminate.masking import Masker
 from broker.vocab.secret import Secret
 from tests.fixtures.aws_proxied import AwsProxied, lines_json, py

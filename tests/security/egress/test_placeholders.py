@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.egress.inject import placeholder_for
+from broker.egress.injectors.swap import placeholder_for
 from broker.vocab.secret import Secret
 from tests.fixtures.openbao import OpenBao
 from tests.fixtures.sandbox import sandbox_unavailable
@@ -46,7 +46,7 @@ def declared(secret: str) -> int:
 
 
 def test_the_prefixes_kept_are_published_ones() -> None:
-    from broker.egress.inject import PREFIXES
+    from broker.egress.injectors.swap import PREFIXES
 
     assert set(PREFIXES) == set(PUBLIC)
 

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from broker.egress.ca import SessionCA
-from broker.egress.inject import Injection, placeholder_for
+from broker.egress.injectors.swap import Injection, placeholder_for
+from broker.egress.terminate.ca import SessionCA
 from broker.vocab.secret import Secret
 from devstack.git_http import git_env
 from tests.fixtures.operations_stage import API, GIT, INDEX, PLAIN, RULE, Stage, stage

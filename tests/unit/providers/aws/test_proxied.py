@@ -11,7 +11,7 @@ from typing import Any
 import botocore.session
 import pytest
 
-from broker.egress.sigv4.actions import answers_with_credentials
+from broker.egress.injectors.sigv4.actions import answers_with_credentials
 from broker.vocab.errors import ConfigError
 from broker.vocab.fields import Fields
 from providers.aws.provider import CREDENTIAL_ACTION, AwsStsProvider

@@ -1,0 +1,164 @@
+"""``inject: proxy``: the sandbox holds a worthless placeholder, the proxy puts the real secret in on the way out.
+
+A placeholder has the shape of the secret it stands for (its public prefix,
+one of a known list such as ``ghs_``, ``hvs.`` or ``sk-ant-api03-``, then
+random letters and digits to the same length), so clients accept it
+unchanged; nothing else of the secret is in it (``placeholder_for``).
+``HeaderSwap`` is the injector (``broker.egress.injectors.interface``) of
+such a token: it swaps the placeholder for the secret only in requests to
+the credential's own hosts (which the proxy reaches over verified TLS) and
+only in ``Authorization`` (``Bearer``, ``token``, ``Basic`` with any user
+name, the way git sends it) and the headers its provider names as holding
+the token whole (``Injection.token_headers``). Anywhere else the
+placeholder goes out as it is. An answer can carry the secret back (a token
+lookup may show the token's id): in the body of every answer from those
+hosts, asked for without compression, the ``Masker``
+(``broker.egress.terminate.masking``) turns the secret, raw, URL-encoded, in base64
+or in hex, into its placeholder so spelled (the same lengths, so the
+framing holds). Once the session is revoked, the proxy refuses every
+request to those hosts at once, before the provider's own revocation lands.
+What a request to those hosts must be (its own ``Host``; nothing the
+credential's provider guards against, ``Injection.guard``) is
+``broker.egress.terminate.guards``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hmac
+import secrets
+import string
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from broker.egress.injectors.interface import HeadOnly, RequestHead
+from broker.egress.operations import Answer
+from broker.vocab.secret import Secret
+
+if TYPE_CHECKING:  # the guards bring h11 and asyncio: the proxy's, not an issue's
+    from broker.egress.terminate.guards import AnswerGuard
+
+ALPHABET = string.ascii_letters + string.digits
+#: The public prefixes that name a token's kind, kept in its placeholder so that clients and scanners still tell
+#: it apart: the product's own providers' (GitHub, Vault and OpenBao, current and legacy) and the common APIs' an
+#: agent calls. Only these: whatever else a secret starts with is its random material, never kept.
+PREFIXES = tuple(
+    sorted(
+        {
+            *("ghs_", "ghp_", "gho_", "ghu_", "ghr_", "github_pat_"),  # GitHub
+            *("hvs.", "hvb.", "hvr.", "s.", "b.", "r."),  # Vault and OpenBao
+            *("sk-", "sk-proj-", "sk-svcacct-", "sk-admin-"),  # OpenAI
+            *("sk-ant-api03-", "sk-ant-admin01-"),  # Anthropic
+            *("xoxb-", "xoxp-", "xoxa-", "xoxe-", "xapp-"),  # Slack
+            *("sk_live_", "sk_test_", "rk_live_", "rk_test_"),  # Stripe
+            *("glpat-", "npm_", "pypi-", "hf_", "gsk_", "r8_", "pplx-", "xai-", "AIza"),
+        },
+        key=lambda prefix: (-len(prefix), prefix),  # the longest first: sk-ant-api03- before sk-
+    )
+)
+Header = tuple[bytes, bytes]
+
+
+def public_prefix(value: str) -> str:
+    """The known public prefix ``value`` starts with (``PREFIXES``), when it is at most half of it; else ``""``."""
+    return next((p for p in PREFIXES if value.startswith(p) and len(p) * 2 <= len(value)), "")
+
+
+def placeholder_for(secret: Secret) -> Secret:
+    """A random value of ``secret``'s shape: its public prefix, then letters and digits to the same length. Nothing
+    past the prefix is the secret's: the first random character is never the one the secret has there."""
+    value = secret.reveal()
+    prefix = public_prefix(value)
+    start = len(prefix)
+    while True:
+        candidate = prefix + "".join(secrets.choice(ALPHABET) for _ in range(len(value) - start))
+        if candidate[start : start + 1] != value[start : start + 1] or not value:
+            return Secret(candidate)
+
+
+@dataclass(frozen=True)
+class Injection:
+    """One credential: its hosts (``host``, ``port``), the placeholder the sandbox holds, the secret it stands for."""
+
+    hosts: frozenset[tuple[str, int]]
+    placeholder: Secret
+    secret: Secret
+    upstream_ca_file: Path | None = None  # what the real hosts' certificates are checked against; None: the system's
+    token_headers: frozenset[bytes] = frozenset()  # lower-case names of headers, beside Authorization, holding it whole
+    guard: AnswerGuard | None = None  # what its provider keeps from its hosts (``broker.egress.terminate.guards``)
+    name: str = ""  # the credential's name in the manifest (for the evidence records)
+
+
+class HeaderSwap:
+    """The injector of one ``Injection``: the placeholder becomes the secret in the headers that carry tokens."""
+
+    def __init__(self, injection: Injection) -> None:
+        self.injection = injection
+        self._secret: bytes | None = injection.secret.reveal_bytes() or None
+
+    @property
+    def credential(self) -> str:
+        return self.injection.name
+
+    @property
+    def hosts(self) -> frozenset[tuple[str, int]]:
+        return self.injection.hosts
+
+    @property
+    def upstream_ca_file(self) -> Path | None:
+        return self.injection.upstream_ca_file
+
+    def swap(self, headers: Sequence[Header]) -> list[Header] | None:
+        """``headers`` with the placeholder replaced by the secret; None when no header holds the placeholder."""
+        secret = self._secret
+        if secret is None:
+            return None
+        swapped = [(name, _swapped(name, value, self.injection, secret)) for name, value in headers]
+        return swapped if swapped != list(headers) else None
+
+    def begin(self, head: RequestHead) -> HeadOnly | Answer | None:
+        swapped = self.swap(head.headers)
+        if swapped is None:
+            return None
+        return HeadOnly(RequestHead(head.method, head.target, tuple(swapped)))
+
+    def mask_pairs(self) -> Sequence[tuple[bytes, bytes]]:
+        secret = self._secret
+        return [(secret, self.injection.placeholder.reveal_bytes())] if secret is not None else []
+
+    def forget(self) -> None:
+        self._secret = None
+
+    def rotated(self, secret: Secret) -> HeaderSwap:
+        """The same swap behind the same placeholder, for the renewed ``secret``."""
+        return HeaderSwap(replace(self.injection, secret=secret))
+
+
+def _swapped(name: bytes, value: bytes, injection: Injection, secret: bytes) -> bytes:
+    placeholder = injection.placeholder.reveal_bytes()
+    if name in injection.token_headers:
+        return secret if hmac.compare_digest(value, placeholder) else value
+    if name != b"authorization":
+        return value
+    scheme, space, credential = value.partition(b" ")
+    credential = credential.strip()
+    if not space:
+        return value
+    if scheme.lower() in (b"bearer", b"token"):
+        return scheme + b" " + secret if hmac.compare_digest(credential, placeholder) else value
+    if scheme.lower() == b"basic":
+        try:
+            user, colon, password = base64.b64decode(credential, validate=True).partition(b":")
+        except (binascii.Error, ValueError):
+            return value
+        if not colon:
+            return value
+        user_is, password_is = hmac.compare_digest(user, placeholder), hmac.compare_digest(password, placeholder)
+        if not user_is and not password_is:
+            return value
+        pair = (secret if user_is else user) + b":" + (secret if password_is else password)
+        return scheme + b" " + base64.b64encode(pair)
+    return value

@@ -32,7 +32,7 @@ from broker.core.credential.aws_held import hold_aws_in_proxy
 from broker.core.inputs.config import Config
 from broker.core.inputs.manifest import Manifest
 from broker.egress.destinations import Destination, DestinationError, allowed, parse_destination
-from broker.egress.injectors.swap import Injection, placeholder_for
+from broker.egress.injectors.swap import AnswerGuard, Injection, placeholder_for
 from broker.egress.injectors.template import HeaderTemplate
 from broker.egress.terminate.ca import SessionCA, ca_bundle
 from broker.egress.terminate.interceptor import Interceptor
@@ -45,7 +45,6 @@ from providers.registry import provider_classes
 if TYPE_CHECKING:
     from broker.core.inputs.policy import Decision
     from broker.egress.operations.checker import OperationsChecker
-    from broker.egress.terminate.guards import AnswerGuard
 
 MAX_SYSTEM_BUNDLE = 4 * 1024 * 1024
 CA_FILE, BUNDLE_FILE = "ca.pem", "ca-bundle.pem"
@@ -58,8 +57,6 @@ def answer_guard(facts: ProxyFacts) -> AnswerGuard | None:
     """What the proxy keeps from a provider's hosts beyond the swap, as its type declares it (None: nothing)."""
     if not facts.stripped_headers and facts.refused_answer_key is None:
         return None
-    from broker.egress.terminate.guards import AnswerGuard  # h11 and asyncio: only for a session whose proxy runs here
-
     return AnswerGuard(
         facts.label,
         frozenset(header.encode() for header in facts.stripped_headers),

@@ -23,11 +23,12 @@ system, ``broker.audit.room``), a batch is not written once that file system
 is down to the room kept for revoke and sweep: it waits like a failing log,
 until the session ends and its last records get that room with its teardown.
 
-What each record costs is the session's ``Ledger`` (``broker.egress.terminate.
-budget``): past the budget, refusals become counted sums that this thread
-writes when their minute ends; past the hard cap ``refusing`` says why the
-proxy answers 503, and one ``egress.evidence_exhausted`` record goes in.
-``close`` writes what is left (the open sums too) before the session's
+What each record costs is the session's ``Ledger``
+(``broker.egress.evidence.budget``): past the budget, refusals become
+counted sums that this thread writes when their minute ends; past the hard
+cap ``refusing`` says why the proxy answers 503, and one
+``egress.evidence_exhausted`` record goes in. ``close`` writes what is left
+(the open sums too) before the session's
 revocation is logged.
 """
 

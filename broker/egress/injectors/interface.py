@@ -75,7 +75,7 @@ class Ending:
 
 class InjectionRefused(Exception):
     """A passage refused the request (or a screen its answer); ``answer`` is what the client gets when it can still
-    get one; ``why`` the reason of the ``egress.refused`` record that counts it (``terminate.guards.Refusal``)."""
+    get one; ``why`` the reason of the ``egress.refused`` record that counts it (``exchange.refusals.Refusal``)."""
 
     def __init__(self, answer: Answer, reason: str, why: str = "credential") -> None:
         super().__init__(reason)

@@ -1,4 +1,4 @@
-"""``inject: proxy``: the sandbox holds a worthless placeholder, the proxy puts the real secret in on the way out.
+"""The header swap of a token: the sandbox holds a worthless placeholder, the proxy puts the real token in.
 
 A placeholder has the shape of the secret it stands for (its public prefix,
 one of a known list such as ``ghs_``, ``hvs.`` or ``sk-ant-api03-``, then
@@ -18,8 +18,9 @@ or in hex, into its placeholder so spelled (the same lengths, so the
 framing holds). Once the session is revoked, the proxy refuses every
 request to those hosts at once, before the provider's own revocation lands.
 What a request to those hosts must be (its own ``Host``; nothing the
-credential's provider guards against, ``Injection.guard``) is
-``broker.egress.terminate.guards``.
+credential's provider guards against, ``Injection.guard``: an
+``AnswerGuard``, the provider type's ``ProxyFacts`` as the core hands them
+over) is ``broker.egress.terminate.guards``.
 """
 
 from __future__ import annotations
@@ -32,14 +33,10 @@ import string
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from broker.egress.injectors.interface import HeadOnly, RequestHead
 from broker.egress.operations import Answer
 from broker.vocab.secret import Secret
-
-if TYPE_CHECKING:  # the guards bring h11 and asyncio: the proxy's, not an issue's
-    from broker.egress.terminate.guards import AnswerGuard
 
 ALPHABET = string.ascii_letters + string.digits
 #: The public prefixes that name a token's kind, kept in its placeholder so that clients and scanners still tell
@@ -77,6 +74,22 @@ def placeholder_for(secret: Secret) -> Secret:
         candidate = prefix + "".join(secrets.choice(ALPHABET) for _ in range(len(value) - start))
         if candidate[start : start + 1] != value[start : start + 1] or not value:
             return Secret(candidate)
+
+
+@dataclass(frozen=True)
+class AnswerGuard:
+    """What the proxy keeps from one provider's hosts beyond the placeholder swap, as its type declares it."""
+
+    label: str  # how refusals name the provider ("Vault")
+    stripped_headers: frozenset[bytes] = frozenset()  # request headers taken out (lower case, "-" for "_")
+    refused_key: str | None = None  # a top-level key a JSON answer may not hold ("wrap_info")
+    refused_name: str = ""  # what that key holds, for the refusal ("wrapping token")
+
+    def without_stripped(self, headers: Sequence[Header]) -> list[Header]:
+        """``headers`` without the ones this guard takes out."""
+        return [
+            (name, value) for name, value in headers if name.lower().replace(b"_", b"-") not in self.stripped_headers
+        ]
 
 
 @dataclass(frozen=True)

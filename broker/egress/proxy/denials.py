@@ -1,11 +1,12 @@
 """``egress.denied`` and ``egress.refused`` records: one per refused destination, and one per kind of refused request
 to a credential host, per session, each with how often it happened.
 
-The proxy counts both (a bounded number of distinct entries; past the bound, an ``(other destinations)`` entry
-keeps counting, so nothing refused goes uncounted) and the session's end writes them. A record names the
-destination (``HOST:PORT``), for ``egress.refused`` the reason (``terminate.guards.Refusal``: ``plain-http``,
-``host``, ``target``, ``malformed``, ``framing``, ``override``, ``wrapped-answer``, ``unchecked-answer``,
-``credential``, ``action``, ``unknown-key``) and the count: never a header, a path or a body, so never a secret.
+The session's ``Gate`` counts both (``broker.egress.allowlist.gate``: a bounded number of distinct entries; past
+the bound, an ``(other destinations)`` entry keeps counting, so nothing refused goes uncounted) and the session's
+end writes them. A record names the destination (``HOST:PORT``), for ``egress.refused`` the reason
+(``broker.egress.exchange.refusals.Refusal``: ``plain-http``, ``host``, ``target``, ``malformed``, ``framing``,
+``override``, ``wrapped-answer``, ``unchecked-answer``, ``credential``, ``action``, ``unknown-key``) and the count:
+never a header, a path or a body, so never a secret.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from broker.audit.log import AppendLog
-from broker.egress.terminate.guards import RefusedRequest
+from broker.egress.exchange.refusals import RefusedRequest
 
 
 def log_denials(

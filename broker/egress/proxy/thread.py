@@ -1,4 +1,4 @@
-"""Running a session's egress proxy beside ``exec``: its own event loop in a thread of the broker.
+"""The proxy's thread: a session's egress proxy beside ``exec``, on its own event loop in a thread of the broker.
 
 The broker's main thread waits for the sandboxed command and handles
 signals; the proxy serves on a Unix socket (bridged into the sandbox) and,
@@ -21,9 +21,11 @@ from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from broker.egress.allowlist.gate import Resolver
 from broker.egress.destinations import Destination
-from broker.egress.proxy.listener import EgressProxy, ProxyLimits, Resolver
-from broker.egress.terminate.guards import RefusedRequest
+from broker.egress.exchange.limits import ProxyLimits
+from broker.egress.exchange.refusals import RefusedRequest
+from broker.egress.proxy.listener import EgressProxy
 from broker.host.egress_socket import EgressSocket
 
 if TYPE_CHECKING:  # cryptography (for the session CA) loads only where a host is terminated
@@ -74,8 +76,8 @@ class ProxyThread:
 
         async def read() -> dict[str | RefusedRequest, int]:
             merged: dict[str | RefusedRequest, int] = {}
-            merged.update(self.proxy.denials.items())
-            merged.update(self.proxy.refusals.items())
+            merged.update(self.proxy.gate.denials.items())
+            merged.update(self.proxy.gate.refusals.items())
             return merged
 
         return self._call(read())

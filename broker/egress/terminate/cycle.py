@@ -1,4 +1,4 @@
-"""One request through a terminated host, from its head to its evidence record.
+"""One request cycle through a terminated host, from its head to its evidence record.
 
 The steps, in order; each may refuse, and a refused request sends nothing upstream:
 
@@ -11,7 +11,7 @@ The steps, in order; each may refuse, and a refused request sends nothing upstre
    sent first when the client waits for it) until the decision comes; a refusal is the check's own answer (git's
    report-status, GitHub's 403 JSON, a line of text), after which the rest of the body is read and dropped (at
    most ``max_discarded_body``) so the client reads the answer and the connection serves the next request, or
-   the connection is closed;
+   the connection is closed (``broker.egress.operations``, through the ``Interceptor``);
 4. the credential step: the first injector of the host that takes the request
    (``broker.egress.injectors.interface``) gives the passage its head and body go upstream through;
 5. forward on the tunnel's kept upstream connection, the head framed by the proxy (never with the client's
@@ -23,7 +23,9 @@ The steps, in order; each may refuse, and a refused request sends nothing upstre
 6. the ``egress.request`` record (``broker.egress.evidence.record``), handed to the evidence writer whatever
    happened.
 
-``run`` returns whether the client's connection may carry another request.
+``run`` returns whether the client's connection may carry another request. A refusal is counted on the session's
+``Gate`` (its ``egress.refused`` records); the upstream connection is opened through it too. Nothing here calls
+back into the listener.
 """
 
 from __future__ import annotations
@@ -35,9 +37,11 @@ from dataclasses import dataclass
 
 import h11
 
+from broker.egress.allowlist.gate import Gate
 from broker.egress.evidence.record import Evidence
 from broker.egress.evidence.writer import EvidenceWriter
-from broker.egress.exchange.streams import HOP_BY_HOP, Refused, next_event
+from broker.egress.exchange.refusals import REVOKED, Refusal, Refused
+from broker.egress.exchange.streams import HOP_BY_HOP, next_event
 from broker.egress.injectors.interface import (
     Header,
     HeadOnly,
@@ -49,14 +53,12 @@ from broker.egress.injectors.interface import (
 from broker.egress.operations import Answer, BodyCheck, Decision
 from broker.egress.terminate.answers import send_answer, send_continue, text_answer
 from broker.egress.terminate.framing import Framing, declared, framed
-from broker.egress.terminate.guards import Refusal, checked_headers
+from broker.egress.terminate.guards import checked_headers
 from broker.egress.terminate.interceptor import Interceptor
 from broker.egress.terminate.masking import Masker
 from broker.egress.terminate.outgoing import Outgoing
 from broker.egress.terminate.relay import Relay, Stale
-from broker.egress.terminate.upstream import Hooks, UpstreamLink
-
-REVOKED = "this session has been revoked"
+from broker.egress.terminate.upstream import UpstreamLink
 
 
 @dataclass(frozen=True)
@@ -73,8 +75,8 @@ class Cycle:
 
     def __init__(
         self,
-        hooks: Hooks,
-        plan: Interceptor,
+        gate: Gate,
+        interceptor: Interceptor,
         site: Site,
         link: UpstreamLink,
         streams: tuple[h11.Connection, asyncio.StreamReader, asyncio.StreamWriter],
@@ -82,12 +84,12 @@ class Cycle:
         evidence: Evidence,
         sink: EvidenceWriter | None,
     ) -> None:
-        self.hooks, self.plan, self.site, self.link = hooks, plan, site, link
+        self.gate, self.interceptor, self.site, self.link = gate, interceptor, site, link
         self.conn, self.reader, self.writer = streams
         self.request = request
         self.evidence = evidence
         self.sink = sink
-        self.limits = hooks.limits
+        self.limits = gate.limits
         self.forwarding = False
 
     async def run(self) -> bool:
@@ -100,9 +102,9 @@ class Cycle:
     async def _run(self) -> bool:
         host, port = self.site.host, self.site.port
         try:
-            if self.plan.revoked:  # the host's own refusal (AWS: its SDKs' XML error), else a line of text
+            if self.interceptor.revoked:  # the host's own refusal (AWS: its SDKs' XML error), else a line of text
                 head = RequestHead(self.request.method, self.request.target, tuple(self.request.headers))
-                answer = self.plan.revoked_answer(host, port, head) or text_answer(403, REVOKED)
+                answer = self.interceptor.revoked_answer(host, port, head) or text_answer(403, REVOKED)
                 self.evidence.refused(REVOKED)
                 self._answer(answer)
                 return False
@@ -110,10 +112,10 @@ class Cycle:
                 raise Refused(503, why)  # the log cannot take the record, or the session's evidence is used up
             declared(self.request.headers, self.request.http_version)  # one framing of the body, or 400
             headers = checked_headers(self.request, host, port)  # the tunnel's own host, or 400
-            guard = self.plan.answer_guard(host, port)
+            guard = self.interceptor.answer_guard(host, port)
             if guard is not None:
                 headers = guard.without_stripped(headers)
-            step = self.plan.decide(host, port, self.request.method, self.request.target, headers)
+            step = self.interceptor.decide(host, port, self.request.method, self.request.target, headers)
             held: list[bytes] = []
             if step is not None and not isinstance(step, Decision):
                 send_continue(self.conn, self.writer)
@@ -125,7 +127,7 @@ class Cycle:
             return await self._forward(headers, held)
         except Refused as refused:
             if refused.why is not None:
-                self.hooks.count_refusal(host, port, Refusal(refused.why))
+                self.gate.count_refusal(host, port, Refusal(refused.why))
             if self.forwarding and refused.why is None:
                 self.evidence.failure = refused.reason
             else:
@@ -133,12 +135,12 @@ class Cycle:
             self._answer(text_answer(refused.status, refused.reason))
             return False
         except InjectionRefused as refused:  # mid-body, or its answer: no whole request or answer, the connection ends
-            self.hooks.count_refusal(host, port, _kind(refused))
+            self.gate.count_refusal(host, port, _kind(refused))
             self.evidence.refused(refused.reason)
             self._answer(refused.answer)
             return False
         except h11.RemoteProtocolError:
-            self.hooks.count_refusal(host, port, Refusal.MALFORMED)
+            self.gate.count_refusal(host, port, Refusal.MALFORMED)
             self.evidence.refused("malformed request")
             self._answer(text_answer(400, "malformed request"))
             return False
@@ -205,7 +207,7 @@ class Cycle:
 
     def _passage(self, headers: list[Header]) -> tuple[Passage | Answer, list[Header]]:
         """The credential step: the first injector of the host that takes the request, or the request as it is."""
-        mine = self.plan.injectors(self.site.host, self.site.port)
+        mine = self.interceptor.injectors(self.site.host, self.site.port)
         # No compression where a secret goes: the answer's body is checked for it (``Masker``).
         kept = [(k, v) for k, v in headers if k not in HOP_BY_HOP and not (mine and k == b"accept-encoding")]
         head = RequestHead(self.request.method, self.request.target, tuple(kept))
@@ -225,7 +227,7 @@ class Cycle:
         try:
             passage, kept = self._passage(headers)
         except InjectionRefused as refused:  # on the head: nothing went upstream, the connection may go on
-            self.hooks.count_refusal(self.site.host, self.site.port, _kind(refused))
+            self.gate.count_refusal(self.site.host, self.site.port, _kind(refused))
             self.evidence.refused(refused.reason)
             return await self._refuse(refused.answer)
         if isinstance(passage, Answer):
@@ -233,7 +235,7 @@ class Cycle:
             return await self._refuse(passage)
         try:
             swapped = passage.head.headers if passage.head is not None else ()
-            masker = self.plan.masker(self.site.host, self.site.port, kept, swapped)
+            masker = self.interceptor.masker(self.site.host, self.site.port, kept, swapped)
             self.forwarding = True
             retry = isinstance(passage, HeadOnly) and not _has_body(self.request)
             for attempt in (1, 2):
@@ -253,7 +255,7 @@ class Cycle:
         assert link.conn is not None and link.writer is not None and link.reader is not None
         send_continue(self.conn, self.writer)
         screen = passage.answer_screen() if isinstance(passage, Screening) else None
-        guard = self.plan.answer_guard(self.site.host, self.site.port)
+        guard = self.interceptor.answer_guard(self.site.host, self.site.port)
         client = (self.conn, self.writer)
         answer = Relay(client, self.evidence, self.limits, masker, keep=self.site.keep, guard=guard, screen=screen)
         if not _has_body(self.request) or self.conn.their_state is not h11.SEND_BODY:

@@ -33,8 +33,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from broker.egress.exchange.streams import Refused
-from broker.egress.terminate.guards import Refusal
+from broker.egress.exchange.refusals import Refusal, Refused
 
 Header = tuple[bytes, bytes]
 FRAMING_HEADERS = frozenset({b"content-length", b"transfer-encoding"})

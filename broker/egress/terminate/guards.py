@@ -29,7 +29,8 @@ elsewhere: Vault wraps any answer in a single-use wrapping token when asked
 (``X-Vault-Wrap-TTL``), whose token unwraps anywhere, outside the sandbox
 too, to what was wrapped (``auth/token/lookup-self`` wrapped is the
 session's real token). Its provider type says what to keep from its hosts
-(``ProxyFacts``; here an ``AnswerGuard``): the request headers that ask for
+(``ProxyFacts``; here an ``AnswerGuard``, which the token's injection carries:
+``broker.egress.injectors.swap``): the request headers that ask for
 such an answer, taken out of each request (names compared
 case-insensitively, ``_`` as ``-``), and the top-level key of a JSON answer
 that holds one (Vault: ``wrap_info``), refused when an answer has it anyway
@@ -39,22 +40,21 @@ most ``limit`` bytes (a longer one is refused: it cannot be checked); an
 answer of another declared type (a PEM chain, a CRL, metrics) streams
 through unheld.
 
-Each refusal names a ``Refusal`` kind, which the proxy counts for the
-session's ``egress.refused`` records (``broker.egress.proxy.denials``).
+Each refusal names a ``Refusal`` kind (``broker.egress.exchange.refusals``),
+which the session's ``Gate`` counts for its ``egress.refused`` records.
 """
 
 from __future__ import annotations
 
-import enum
 import ipaddress
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import h11
 
 from broker.egress.destinations import DestinationError, canonical_host, parse_port
-from broker.egress.exchange.streams import Refused
+from broker.egress.exchange.refusals import Refusal, Refused
+from broker.egress.injectors.swap import AnswerGuard
 
 Header = tuple[bytes, bytes]
 HTTPS_PORT = 443
@@ -74,30 +74,6 @@ OVERRIDE_HEADERS = frozenset(
     }
 )
 _JSON_TYPES = frozenset({b"", b"application/json", b"text/json"})
-
-
-class Refusal(enum.StrEnum):
-    """Why a request to a credential host was refused (the ``reason`` of an ``egress.refused`` record)."""
-
-    PLAIN_HTTP = "plain-http"  # a plain-HTTP request to a credential host: only https carries the secret
-    HOST = "host"  # the request names another host than the tunnel's
-    TARGET = "target"  # not an origin-form target
-    MALFORMED = "malformed"  # not HTTP/1.1 that h11 accepts
-    FRAMING = "framing"  # two framings of the body (Transfer-Encoding and Content-Length): ``terminate.framing``
-    OVERRIDE = "override"  # a header naming another method or path than the request line's
-    WRAPPED = "wrapped-answer"  # an answer holding what its provider's guard refuses (Vault: a wrapping token)
-    UNCHECKED = "unchecked-answer"  # a guarded JSON answer too long to be checked
-    CREDENTIAL = "credential"  # a credential's injector refused it (an AWS signature that does not verify)
-    ACTION = "action"  # an action its credential's injector does not re-sign (AWS: AssumeRole, CreateSession)
-    UNKNOWN_KEY = "unknown-key"  # an answer holding credentials the session does not own (an AWS key id not its own)
-
-
-@dataclass(frozen=True, order=True)
-class RefusedRequest:
-    """One kind of refused request to a credential host: where it went and why (what the proxy counts)."""
-
-    destination: str
-    reason: Refusal
 
 
 def tunnel_authority(host: str, port: int) -> bytes:
@@ -168,22 +144,6 @@ def _named(headers: Sequence[Header], names: frozenset[bytes]) -> str:
     """The first of ``names`` (in sorted order) among ``headers``, as the request wrote it; empty when none."""
     found = sorted(name for name, _ in headers if name.lower().replace(b"_", b"-") in names)
     return found[0].decode("ascii", "replace") if found else ""
-
-
-@dataclass(frozen=True)
-class AnswerGuard:
-    """What the proxy keeps from one provider's hosts beyond the placeholder swap, as its type declares it."""
-
-    label: str  # how refusals name the provider ("Vault")
-    stripped_headers: frozenset[bytes] = frozenset()  # request headers taken out (lower case, "-" for "_")
-    refused_key: str | None = None  # a top-level key a JSON answer may not hold ("wrap_info")
-    refused_name: str = ""  # what that key holds, for the refusal ("wrapping token")
-
-    def without_stripped(self, headers: Sequence[Header]) -> list[Header]:
-        """``headers`` without the ones this guard takes out."""
-        return [
-            (name, value) for name, value in headers if name.lower().replace(b"_", b"-") not in self.stripped_headers
-        ]
 
 
 def held_back(headers: Sequence[Header]) -> bool:

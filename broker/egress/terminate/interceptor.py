@@ -31,16 +31,15 @@ from typing import TYPE_CHECKING
 
 from broker.egress.destinations import Destination
 from broker.egress.injectors.interface import AnswersRevoked, Header, Injector, RequestHead
-from broker.egress.injectors.swap import HeaderSwap, Injection
+from broker.egress.injectors.swap import AnswerGuard, HeaderSwap, Injection
 from broker.egress.operations import Answer, BodyCheck, Decision
-from broker.egress.operations.checker import OperationsChecker
 from broker.egress.terminate.ca import SessionCA
 from broker.egress.terminate.masking import Masker, Pair, spellings
 from broker.vocab.secret import Secret
 
-if TYPE_CHECKING:  # the guards bring h11 and asyncio: the proxy's, not an issue's
+if TYPE_CHECKING:  # graphql-core for a session the operations limit only; the re-signer for an AWS credential only
     from broker.egress.injectors.sigv4.values import AwsKeys
-    from broker.egress.terminate.guards import AnswerGuard
+    from broker.egress.operations.checker import OperationsChecker
 
 CAFactory = Callable[[Sequence[str]], SessionCA]
 MAX_SPELLED = 64  # secrets whose spellings a session keeps: its credentials', each renewal's, each Basic pair's

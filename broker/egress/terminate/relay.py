@@ -29,9 +29,12 @@ from collections.abc import Iterable
 import h11
 
 from broker.egress.evidence.record import Evidence
-from broker.egress.exchange.streams import HOP_BY_HOP, ProxyLimits, Refused
+from broker.egress.exchange.limits import ProxyLimits
+from broker.egress.exchange.refusals import Refusal, Refused
+from broker.egress.exchange.streams import HOP_BY_HOP
 from broker.egress.injectors.interface import AnswerScreen
-from broker.egress.terminate.guards import AnswerGuard, HeldAnswer, Refusal, held_back
+from broker.egress.injectors.swap import AnswerGuard
+from broker.egress.terminate.guards import HeldAnswer, held_back
 from broker.egress.terminate.masking import Masker
 
 

@@ -26,11 +26,12 @@ import pytest
 import requests
 
 from broker.egress.destinations import parse_destination
+from broker.egress.exchange.refusals import Refusal, RefusedRequest
 from broker.egress.injectors.swap import Injection, placeholder_for
 from broker.egress.proxy.listener import ProxyLimits
 from broker.egress.proxy.thread import ProxyThread, proxy_thread
 from broker.egress.terminate.ca import SessionCA
-from broker.egress.terminate.guards import Refusal, RefusedRequest, parse_host_header, tunnel_authority
+from broker.egress.terminate.guards import parse_host_header, tunnel_authority
 from broker.egress.terminate.interceptor import Interceptor
 from broker.vocab.secret import Secret
 from tests.fixtures.openbao import VAULT_GUARD, VAULT_HEADERS

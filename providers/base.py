@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 from broker.vocab.checks import Check
 from broker.vocab.errors import BrokerError, ProviderError
 from broker.vocab.fields import Fields
-from broker.vocab.secret import Secret
+from broker.vocab.secret import AwsKeys, Secret
 
 if TYPE_CHECKING:
     from broker.vocab.reference import ProviderReference
@@ -48,6 +48,7 @@ __all__ = [
     "MintedCredential",
     "Provider",
     "ProviderError",
+    "ProxiedCredential",
     "ProxyFacts",
     "RequestT",
     "RevokeOutcome",
@@ -127,6 +128,21 @@ class MintedCredential:
     scope: Mapping[str, Any]
     env: Mapping[str, str] = field(default_factory=dict)
     revoke_secret: Secret | None = None
+
+
+@dataclass(frozen=True)
+class ProxiedCredential:
+    """An ``inject: proxy`` credential as its provider hands it to the core (``providers.capabilities.Placeholding``).
+
+    ``files`` are the credential's files as the sandbox gets them: each secret in them replaced by its placeholder
+    (a file of the provider's own format, rewritten by the provider alone); ``secret`` is what the proxy's injector
+    puts into requests (a token, or an AWS key id, secret and session token); ``placeholder`` is what stands for it
+    in the files, of the same shape.
+    """
+
+    files: Mapping[str, Secret | str]
+    secret: Secret | AwsKeys
+    placeholder: Secret | AwsKeys
 
 
 class MintRejected(ProviderError):

@@ -3,13 +3,20 @@
 Its ``repr``, ``str`` and ``format`` are redacted, it refuses to be pickled,
 and the value is only reachable through ``reveal()``, so a secret that slips
 into a log line, an exception or a traceback prints as ``Secret(***)``.
+
+``AwsKeys`` is the one secret that is not one ``Secret``: an AWS access key
+id (not secret) with its secret key and session token. The aws provider
+mints them and hands them to the core for an ``inject: proxy`` credential
+(``providers.base.ProxiedCredential``: the real keys and the placeholder
+keys its files hold); the proxy's re-signer signs with them
+(``broker.egress.injectors.sigv4``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-from typing import NoReturn
+from typing import NamedTuple, NoReturn
 
 REDACTED = "Secret(***)"
 
@@ -66,3 +73,12 @@ class Secret:
 
     def __getstate__(self) -> NoReturn:
         raise TypeError("Secret cannot be pickled")
+
+
+class AwsKeys(NamedTuple):
+    """One set of AWS credentials: the placeholder the sandbox holds, or the real STS keys behind it. A named tuple,
+    not a dataclass: this module is on the thin client's cold path, which does not load ``dataclasses``."""
+
+    access_key_id: str
+    secret_access_key: Secret
+    session_token: Secret | None = None

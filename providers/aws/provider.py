@@ -47,7 +47,7 @@ from providers.aws.budget import Reservations
 from providers.aws.clients import AwsClients
 from providers.aws.clients import aware as _aware
 from providers.aws.deny import entries_for
-from providers.aws.files import config_file, credentials_file
+from providers.aws.files import aws_placeholders, aws_proxy_secret, config_file, credentials_file
 from providers.aws.health import health_checks
 from providers.aws.locks import RoleLocks
 from providers.aws.names import generation_names, generation_of
@@ -90,11 +90,14 @@ ACTION_NAME = re.compile(r"[A-Za-z][A-Za-z0-9]{0,127}", re.ASCII)
 
 
 class AwsStsProvider(Provider[AwsStsRequest]):
-    """Capabilities: ``Warming``, ``FindsMinted`` (by name), ``Reserving``, ``SharesLocks``, ``Narrowing``."""
+    """Capabilities: ``Warming``, ``FindsMinted`` (by name), ``Reserving``, ``SharesLocks``, ``Narrowing``,
+    ``Placeholding`` (placeholder keys in its files, ``providers.aws.files``)."""
 
     type_name = "aws_sts"
     proxy = ProxyFacts(label="AWS", reference="aws_sts", resigns=True)
     narrower = staticmethod(aws_narrower)
+    placeholders = staticmethod(aws_placeholders)
+    proxy_secret = staticmethod(aws_proxy_secret)
     reserved_env = frozenset({"AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE", "AWS_REGION"})
     ca_env = ("AWS_CA_BUNDLE",)
     sdk = Sdk(("botocore.session", "botocore.config", "botocore.exceptions", "filelock"))

@@ -1,45 +1,54 @@
 """``inject: proxy`` and ``operations`` at issue: the placeholders in the files, the secrets and limits in the proxy.
 
-The session's files get a placeholder of each proxied secret's shape; the
-proxy's ``Interceptor`` gets the secret, and the session's effective
-operations (from the policy decision). The session's CA is made in memory
-once both are known, for the proxy hosts of the proxied credentials and the
-hosts the operations limit; its certificate (``ca.pem``) and a bundle of the
-system CAs plus it (``ca-bundle.pem``) go into the session directory, and
-the hints point every common client at the bundle (and each provider
-type's own clients: ``Provider.ca_env``). The hint naming a provider's
-address (``ProxyFacts.address_env``) becomes its first proxy host over https,
-and what the provider type says to keep from its hosts (request headers
-stripped, an answer key refused: Vault's response wrapping) guards them
-(``answer_guard``, ``broker.egress.terminate.guards``). A credential whose request
-names its own hosts and header (``kind: secret``:
-``CredentialRequest.delivery``) becomes a ``HeaderTemplate`` for those
-hosts, checked upstream against ``[egress] upstream_ca_file``; its ``env``
-variable, if any, holds the placeholder (a placeholder is not a secret).
+Each proxied credential's provider hands over its files with placeholders
+in them and the secret the proxy puts in (``Placeholding``: no module here
+knows where a provider's files hold a secret); the core makes the injector
+for it and gives it to the proxy's ``Interceptor``: a token's header swap
+for its provider's proxy hosts, guarded as the provider type says (request
+headers stripped, an answer key refused: Vault's response wrapping,
+``answer_guard``); a credential whose request names its own hosts and header
+(``kind: secret``: ``CredentialRequest.delivery``) a ``HeaderTemplate`` for
+those hosts, checked upstream against ``[egress] upstream_ca_file``, its
+``env`` variable, if any, holding the placeholder (a placeholder is not a
+secret); AWS keys a ``Resigner`` for its provider's hosts and the bucket
+hosts the session's ``network`` allows, re-signing only the STS actions its
+provider lists. The hint naming a provider's address
+(``ProxyFacts.address_env``) becomes its first proxy host over https; a
+renewal's secret goes behind the same placeholder (``proxy_secret``).
+
+The interceptor also gets the session's effective operations (from the
+policy decision). The session's CA is made in memory once both are known,
+for the proxy hosts of the proxied credentials and the hosts the operations
+limit; its certificate (``ca.pem``) and a bundle of the system CAs plus it
+(``ca-bundle.pem``) go into the session directory, and the hints point every
+common client at the bundle (and each provider type's own clients:
+``Provider.ca_env``).
 """
 
 from __future__ import annotations
 
 import functools
 import ssl
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
-from broker.core.credential.aws_held import hold_aws_in_proxy
-from broker.core.inputs.config import Config
+from broker.core.inputs.config import Config, ProxyTarget
 from broker.core.inputs.manifest import Manifest
 from broker.egress.destinations import Destination, DestinationError, allowed, parse_destination
-from broker.egress.injectors.swap import AnswerGuard, Injection, placeholder_for
+from broker.egress.injectors.sigv4.actions import DEFAULT_STS_ACTIONS, STS, Actions
+from broker.egress.injectors.sigv4.resigner import Resigner
+from broker.egress.injectors.swap import AnswerGuard, Injection
 from broker.egress.injectors.template import HeaderTemplate
 from broker.egress.terminate.ca import SessionCA, ca_bundle
 from broker.egress.terminate.interceptor import Interceptor
 from broker.vocab.errors import BadInput, ConfigError, ProviderError
 from broker.vocab.files import read_bounded
-from broker.vocab.secret import Secret
+from broker.vocab.secret import AwsKeys, Secret
 from providers.base import CredentialRequest, MintedCredential, ProxyFacts
+from providers.capabilities import Placeholding
 from providers.registry import provider_classes
 
 if TYPE_CHECKING:
@@ -106,41 +115,53 @@ def hold_in_proxy(
     spool_dir: Path | None = None,
     network: tuple[Destination, ...] = (),
 ) -> MintedCredential:
-    """``credential`` with its files holding a placeholder; the interceptor gets the secret for its hosts (an AWS
-    credential: its keys, to re-sign with, for its provider's hosts and those of its request's ``more_proxy_hosts``
-    that ``network`` allows; ``spool_dir`` holds the bodies it checks before they go upstream)."""
+    """``credential`` with its files holding placeholders (its provider's ``Placeholding``); the interceptor gets the
+    injector that puts the secret in for its hosts: a token's header swap, a ``kind: secret``'s header template, or
+    an AWS credential's re-signer (its keys, for its provider's hosts and those of its request's
+    ``more_proxy_hosts`` that ``network`` allows; ``spool_dir`` holds the bodies it checks before they go
+    upstream)."""
+    provider = config.providers[request.provider]
+    if not isinstance(provider, Placeholding):
+        raise ConfigError(f"providers.{request.provider}: its type hands the proxy no placeholders")
+    target = config.proxy_targets.get(request.provider)
     delivery = request.delivery()  # a credential naming its own hosts and header (kind: secret)
-    if delivery is None and config.proxy_targets[request.provider].facts.resigns:
-        target = config.proxy_targets[request.provider]
+    if delivery is None and target is not None and target.facts.resigns:
         more = allowed_hosts(request.more_proxy_hosts(tuple(map(str, target.hosts))), network)
         target = replace(target, hosts=(*target.hosts, *(h for h in more if h not in target.hosts)))
-        actions = config.providers[request.provider].proxy_actions()
-        return hold_aws_in_proxy(request, credential, target, interceptor, spool_dir, actions)
-    placeholder = placeholder_for(credential.secret)
-    files: dict[str, Secret | str] = {}
-    for name, content in credential.files.items():
-        if isinstance(content, Secret):
-            if content != credential.secret:
-                raise ProviderError(
-                    f"credential {request.name!r}: a file holds another secret the proxy cannot stand in for"
-                )
-            content = placeholder
-        files[name] = content
+        actions = resigned_actions(request.provider, provider.proxy_actions())
+        held = provider.placeholders(request, credential, https_address(target))
+        if not isinstance(held.secret, AwsKeys) or not isinstance(held.placeholder, AwsKeys):
+            raise ProviderError(f"credential {request.name!r}: its provider hands the re-signer no keys")
+        hosts = frozenset((h.host, h.port) for h in target.hosts)
+        interceptor.add_injector(
+            Resigner(
+                request.name,
+                hosts,
+                held.placeholder,
+                held.secret,
+                upstream_ca_file=target.upstream_ca_file,
+                spool_dir=spool_dir,
+                actions=actions,
+            )
+        )
+        return replace(credential, files=held.files)
+    held = provider.placeholders(request, credential, https_address(target) if target is not None else "")
+    secret, placeholder = held.secret, held.placeholder
+    if not isinstance(secret, Secret) or not isinstance(placeholder, Secret):
+        raise ProviderError(f"credential {request.name!r}: its provider hands the proxy no token to put in")
     if delivery is not None:
         hosts = frozenset((d.host, d.port) for d in map(parse_destination, delivery.hosts))
         interceptor.add_injector(
-            HeaderTemplate(
-                request.name, hosts, delivery.header, placeholder, credential.secret, interceptor.upstream_ca_file
-            )
+            HeaderTemplate(request.name, hosts, delivery.header, placeholder, secret, interceptor.upstream_ca_file)
         )
         env = dict(credential.env) | ({delivery.env: placeholder.reveal()} if delivery.env else {})
-        return replace(credential, files=files, env=env)
-    target = config.proxy_targets[request.provider]
+        return replace(credential, files=held.files, env=env)
+    assert target is not None  # inject: proxy needs the provider's proxy hosts (the manifest's check)
     interceptor.add(
         Injection(
             frozenset((h.host, h.port) for h in target.hosts),
             placeholder,
-            credential.secret,
+            secret,
             target.upstream_ca_file,
             frozenset(header.encode() for header in target.facts.token_headers),
             answer_guard(target.facts),
@@ -150,9 +171,31 @@ def hold_in_proxy(
     env = dict(credential.env)
     address = target.facts.address_env
     if address is not None and address in env:
-        first = target.hosts[0]
-        env[address] = f"https://{first.host}" + ("" if first.port == 443 else f":{first.port}")
-    return replace(credential, files=files, env=env)
+        env[address] = https_address(target)
+    return replace(credential, files=held.files, env=env)
+
+
+def proxy_secret(config: Config, request: CredentialRequest, credential: MintedCredential) -> Secret | AwsKeys:
+    """What the proxy puts in for a renewed ``credential``, behind the placeholder the first one got (its
+    provider's ``Placeholding``)."""
+    provider = config.providers[request.provider]
+    if not isinstance(provider, Placeholding):
+        raise ConfigError(f"providers.{request.provider}: its type hands the proxy no placeholders")
+    return provider.proxy_secret(credential)
+
+
+def https_address(target: ProxyTarget) -> str:
+    """Where the sandbox reaches a provider through the proxy: its first proxy host over https."""
+    first = target.hosts[0]
+    return f"https://{first.host}" + ("" if first.port == 443 else f":{first.port}")
+
+
+def resigned_actions(provider: str, actions: Mapping[str, frozenset[str]]) -> Actions:
+    """What a re-signer signs at all: the actions its provider lists, by service (``proxy_sts_actions``)."""
+    try:
+        return Actions(sts=actions.get(STS, DEFAULT_STS_ACTIONS))
+    except ValueError as error:
+        raise ConfigError(f"providers.{provider}.proxy_sts_actions: {error}") from None
 
 
 def allowed_hosts(texts: Sequence[str], network: tuple[Destination, ...]) -> tuple[Destination, ...]:

@@ -1,10 +1,8 @@
 """The header swap of a token: the sandbox holds a worthless placeholder, the proxy puts the real token in.
 
-A placeholder has the shape of the secret it stands for (its public prefix,
-one of a known list such as ``ghs_``, ``hvs.`` or ``sk-ant-api03-``, then
-random letters and digits to the same length), so clients accept it
-unchanged; nothing else of the secret is in it (``placeholder_for``).
-``HeaderSwap`` is the injector (``broker.egress.injectors.interface``) of
+A placeholder has the shape of the token it stands for, so clients accept
+it unchanged; nothing else of the token is in it (its provider makes it:
+``providers.placeholders``). ``HeaderSwap`` is the injector (``broker.egress.injectors.interface``) of
 such a token: it swaps the placeholder for the secret only in requests to
 the credential's own hosts (which the proxy reaches over verified TLS) and
 only in ``Authorization`` (``Bearer``, ``token``, ``Basic`` with any user
@@ -28,8 +26,6 @@ from __future__ import annotations
 import base64
 import binascii
 import hmac
-import secrets
-import string
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -38,42 +34,7 @@ from broker.egress.injectors.interface import HeadOnly, RequestHead
 from broker.egress.operations import Answer
 from broker.vocab.secret import Secret
 
-ALPHABET = string.ascii_letters + string.digits
-#: The public prefixes that name a token's kind, kept in its placeholder so that clients and scanners still tell
-#: it apart: the product's own providers' (GitHub, Vault and OpenBao, current and legacy) and the common APIs' an
-#: agent calls. Only these: whatever else a secret starts with is its random material, never kept.
-PREFIXES = tuple(
-    sorted(
-        {
-            *("ghs_", "ghp_", "gho_", "ghu_", "ghr_", "github_pat_"),  # GitHub
-            *("hvs.", "hvb.", "hvr.", "s.", "b.", "r."),  # Vault and OpenBao
-            *("sk-", "sk-proj-", "sk-svcacct-", "sk-admin-"),  # OpenAI
-            *("sk-ant-api03-", "sk-ant-admin01-"),  # Anthropic
-            *("xoxb-", "xoxp-", "xoxa-", "xoxe-", "xapp-"),  # Slack
-            *("sk_live_", "sk_test_", "rk_live_", "rk_test_"),  # Stripe
-            *("glpat-", "npm_", "pypi-", "hf_", "gsk_", "r8_", "pplx-", "xai-", "AIza"),
-        },
-        key=lambda prefix: (-len(prefix), prefix),  # the longest first: sk-ant-api03- before sk-
-    )
-)
 Header = tuple[bytes, bytes]
-
-
-def public_prefix(value: str) -> str:
-    """The known public prefix ``value`` starts with (``PREFIXES``), when it is at most half of it; else ``""``."""
-    return next((p for p in PREFIXES if value.startswith(p) and len(p) * 2 <= len(value)), "")
-
-
-def placeholder_for(secret: Secret) -> Secret:
-    """A random value of ``secret``'s shape: its public prefix, then letters and digits to the same length. Nothing
-    past the prefix is the secret's: the first random character is never the one the secret has there."""
-    value = secret.reveal()
-    prefix = public_prefix(value)
-    start = len(prefix)
-    while True:
-        candidate = prefix + "".join(secrets.choice(ALPHABET) for _ in range(len(value) - start))
-        if candidate[start : start + 1] != value[start : start + 1] or not value:
-            return Secret(candidate)
 
 
 @dataclass(frozen=True)

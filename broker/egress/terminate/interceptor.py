@@ -35,10 +35,9 @@ from broker.egress.injectors.swap import AnswerGuard, HeaderSwap, Injection
 from broker.egress.operations import Answer, BodyCheck, Decision
 from broker.egress.terminate.ca import SessionCA
 from broker.egress.terminate.masking import Masker, Pair, spellings
-from broker.vocab.secret import Secret
+from broker.vocab.secret import AwsKeys, Secret
 
-if TYPE_CHECKING:  # graphql-core for a session the operations limit only; the re-signer for an AWS credential only
-    from broker.egress.injectors.sigv4.values import AwsKeys
+if TYPE_CHECKING:  # graphql-core: for a session the operations limit only
     from broker.egress.operations.checker import OperationsChecker
 
 CAFactory = Callable[[Sequence[str]], SessionCA]

@@ -27,7 +27,7 @@ import pytest
 
 from broker.core.credential.proxied import ca_files, ca_hints
 from broker.egress.destinations import parse_destination
-from broker.egress.injectors.swap import Injection, placeholder_for
+from broker.egress.injectors.swap import Injection
 from broker.egress.proxy.bridge import proxy_hints
 from broker.egress.proxy.thread import proxy_thread
 from broker.egress.terminate.ca import SessionCA
@@ -36,6 +36,7 @@ from broker.egress.terminate.masking import Masker
 from broker.vocab.secret import Secret
 from devstack.github import APP_ID, CLIENT_ID, OWNER, PERMISSIONS, REPOSITORIES, AppKeys
 from devstack.github_app import GitHubAppEmulator
+from providers.placeholders import placeholder_for
 from tests.fixtures.openbao import VAULT_HEADERS, OpenBao
 from tests.fixtures.tls import TLSFront, backend_port, make_test_ca
 

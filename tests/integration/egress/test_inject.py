@@ -26,13 +26,14 @@ import requests
 from cryptography import x509
 
 from broker.egress.destinations import parse_destination
-from broker.egress.injectors.swap import Injection, placeholder_for
+from broker.egress.injectors.swap import Injection
 from broker.egress.proxy.thread import ProxyThread, proxy_thread
 from broker.egress.terminate.ca import SessionCA, ca_bundle
 from broker.egress.terminate.interceptor import Interceptor
 from broker.vocab.secret import Secret
 from devstack.github_app import GitHubAppEmulator
 from providers.github.git import GitHost, gitconfig
+from providers.placeholders import placeholder_for
 from tests.fixtures.openbao import VAULT_GUARD, VAULT_HEADERS, OpenBao
 from tests.fixtures.tls import TLSFront, backend_port, git_server, make_test_ca
 

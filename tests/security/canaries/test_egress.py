@@ -25,11 +25,12 @@ import pytest
 import requests
 
 from broker.egress.destinations import parse_destination
-from broker.egress.injectors.swap import Injection, placeholder_for
+from broker.egress.injectors.swap import Injection
 from broker.egress.proxy.thread import proxy_thread
 from broker.egress.terminate.ca import SessionCA, ca_bundle
 from broker.egress.terminate.interceptor import Interceptor
 from broker.vocab.secret import Secret
+from providers.placeholders import placeholder_for
 from tests.fixtures.tls import TLSFront, make_test_ca
 
 ECHO = "echo.test"

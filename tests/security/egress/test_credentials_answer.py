@@ -24,7 +24,6 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError, IncompleteReadError, ResponseStreamingError
 
-from broker.core.credential.aws_held import placeholder_keys
 from broker.egress.destinations import parse_destination
 from broker.egress.exchange.refusals import Refusal, RefusedRequest
 from broker.egress.injectors.sigv4 import AwsKeys
@@ -32,6 +31,7 @@ from broker.egress.injectors.sigv4.resigner import Resigner
 from broker.egress.proxy.thread import ProxyThread, proxy_thread
 from broker.egress.terminate.ca import SessionCA, ca_bundle
 from broker.egress.terminate.interceptor import Interceptor
+from providers.aws.files import placeholder_keys
 from tests.fixtures.recording_api import RecordingAPI
 from tests.fixtures.sigv4 import make_keys
 from tests.fixtures.tls import make_test_ca

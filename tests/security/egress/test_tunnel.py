@@ -27,13 +27,14 @@ import requests
 
 from broker.egress.destinations import parse_destination
 from broker.egress.exchange.refusals import Refusal, RefusedRequest
-from broker.egress.injectors.swap import Injection, placeholder_for
+from broker.egress.injectors.swap import Injection
 from broker.egress.proxy.listener import ProxyLimits
 from broker.egress.proxy.thread import ProxyThread, proxy_thread
 from broker.egress.terminate.ca import SessionCA
 from broker.egress.terminate.guards import parse_host_header, tunnel_authority
 from broker.egress.terminate.interceptor import Interceptor
 from broker.vocab.secret import Secret
+from providers.placeholders import placeholder_for
 from tests.fixtures.openbao import VAULT_GUARD, VAULT_HEADERS
 from tests.fixtures.tls import TLSFront, make_test_ca
 

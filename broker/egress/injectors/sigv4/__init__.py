@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from broker.egress.injectors.sigv4.errors import error_response
 from broker.egress.injectors.sigv4.spool import SpoolLimits
-from broker.egress.injectors.sigv4.values import AwsKeys, Head, PayloadMode, Reason, Refusal, RequestRefused
+from broker.egress.injectors.sigv4.values import Head, PayloadMode, Reason, Refusal, RequestRefused
 from broker.egress.injectors.sigv4.verifier import Ending, Passage, Verifier
+from broker.vocab.secret import AwsKeys
 
 __all__ = [
     "AwsKeys",

@@ -23,7 +23,8 @@ from botocore.auth import S3SigV4Auth, SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.compat import HTTPHeaders
 
-from broker.egress.injectors.sigv4.values import ALGORITHM, AwsKeys, Scope
+from broker.egress.injectors.sigv4.values import ALGORITHM, Scope
+from broker.vocab.secret import AwsKeys
 
 #: Services whose canonical URI is the path as sent (no double encoding, no dot-segment normalisation).
 S3_SERVICES = frozenset({"s3", "s3-object-lambda", "s3-outposts"})

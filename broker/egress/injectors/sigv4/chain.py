@@ -23,7 +23,8 @@ from __future__ import annotations
 import hashlib
 
 from broker.egress.injectors.sigv4.canonical import StringSigner
-from broker.egress.injectors.sigv4.values import EMPTY_SHA256, AwsKeys, Scope
+from broker.egress.injectors.sigv4.values import EMPTY_SHA256, Scope
+from broker.vocab.secret import AwsKeys
 
 CHUNK_ALGORITHM = "AWS4-HMAC-SHA256-PAYLOAD"
 TRAILER_ALGORITHM = "AWS4-HMAC-SHA256-TRAILER"

@@ -22,13 +22,13 @@ from broker.egress.injectors.sigv4.values import (
     STREAMING_SIGNED_TRAILER,
     STREAMING_UNSIGNED_TRAILER,
     UNSIGNED_PAYLOAD,
-    AwsKeys,
     Head,
     PayloadMode,
     Reason,
     Signed,
     refuse,
 )
+from broker.vocab.secret import AwsKeys
 
 HEX_SHA256 = re.compile(r"[0-9a-f]{64}")
 SKEW = timedelta(minutes=15)  # how far a signing date may be from now, at AWS too

@@ -56,10 +56,11 @@ from broker.egress.injectors.sigv4.errors import error_response
 from broker.egress.injectors.sigv4.parsing import read_signature, split_target
 from broker.egress.injectors.sigv4.screen import KeyScreen
 from broker.egress.injectors.sigv4.spool import SpoolLimits
-from broker.egress.injectors.sigv4.values import AwsKeys, Head, Reason, Refusal, RequestRefused
+from broker.egress.injectors.sigv4.values import Head, Reason, Refusal, RequestRefused
 from broker.egress.injectors.sigv4.verifier import Passage as Verified
 from broker.egress.injectors.sigv4.verifier import Verifier
 from broker.egress.operations import Answer
+from broker.vocab.secret import AwsKeys
 
 REVOKED = "this session has been revoked; its AWS credentials are no longer put in"
 

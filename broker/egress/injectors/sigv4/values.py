@@ -1,6 +1,6 @@
-"""The words of SigV4 re-signing: the keys, one request head, what was signed, why a request is refused.
+"""The words of SigV4 re-signing: one request head, what was signed, why a request is refused.
 
-Frozen values only. A ``Refusal`` is what the proxy answers instead of
+Frozen values only (the keys are ``broker.vocab.secret.AwsKeys``). A ``Refusal`` is what the proxy answers instead of
 forwarding (``broker.egress.injectors.sigv4.errors`` renders it as the XML error the
 SDKs print); ``RequestRefused`` carries one out of ``feed`` and ``end``, where
 a bad chunk or payload hash is found after the head was accepted.
@@ -11,8 +11,6 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 from typing import NoReturn
-
-from broker.vocab.secret import Secret
 
 Header = tuple[bytes, bytes]
 
@@ -25,15 +23,6 @@ STREAMING_UNSIGNED_TRAILER = "STREAMING-UNSIGNED-PAYLOAD-TRAILER"
 STREAMING_SIGNED = "STREAMING-AWS4-HMAC-SHA256-PAYLOAD"
 STREAMING_SIGNED_TRAILER = "STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER"
 EMPTY_SHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
-
-
-@dataclass(frozen=True)
-class AwsKeys:
-    """One set of AWS credentials: the placeholder the sandbox holds, or the real STS keys behind it."""
-
-    access_key_id: str
-    secret_access_key: Secret
-    session_token: Secret | None = None
 
 
 @dataclass(frozen=True)

@@ -51,7 +51,6 @@ from broker.egress.injectors.sigv4.parsing import (
 )
 from broker.egress.injectors.sigv4.spool import Spool, SpoolLimits
 from broker.egress.injectors.sigv4.values import (
-    AwsKeys,
     Head,
     Header,
     PayloadMode,
@@ -61,6 +60,7 @@ from broker.egress.injectors.sigv4.values import (
     Signed,
     refuse,
 )
+from broker.vocab.secret import AwsKeys
 
 METHOD = re.compile(rb"[A-Z]{1,20}")
 MISMATCH = (

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from broker.egress.injectors.interface import HeadOnly, RequestHead
-from broker.egress.injectors.swap import placeholder_for
 from broker.egress.injectors.template import HeaderTemplate
 from broker.vocab.secret import Secret
+from providers.placeholders import placeholder_for
 
 
 @pytest.mark.parametrize(

@@ -13,12 +13,12 @@ import os
 
 import pytest
 
-from broker.core.credential.aws_held import placeholder_keys
 from broker.egress.injectors.interface import InjectionRefused, RequestHead
 from broker.egress.injectors.sigv4 import Head, Verifier
 from broker.egress.injectors.sigv4.resigner import Resigner
 from broker.egress.terminate.ca import SessionCA
 from broker.egress.terminate.interceptor import Interceptor
+from providers.aws.files import placeholder_keys
 from tests.fixtures.sigv4 import HOSTS, Captured, forward, header, make_keys, sts_head
 from tests.fixtures.sigv4_chunks import signed_upload
 

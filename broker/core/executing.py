@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from broker.core.broker import Broker
-from broker.core.credential.proxied import session_interceptor
+from broker.core.credential.proxied import Interception, session_interception
 from broker.core.delegation.budget import ChildBudget
 from broker.core.delegation.socket_request import DelegationSocket
 from broker.core.inputs.manifest import Manifest
@@ -62,7 +62,6 @@ from broker.egress.evidence.writer import EvidenceWriter
 from broker.egress.proxy.bridge import forwarder_argv, proxy_hints
 from broker.egress.proxy.denials import log_denials
 from broker.egress.proxy.thread import ProxyThread, proxy_thread
-from broker.egress.terminate.interceptor import Interceptor
 from broker.host.control import ControlSocket
 from broker.host.egress_socket import EgressSocket, egress_root
 from broker.host.sandbox import EGRESS_SOCKET, SANDBOX_PATH, WORKSPACE
@@ -131,7 +130,7 @@ def child_environment(
 def issue_or_wait(
     broker: Broker,
     manifest: Manifest,
-    interceptor: Interceptor | None,
+    interception: Interception | None,
     delegation: DelegationSocket,
     *,
     wait: float | None,
@@ -140,14 +139,14 @@ def issue_or_wait(
     """Issue; a session that needs an approval is waited for (up to ``wait`` seconds, None: its timeout; 0: not at
     all, exit 8) and issued once approved."""
     try:
-        return issue(broker, manifest, interceptor=interceptor, delegation=delegation)
+        return issue(broker, manifest, interception, delegation=delegation)
     except AwaitingApproval as pending:
         if wait == 0:
             raise
         if on_pending is not None:
             on_pending(pending)
         approved = settle(broker, pending.request, wait=wait)
-        return issue(broker, manifest, interceptor=interceptor, approved=approved, delegation=delegation)
+        return issue(broker, manifest, interception, approved=approved, delegation=delegation)
 
 
 def execute(
@@ -162,11 +161,12 @@ def execute(
     check_sandbox_available(options, manifest)
     mode = network_mode(options, manifest)
     check_proxied(manifest, mode)
-    interceptor = session_interceptor(broker.config, manifest) if mode == "allowlist" else None
+    interception = session_interception(broker.config, manifest) if mode == "allowlist" else None
+    interceptor = interception.interceptor if interception is not None else None
     # Inside, the sandbox user; without root, the broker's own user (a user namespace maps the one to the other).
     owner = (manifest.sandbox.uid, manifest.sandbox.gid) if os.geteuid() == 0 else (os.geteuid(), os.getegid())
     delegation = DelegationSocket(owner)
-    document = issue_or_wait(broker, manifest, interceptor, delegation, wait=wait, on_pending=on_pending)
+    document = issue_or_wait(broker, manifest, interception, delegation, wait=wait, on_pending=on_pending)
     session_id = document.id
     lock = broker.session_lock(session_id)
     lock.acquire()  # held while the command runs: if this broker dies, sweep revokes the session

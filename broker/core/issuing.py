@@ -2,7 +2,7 @@
 
 One issue is one transaction, ``Issuing``, built once from its inputs (the
 broker, the manifest, the decision, the session id and end, the session
-directory, the interceptor) with each credential's ``MintContext`` made once
+directory, the interception) with each credential's ``MintContext`` made once
 for both the reservation and the mint. ``with issuing(broker, manifest) as
 session:`` hands the caller the session document while the session can still
 be rolled back: a clean exit commits it, an exception (or a signal) inside
@@ -48,7 +48,6 @@ from broker.core.approvals.digest import digest_of, same_digest
 from broker.core.approvals.ticket import awaiting, open_request, summary
 from broker.core.broker import Broker, new_session_id, preload_providers
 from broker.core.credential.mint import Minting
-from broker.core.credential.proxied import ca_files, ca_hints, hold_in_proxy, limit_operations, require_proxy
 from broker.core.credential.reserving import Reservation, log_denial, reserved
 from broker.core.credential.revoke import revoke_credential
 from broker.core.credential.withholding import cause_text
@@ -57,7 +56,6 @@ from broker.core.inputs.policy import Decision, decide
 from broker.core.session_document import IssuedCredential, SessionDocument
 from broker.core.store.interface import ApprovalRecord, SessionRecord
 from broker.core.store.states import SETTLED_CREDENTIAL_STATES, CredentialState, SessionState
-from broker.egress.terminate.interceptor import Interceptor
 from broker.host.sessiondir import SOCKET_NAME, SessionDirectory
 from broker.host.signals import signals_blocked
 from broker.vocab.errors import (
@@ -75,7 +73,8 @@ from broker.vocab.time import iso
 from broker.vocab.tracing import carried, span
 from providers.base import CredentialRequest, MintedCredential
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # an Interception is handed in by a caller running the proxy, which imports its machinery
+    from broker.core.credential.proxied import Interception
     from broker.core.delegation.coverage import Delegated
     from broker.core.delegation.socket_request import DelegationSocket
 
@@ -103,7 +102,7 @@ def check(broker: Broker, manifest: Manifest) -> Decision:
 def issuing(
     broker: Broker,
     manifest: Manifest,
-    interceptor: Interceptor | None = None,
+    interception: Interception | None = None,
     *,
     approved: ApprovalRecord | None = None,
     delegated: Delegated | None = None,
@@ -113,24 +112,25 @@ def issuing(
 
     An exception raised in the block, or a signal arriving, revokes every
     credential again (exit 4, its message naming what became of them).
-    ``interceptor`` (the session proxy's) takes the secrets of ``inject: proxy``
+    ``interception`` (the session proxy's) takes the secrets of ``inject: proxy``
     credentials and the effective operations (``broker.core.credential.proxied``).
     A decision that needs an approval raises ``AwaitingApproval`` once the
     request is stored, unless it is the ``approved`` request's own (same digest).
     """
-    require_proxy(manifest, interceptor)
+    _require_proxy(manifest, interception)
     broker.ready_to_issue()  # room on the log's disk, and a log that takes records, before anything is decided
     decision = delegated.decision if delegated is not None else check(broker, manifest)
     if not decision.allowed:
         log_denial(broker, manifest, decision, decision.reasons)
         raise PolicyDenied(decision.denial_message(), decision.reasons)
-    limit_operations(interceptor, decision)
+    if interception is not None:
+        interception.limit(decision)
     _check_sandbox_owner(manifest)
     if approved is not None:
         _still_as_approved(broker, manifest, decision, approved)
     elif decision.approval is not None and delegated is None:
         raise awaiting(open_request(broker, manifest, decision, new_session_id()))
-    transaction = Issuing(broker, manifest, decision, interceptor, approved, delegated, delegation)
+    transaction = Issuing(broker, manifest, decision, interception, approved, delegated, delegation)
     with reserved(transaction, transaction.contexts, transaction.now) as reservation:
         lock = broker.session_lock(transaction.session_id)
         lock.acquire()  # held until the session is complete or rolled back: sweep leaves it alone
@@ -147,13 +147,13 @@ def issuing(
 def issue(
     broker: Broker,
     manifest: Manifest,
-    interceptor: Interceptor | None = None,
+    interception: Interception | None = None,
     *,
     approved: ApprovalRecord | None = None,
     delegation: DelegationSocket | None = None,
 ) -> SessionDocument:
     """Issue and commit at once, for a caller with nothing to deliver while the session can be rolled back."""
-    with issuing(broker, manifest, interceptor, approved=approved, delegation=delegation) as session:
+    with issuing(broker, manifest, interception, approved=approved, delegation=delegation) as session:
         return session
 
 
@@ -176,7 +176,7 @@ class Issuing(Minting):
         broker: Broker,
         manifest: Manifest,
         decision: Decision,
-        interceptor: Interceptor | None,
+        interception: Interception | None,
         approved: ApprovalRecord | None = None,
         delegated: Delegated | None = None,
         delegation: DelegationSocket | None = None,
@@ -187,7 +187,7 @@ class Issuing(Minting):
         expires_at, parent = now + timedelta(seconds=decision.session_ttl), delegated.parent.id if delegated else None
         super().__init__(broker, manifest, decision, session_id, expires_at, parent=parent)
         self.now = now
-        self.interceptor = interceptor
+        self.interception = interception
         self.approved = approved
         self.delegated = delegated
         self.delegation = delegation if decision.delegation.depth > 0 else None
@@ -265,9 +265,8 @@ class Issuing(Minting):
         """One credential's whole path: record, mint, record again, log, write its files (or their placeholder)."""
         credential = self.mint(request, self.contexts[request.name])
         self.record(request, credential, **self.lineage())
-        if self.interceptor is not None and request.name in self.manifest.proxied:
-            config, spool = self.broker.config, self.directory.path
-            credential = hold_in_proxy(config, request, credential, self.interceptor, spool, self.manifest.network)
+        if self.interception is not None and request.name in self.manifest.proxied:
+            credential = self.interception.hold(request, credential, self.directory.path, self.manifest.network)
         return request, credential, self.directory.write_credential(request.name, credential.files)
 
     def document(self, results: list[tuple[CredentialRequest, MintedCredential, list[str]]]) -> SessionDocument:
@@ -291,10 +290,10 @@ class Issuing(Minting):
         env["BROKER_SESSION"] = self.session_id
         if self.delegation is not None:  # the thin client in the sandbox asks this session's socket for children
             env["BROKER_SOCKET"] = str(PurePosixPath(manifest.sandbox.mount_path) / SOCKET_NAME)
-        if self.interceptor is not None and self.interceptor.terminates:
-            for name, data in ca_files(self.interceptor).items():
+        if self.interception is not None and self.interception.terminates:
+            for name, data in self.interception.ca_files().items():
                 self.directory.write_file(name, data)
-            env.update(ca_hints(manifest.sandbox.mount_path))
+            env.update(self.interception.ca_hints(manifest.sandbox.mount_path))
         return SessionDocument(
             id=self.session_id,
             task=manifest.task,
@@ -387,4 +386,12 @@ def _check_sandbox_owner(manifest: Manifest) -> None:
         raise BadInput(
             f"sandbox.uid/gid {manifest.sandbox.uid}/{manifest.sandbox.gid}: only root can issue files"
             " owned by another user"
+        )
+
+
+def _require_proxy(manifest: Manifest, interception: Interception | None) -> None:
+    if manifest.proxied and interception is None:
+        raise BadInput(
+            f"credential {manifest.proxied[0]!r} has inject: proxy: only broker exec --network allowlist runs"
+            " the proxy that puts it in"
         )

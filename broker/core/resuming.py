@@ -15,6 +15,7 @@ import dataclasses
 import threading
 import time
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from broker.core.approvals.deciding import expire
 from broker.core.approvals.ticket import awaiting
@@ -25,10 +26,12 @@ from broker.core.issuing import issuing
 from broker.core.session_document import SessionDocument
 from broker.core.store.interface import ApprovalRecord
 from broker.core.store.states import ApprovalState
-from broker.egress.terminate.interceptor import Interceptor
 from broker.vocab.errors import PolicyDenied, UnknownRequest
 from broker.vocab.session_ids import check_session_id
 from broker.vocab.time import iso
+
+if TYPE_CHECKING:  # handed in by a caller running the proxy
+    from broker.core.credential.proxied import Interception
 
 
 def settle(
@@ -90,7 +93,7 @@ def stored_manifest(broker: Broker, approval: ApprovalRecord) -> Manifest:
 
 
 @contextlib.contextmanager
-def resuming(broker: Broker, request: str, interceptor: Interceptor | None = None) -> Iterator[SessionDocument]:
+def resuming(broker: Broker, request: str, interception: Interception | None = None) -> Iterator[SessionDocument]:
     """Issue the approved request's session; the block receives its document (as ``issuing``'s)."""
     approval = broker.store.get_approval(check_session_id(request, "request id"))
     if approval is None:
@@ -101,5 +104,5 @@ def resuming(broker: Broker, request: str, interceptor: Interceptor | None = Non
     approval = granted(approval)
     acting = requested_by(broker, approval)
     manifest = stored_manifest(acting, approval)
-    with issuing(acting, manifest, interceptor, approved=approval) as session:
+    with issuing(acting, manifest, interception, approved=approval) as session:
         yield session

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from broker.core.broker import Broker
-from broker.core.credential.proxied import session_interceptor
+from broker.core.credential.proxied import session_interception
 from broker.core.delegation.budget import ChildBudget
 from broker.core.delegation.socket_request import DelegationSocket
 from broker.core.executing import ExecOptions, check_proxied, child_environment, network_mode, session_evidence
@@ -118,11 +118,12 @@ class Holds:
         check_network_enforceable(options.sandbox, mode)  # the client builds the sandbox: it checks the rest
         check_proxied(manifest, mode)
         owner = _socket_owner(peer, manifest) if mode == "allowlist" else None
-        interceptor = session_interceptor(broker.config, manifest) if mode == "allowlist" else None
+        interception = session_interception(broker.config, manifest) if mode == "allowlist" else None
+        interceptor = interception.interceptor if interception is not None else None
         inside = _sandbox_peer(peer, manifest)
         delegation = DelegationSocket(inside)
         approved = _approved(broker, peer, body)
-        document = issue(broker, manifest, interceptor=interceptor, approved=approved, delegation=delegation)
+        document = issue(broker, manifest, interception, approved=approved, delegation=delegation)
         record = broker.store.get_session(document.id)
         assert record is not None
         held = Held(record.id, record.task, broker.session_lock(record.id), record.expires_at, interceptor=interceptor)

@@ -1,5 +1,12 @@
 """``inject: proxy`` and ``operations`` at issue: the placeholders in the files, the secrets and limits in the proxy.
 
+A session whose egress goes through its proxy (``broker exec --network
+allowlist``) is issued with an ``Interception`` (``session_interception``):
+the proxy's ``Interceptor`` and what issue puts into it. Only that caller
+imports this module; an issue without a proxy loads none of what it stands
+on (the interceptor, the injectors, the session CA, graphql-core for the
+operations checker, the re-signer).
+
 Each proxied credential's provider hands over its files with placeholders
 in them and the secret the proxy puts in (``Placeholding``: no module here
 knows where a provider's files hold a secret); the core makes the injector
@@ -33,33 +40,146 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING
 
 from broker.core.inputs.config import Config, ProxyTarget
 from broker.core.inputs.manifest import Manifest
+from broker.core.inputs.policy import Decision
 from broker.egress.destinations import Destination, DestinationError, allowed, parse_destination
 from broker.egress.injectors.sigv4.actions import DEFAULT_STS_ACTIONS, STS, Actions
 from broker.egress.injectors.sigv4.resigner import Resigner
 from broker.egress.injectors.swap import AnswerGuard, Injection
 from broker.egress.injectors.template import HeaderTemplate
+from broker.egress.operations.checker import OperationsChecker
 from broker.egress.terminate.ca import SessionCA, ca_bundle
 from broker.egress.terminate.interceptor import Interceptor
-from broker.vocab.errors import BadInput, ConfigError, ProviderError
+from broker.vocab.errors import ConfigError, ProviderError
 from broker.vocab.files import read_bounded
 from broker.vocab.secret import AwsKeys, Secret
 from providers.base import CredentialRequest, MintedCredential, ProxyFacts
 from providers.capabilities import Placeholding
 from providers.registry import provider_classes
 
-if TYPE_CHECKING:
-    from broker.core.inputs.policy import Decision
-    from broker.egress.operations.checker import OperationsChecker
-
 MAX_SYSTEM_BUNDLE = 4 * 1024 * 1024
 CA_FILE, BUNDLE_FILE = "ca.pem", "ca-bundle.pem"
 #: The variables common clients read for the CAs they trust (all set to the bundle: some replace the system
 #: store); each provider type adds its own clients' (``ca_hint_names``).
 CA_HINTS = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO", "NODE_EXTRA_CA_CERTS")
+
+
+class Interception:
+    """A session's interception as issue builds it: the proxy's ``interceptor`` and the steps that fill it."""
+
+    def __init__(self, config: Config, interceptor: Interceptor) -> None:
+        self.config = config
+        self.interceptor = interceptor
+
+    @property
+    def terminates(self) -> bool:
+        """Whether the proxy terminates TLS for any host of the session (then the sandbox gets the CA)."""
+        return self.interceptor.terminates
+
+    def limit(self, decision: Decision) -> None:
+        """Hand the decision's effective operations to the proxy (none without destinations)."""
+        checker = operations_checker(decision)
+        if checker is not None:
+            self.interceptor.limit(checker)
+
+    def hold(
+        self,
+        request: CredentialRequest,
+        credential: MintedCredential,
+        spool_dir: Path | None = None,
+        network: tuple[Destination, ...] = (),
+    ) -> MintedCredential:
+        """``credential`` with its files holding placeholders (its provider's ``Placeholding``); the interceptor gets
+        the injector that puts the secret in for its hosts: a token's header swap, a ``kind: secret``'s header
+        template, or an AWS credential's re-signer (its keys, for its provider's hosts and those of its request's
+        ``more_proxy_hosts`` that ``network`` allows; ``spool_dir`` holds the bodies it checks before they go
+        upstream)."""
+        config, interceptor = self.config, self.interceptor
+        provider = placeholding(config, request)
+        target = config.proxy_targets.get(request.provider)
+        delivery = request.delivery()  # a credential naming its own hosts and header (kind: secret)
+        if delivery is None and target is not None and target.facts.resigns:
+            more = allowed_hosts(request.more_proxy_hosts(tuple(map(str, target.hosts))), network)
+            target = replace(target, hosts=(*target.hosts, *(h for h in more if h not in target.hosts)))
+            actions = resigned_actions(request.provider, config.providers[request.provider].proxy_actions())
+            held = provider.placeholders(request, credential, https_address(target))
+            if not isinstance(held.secret, AwsKeys) or not isinstance(held.placeholder, AwsKeys):
+                raise ProviderError(f"credential {request.name!r}: its provider hands the re-signer no keys")
+            hosts = frozenset((h.host, h.port) for h in target.hosts)
+            interceptor.add_injector(
+                Resigner(
+                    request.name,
+                    hosts,
+                    held.placeholder,
+                    held.secret,
+                    upstream_ca_file=target.upstream_ca_file,
+                    spool_dir=spool_dir,
+                    actions=actions,
+                )
+            )
+            return replace(credential, files=held.files)
+        held = provider.placeholders(request, credential, https_address(target) if target is not None else "")
+        secret, placeholder = held.secret, held.placeholder
+        if not isinstance(secret, Secret) or not isinstance(placeholder, Secret):
+            raise ProviderError(f"credential {request.name!r}: its provider hands the proxy no token to put in")
+        if delivery is not None:
+            hosts = frozenset((d.host, d.port) for d in map(parse_destination, delivery.hosts))
+            interceptor.add_injector(
+                HeaderTemplate(request.name, hosts, delivery.header, placeholder, secret, interceptor.upstream_ca_file)
+            )
+            env = dict(credential.env) | ({delivery.env: placeholder.reveal()} if delivery.env else {})
+            return replace(credential, files=held.files, env=env)
+        assert target is not None  # inject: proxy needs the provider's proxy hosts (the manifest's check)
+        interceptor.add(
+            Injection(
+                frozenset((h.host, h.port) for h in target.hosts),
+                placeholder,
+                secret,
+                target.upstream_ca_file,
+                frozenset(header.encode() for header in target.facts.token_headers),
+                answer_guard(target.facts),
+                name=request.name,
+            )
+        )
+        env = dict(credential.env)
+        address = target.facts.address_env
+        if address is not None and address in env:
+            env[address] = https_address(target)
+        return replace(credential, files=held.files, env=env)
+
+    def ca_files(self) -> dict[str, bytes]:
+        """``ca.pem`` and ``ca-bundle.pem`` (the system CAs, when found, plus the session CA)."""
+        return ca_files(self.interceptor)
+
+    def ca_hints(self, mount_path: PurePosixPath) -> dict[str, str]:
+        """The variables that point the sandbox's clients at ``ca-bundle.pem`` under ``mount_path``."""
+        return ca_hints(mount_path)
+
+
+def session_interception(config: Config, manifest: Manifest) -> Interception:
+    """The interception of a session whose egress goes through its proxy (its CA, made once the hosts are known,
+    lives no longer than the session may)."""
+    ttl = min(manifest.ttl or config.default_ttl, config.max_ttl)
+    not_after = datetime.now(UTC) + timedelta(seconds=ttl)
+
+    def make_ca(hosts: Sequence[str]) -> SessionCA:
+        return SessionCA(hosts, not_after, label=manifest.task)
+
+    interceptor = Interceptor(make_ca, upstream_ca_file=config.egress_upstream_ca_file)
+    try:
+        interceptor.load_trust()
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"egress.upstream_ca_file: cannot be loaded ({type(exc).__name__})") from None
+    return Interception(config, interceptor)
+
+
+def operations_checker(decision: Decision) -> OperationsChecker | None:
+    """What checks each request against the decision's effective operations; None when there are none."""
+    if decision.operations.empty or decision.network.rule is None:
+        return None
+    return OperationsChecker(decision.operations, decision.network.rule)
 
 
 def answer_guard(facts: ProxyFacts) -> AnswerGuard | None:
@@ -74,114 +194,18 @@ def answer_guard(facts: ProxyFacts) -> AnswerGuard | None:
     )
 
 
-def session_interceptor(config: Config, manifest: Manifest) -> Interceptor:
-    """The interceptor of a session whose egress goes through its proxy (its CA, made once the hosts are known,
-    lives no longer than the session may)."""
-    ttl = min(manifest.ttl or config.default_ttl, config.max_ttl)
-    not_after = datetime.now(UTC) + timedelta(seconds=ttl)
-
-    def make_ca(hosts: Sequence[str]) -> SessionCA:
-        return SessionCA(hosts, not_after, label=manifest.task)
-
-    interceptor = Interceptor(make_ca, upstream_ca_file=config.egress_upstream_ca_file)
-    try:
-        interceptor.load_trust()
-    except (OSError, ssl.SSLError) as exc:
-        raise ConfigError(f"egress.upstream_ca_file: cannot be loaded ({type(exc).__name__})") from None
-    return interceptor
-
-
-def limit_operations(interceptor: Interceptor | None, decision: Decision) -> None:
-    """Hand the decision's effective operations to the session's proxy (none without destinations)."""
-    checker = operations_checker(decision)
-    if interceptor is not None and checker is not None:
-        interceptor.limit(checker)
-
-
-def operations_checker(decision: Decision) -> OperationsChecker | None:
-    """What checks each request against the decision's effective operations; None when there are none."""
-    if decision.operations.empty or decision.network.rule is None:
-        return None
-    from broker.egress.operations.checker import OperationsChecker  # graphql-core: only for a session limited so
-
-    return OperationsChecker(decision.operations, decision.network.rule)
-
-
-def hold_in_proxy(
-    config: Config,
-    request: CredentialRequest,
-    credential: MintedCredential,
-    interceptor: Interceptor,
-    spool_dir: Path | None = None,
-    network: tuple[Destination, ...] = (),
-) -> MintedCredential:
-    """``credential`` with its files holding placeholders (its provider's ``Placeholding``); the interceptor gets the
-    injector that puts the secret in for its hosts: a token's header swap, a ``kind: secret``'s header template, or
-    an AWS credential's re-signer (its keys, for its provider's hosts and those of its request's
-    ``more_proxy_hosts`` that ``network`` allows; ``spool_dir`` holds the bodies it checks before they go
-    upstream)."""
+def placeholding(config: Config, request: CredentialRequest) -> Placeholding:
+    """The provider of ``request`` as the one that hands its placeholders over."""
     provider = config.providers[request.provider]
     if not isinstance(provider, Placeholding):
         raise ConfigError(f"providers.{request.provider}: its type hands the proxy no placeholders")
-    target = config.proxy_targets.get(request.provider)
-    delivery = request.delivery()  # a credential naming its own hosts and header (kind: secret)
-    if delivery is None and target is not None and target.facts.resigns:
-        more = allowed_hosts(request.more_proxy_hosts(tuple(map(str, target.hosts))), network)
-        target = replace(target, hosts=(*target.hosts, *(h for h in more if h not in target.hosts)))
-        actions = resigned_actions(request.provider, provider.proxy_actions())
-        held = provider.placeholders(request, credential, https_address(target))
-        if not isinstance(held.secret, AwsKeys) or not isinstance(held.placeholder, AwsKeys):
-            raise ProviderError(f"credential {request.name!r}: its provider hands the re-signer no keys")
-        hosts = frozenset((h.host, h.port) for h in target.hosts)
-        interceptor.add_injector(
-            Resigner(
-                request.name,
-                hosts,
-                held.placeholder,
-                held.secret,
-                upstream_ca_file=target.upstream_ca_file,
-                spool_dir=spool_dir,
-                actions=actions,
-            )
-        )
-        return replace(credential, files=held.files)
-    held = provider.placeholders(request, credential, https_address(target) if target is not None else "")
-    secret, placeholder = held.secret, held.placeholder
-    if not isinstance(secret, Secret) or not isinstance(placeholder, Secret):
-        raise ProviderError(f"credential {request.name!r}: its provider hands the proxy no token to put in")
-    if delivery is not None:
-        hosts = frozenset((d.host, d.port) for d in map(parse_destination, delivery.hosts))
-        interceptor.add_injector(
-            HeaderTemplate(request.name, hosts, delivery.header, placeholder, secret, interceptor.upstream_ca_file)
-        )
-        env = dict(credential.env) | ({delivery.env: placeholder.reveal()} if delivery.env else {})
-        return replace(credential, files=held.files, env=env)
-    assert target is not None  # inject: proxy needs the provider's proxy hosts (the manifest's check)
-    interceptor.add(
-        Injection(
-            frozenset((h.host, h.port) for h in target.hosts),
-            placeholder,
-            secret,
-            target.upstream_ca_file,
-            frozenset(header.encode() for header in target.facts.token_headers),
-            answer_guard(target.facts),
-            name=request.name,
-        )
-    )
-    env = dict(credential.env)
-    address = target.facts.address_env
-    if address is not None and address in env:
-        env[address] = https_address(target)
-    return replace(credential, files=held.files, env=env)
+    return provider
 
 
 def proxy_secret(config: Config, request: CredentialRequest, credential: MintedCredential) -> Secret | AwsKeys:
     """What the proxy puts in for a renewed ``credential``, behind the placeholder the first one got (its
     provider's ``Placeholding``)."""
-    provider = config.providers[request.provider]
-    if not isinstance(provider, Placeholding):
-        raise ConfigError(f"providers.{request.provider}: its type hands the proxy no placeholders")
-    return provider.proxy_secret(credential)
+    return placeholding(config, request).proxy_secret(credential)
 
 
 def https_address(target: ProxyTarget) -> str:
@@ -233,11 +257,3 @@ def ca_hint_names() -> tuple[str, ...]:
 
 def ca_hints(mount_path: PurePosixPath) -> dict[str, str]:
     return dict.fromkeys(ca_hint_names(), str(mount_path / BUNDLE_FILE))
-
-
-def require_proxy(manifest: Manifest, interceptor: Interceptor | None) -> None:
-    if manifest.proxied and interceptor is None:
-        raise BadInput(
-            f"credential {manifest.proxied[0]!r} has inject: proxy: only broker exec --network allowlist runs"
-            " the proxy that puts it in"
-        )

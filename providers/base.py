@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 from broker.vocab.checks import Check
 from broker.vocab.errors import BrokerError, ProviderError
 from broker.vocab.fields import Fields
-from broker.vocab.secret import Secret
+from broker.vocab.secret import AwsKeys, Secret
 
 if TYPE_CHECKING:
     from broker.vocab.manual import ProviderManual
@@ -48,6 +48,7 @@ __all__ = [
     "MintedCredential",
     "Provider",
     "ProviderError",
+    "ProxiedCredential",
     "ProxyFacts",
     "RequestT",
     "RevokeOutcome",
@@ -129,6 +130,21 @@ class MintedCredential:
     revoke_secret: Secret | None = None
 
 
+@dataclass(frozen=True)
+class ProxiedCredential:
+    """An ``inject: proxy`` credential as its provider hands it to the core (``providers.capabilities.Placeholding``).
+
+    ``files`` are the credential's files as the sandbox gets them: each secret in them replaced by its placeholder
+    (a file of the provider's own format, rewritten by the provider alone); ``secret`` is what the proxy's injector
+    puts into requests (a token, or an AWS key id, secret and session token); ``placeholder`` is what stands for it
+    in the files, of the same shape.
+    """
+
+    files: Mapping[str, Secret | str]
+    secret: Secret | AwsKeys
+    placeholder: Secret | AwsKeys
+
+
 class MintRejected(ProviderError):
     """The provider returned a credential that fails a check after minting: it must not be handed out.
 
@@ -176,7 +192,7 @@ class ProxyFacts:
     refused_answer_key: str | None = None
     refused_answer_name: str = ""
     #: The client signs each request itself (AWS SigV4): the proxy verifies the signature with the placeholder
-    #: keys and re-signs with the real ones (``broker.egress.sigv4``) instead of swapping a header.
+    #: keys and re-signs with the real ones (``broker.egress.injectors.sigv4``) instead of swapping a header.
     resigns: bool = False
 
 

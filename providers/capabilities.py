@@ -24,6 +24,10 @@ nothing to register.
 * ``VersionedSecrets``: its secret has no expiry but versions (Vault's KV v2,
   ``kind: secret``): a running session watches the current version and
   swaps a new one in behind its placeholder (``broker.core.running.refreshing``).
+* ``Placeholding``: its credentials can be ``inject: proxy`` (it declares
+  ``Provider.proxy``): it hands the core their files with placeholders in them
+  and the secret the proxy puts in, so no module of the core knows where its
+  files hold a secret (``broker.core.credential.proxied`` makes the injector).
 """
 
 from __future__ import annotations
@@ -37,7 +41,8 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from broker.vocab.checks import Check
-from providers.base import Grant, MintContext, RevokeTarget
+from broker.vocab.secret import AwsKeys, Secret
+from providers.base import Grant, MintContext, MintedCredential, ProxiedCredential, RevokeTarget
 
 __all__ = [
     "CAPABILITIES",
@@ -47,6 +52,7 @@ __all__ = [
     "FindsMinted",
     "FleetState",
     "Narrowing",
+    "Placeholding",
     "Refreshing",
     "Reserving",
     "SharesLocks",
@@ -234,5 +240,32 @@ class VersionedSecrets(Protocol):
         read, or when the current version is deleted or destroyed (its value cannot be read either)."""
 
 
+@runtime_checkable
+class Placeholding(Protocol):
+    """Hands the core an ``inject: proxy`` credential as the sandbox gets it and as the proxy puts it in: only the
+    provider type knows where its files hold the secret and what a placeholder of it looks like (AWS: the key id,
+    secret and session token of its credentials file, an endpoint in its config file)."""
+
+    def placeholders(self, request: Any, credential: MintedCredential, address: str) -> ProxiedCredential:
+        """``credential`` (just minted for ``request``) with placeholders in its files, the secret the proxy puts in
+        and its placeholder. ``address`` is where the sandbox reaches the provider through the proxy
+        (``https://HOST[:PORT]``, its first proxy host): a file naming the provider's own address points there.
+        ``ProviderError`` when a file holds a secret the proxy cannot stand in for."""
+
+    def proxy_secret(self, credential: MintedCredential) -> Secret | AwsKeys:
+        """What the proxy puts in for ``credential`` (a renewal, behind the placeholder its first credential got),
+        read from the credential alone (no call)."""
+
+
 #: Every capability, in the order this module describes them.
-CAPABILITIES = (Warming, FindsMinted, Reserving, SharesLocks, ChecksGrants, Refreshing, Narrowing, VersionedSecrets)
+CAPABILITIES = (
+    Warming,
+    FindsMinted,
+    Reserving,
+    SharesLocks,
+    ChecksGrants,
+    Refreshing,
+    Narrowing,
+    VersionedSecrets,
+    Placeholding,
+)

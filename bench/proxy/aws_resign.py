@@ -5,7 +5,7 @@ Part of ``scripts/bench`` (``--only awsproxy``), or alone:
 
 The proxy runs in a child process of its own, as in a session: it terminates
 TLS for one ``127.0.0.1:PORT`` with the session CA, and an AWS credential's
-injector (``broker.egress.sigv4.injector.Resigner``) verifies each request
+injector (``broker.egress.injectors.sigv4.resigner.Resigner``) verifies each request
 with the placeholder keys and re-signs it with the "real" ones; every request
 is an ``egress.request`` record on a real, signed issuance log. The upstream
 (another child) is a TLS HTTP/1.1 server reading any framing with h11 and
@@ -62,7 +62,7 @@ UPSTREAM = """
 import sys, threading, h11
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from broker.egress.ca import SessionCA
+from broker.egress.terminate.ca import SessionCA
 import socket
 ca = SessionCA(["127.0.0.1"], datetime.now(UTC) + timedelta(hours=2), label="bench aws upstream")
 Path(sys.argv[1]).write_bytes(ca.pem)
@@ -108,14 +108,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from broker.audit.keys import load_or_create_keys
 from broker.audit.log import IssuanceLog
-from broker.egress.ca import SessionCA
+from broker.egress.terminate.ca import SessionCA
 from broker.egress.destinations import parse_destination
-from broker.egress.inject import Injection
-from broker.egress.running import running_proxy
-from broker.egress.sigv4 import AwsKeys
-from broker.egress.sigv4.injector import Resigner
-from broker.egress.terminate.plan import Interceptor
-from broker.egress.terminate.writer import EvidenceWriter
+from broker.egress.injectors.swap import Injection
+from broker.egress.proxy.thread import proxy_thread
+from broker.egress.injectors.sigv4 import AwsKeys
+from broker.egress.injectors.sigv4.resigner import Resigner
+from broker.egress.terminate.interceptor import Interceptor
+from broker.egress.evidence.writer import EvidenceWriter
 from broker.vocab.secret import Secret
 spec = json.loads(sys.argv[1])
 work = Path(spec["work"])
@@ -134,7 +134,7 @@ else:  # the same terminated path with a credential whose placeholder these requ
 (work / "session-ca.pem").write_bytes(plan.ca.pem)
 log = IssuanceLog(work, load_or_create_keys(work / "audit.key", work / "fingerprint.key"))
 writer = EvidenceWriter(log, session="s-aaaaaaaaaaaa", task="bench", requester="bench")
-with running_proxy((parse_destination(f"127.0.0.1:{port}"),), unix=False, tcp=True, interceptor=plan,
+with proxy_thread((parse_destination(f"127.0.0.1:{port}"),), unix=False, tcp=True, interceptor=plan,
                    evidence=writer) as proxy:
     print(proxy.port, flush=True)
     sys.stdin.readline()

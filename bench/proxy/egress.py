@@ -17,7 +17,7 @@ sending ``--mib`` MiB to a sink, against as many direct connections, in
 adds ``bench/proxy/relay.c``, the same splice design in C with nothing else, as
 one more side: what a second TCP hop costs on this machine whatever the
 relay. ``--compare`` adds a proxy whose tunnels use another copy of
-``broker/egress/splice.py`` (a before/after in the same rounds). Every loop
+``broker/egress/proxy/splice.py`` (a before/after in the same rounds). Every loop
 is bounded; only loopback is used.
 """
 
@@ -39,19 +39,19 @@ from typing import Any
 
 from bench.common import Report, Row, Settings
 from bench.proxy.tunnels import SINK, Child, Link, describe, floor_relay, rounds
-from broker.egress.splice import BULK_PIPE
+from broker.egress.proxy.splice import BULK_PIPE
 
 CHILD = """
 import importlib.util, os, sys
 if os.environ.get("BENCH_SPLICE"):  # another copy of the tunnel copier, for a before/after
-    spec = importlib.util.spec_from_file_location("broker.egress.splice", os.environ["BENCH_SPLICE"])
+    spec = importlib.util.spec_from_file_location("broker.egress.proxy.splice", os.environ["BENCH_SPLICE"])
     module = importlib.util.module_from_spec(spec)
-    sys.modules["broker.egress.splice"] = module
+    sys.modules["broker.egress.proxy.splice"] = module
     spec.loader.exec_module(module)
 from broker.egress.destinations import parse_destination
-from broker.egress.running import running_proxy
+from broker.egress.proxy.thread import proxy_thread
 allow = tuple(parse_destination(a) for a in sys.argv[1:])
-with running_proxy(allow, unix=False, tcp=True) as proxy:
+with proxy_thread(allow, unix=False, tcp=True) as proxy:
     print(proxy.port, flush=True)
     sys.stdin.read()
 """

@@ -34,7 +34,7 @@ GIT_UPSTREAM = """
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from broker.egress.ca import SessionCA
+from broker.egress.terminate.ca import SessionCA
 from devstack.git_http import GitHTTPServer
 ca = SessionCA(["127.0.0.1"], datetime.now(UTC) + timedelta(hours=2), label="bench git")
 Path(sys.argv[2]).write_bytes(ca.pem)

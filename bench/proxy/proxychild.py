@@ -1,6 +1,6 @@
 """The processes of the terminated-host figures: a proxy with an Interceptor and evidence, a TLS upstream, a client.
 
-``ProxyChild`` runs ``running_proxy`` in a child process of its own, for one
+``ProxyChild`` runs ``proxy_thread`` in a child process of its own, for one
 ``127.0.0.1:PORT`` it terminates (operations as given, a credential's header
 swap when asked), with an ``EvidenceWriter`` on a real, signed issuance log
 in its work directory (under the evidence budget given, or the default); it
@@ -45,7 +45,7 @@ import json, sys, ssl, socket
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from broker.egress.ca import SessionCA
+from broker.egress.terminate.ca import SessionCA
 ca = SessionCA(["127.0.0.1"], datetime.now(UTC) + timedelta(hours=2), label="bench upstream")
 Path(sys.argv[1]).write_bytes(ca.pem)
 context = ca.server_context("127.0.0.1")
@@ -84,15 +84,15 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from broker.audit.keys import load_or_create_keys
 from broker.audit.log import IssuanceLog
-from broker.egress.ca import SessionCA
+from broker.egress.terminate.ca import SessionCA
 from broker.egress.destinations import parse_destination
-from broker.egress.inject import Injection
+from broker.egress.injectors.swap import Injection
 from broker.egress.operations import read_operations
 from broker.egress.operations.checker import OperationsChecker
-from broker.egress.running import running_proxy
-from broker.egress.terminate.budget import EvidenceBudget
-from broker.egress.terminate.plan import Interceptor
-from broker.egress.terminate.writer import EvidenceWriter
+from broker.egress.proxy.thread import proxy_thread
+from broker.egress.evidence.budget import EvidenceBudget
+from broker.egress.terminate.interceptor import Interceptor
+from broker.egress.evidence.writer import EvidenceWriter
 from broker.vocab.errors import PolicyFileError
 from broker.vocab.fields import Fields
 from broker.vocab.secret import Secret
@@ -114,7 +114,7 @@ log = IssuanceLog(work, keys)
 budget = EvidenceBudget(**spec["budget"]) if spec.get("budget") else None
 writer = EvidenceWriter(log, session="s-aaaaaaaaaaaa", task="bench", requester="bench", budget=budget)
 allow = tuple(parse_destination(a) for a in spec["allow"])
-with running_proxy(allow, unix=False, tcp=True, interceptor=plan, evidence=writer) as proxy:
+with proxy_thread(allow, unix=False, tcp=True, interceptor=plan, evidence=writer) as proxy:
     print(proxy.port, flush=True)
     sys.stdin.readline()
     stats = {"written": writer.written, "batches": writer.batches, "peak": writer.peak, "pending": writer.pending}

@@ -39,11 +39,11 @@ from typing import Any
 
 from bench.common import WORK, Report, Row, Settings
 from broker.core.running.rotating import GRACE
-from broker.egress.ca import SessionCA
 from broker.egress.destinations import parse_destination
-from broker.egress.inject import Injection
-from broker.egress.running import running_proxy
-from broker.egress.terminate.plan import Interceptor
+from broker.egress.injectors.swap import Injection
+from broker.egress.proxy.thread import proxy_thread
+from broker.egress.terminate.ca import SessionCA
+from broker.egress.terminate.interceptor import Interceptor
 from broker.vocab.secret import Secret
 
 RATE = 50
@@ -127,7 +127,7 @@ def run(work: Path, windows: int) -> dict[str, Any]:
     last_rotation = 0.0
     failed = {"rotating": 0, "steady": 0}
     rotations = 0
-    with running_proxy((parse_destination(f"127.0.0.1:{port}"),), unix=False, tcp=True, interceptor=plan) as proxy:
+    with proxy_thread((parse_destination(f"127.0.0.1:{port}"),), unix=False, tcp=True, interceptor=plan) as proxy:
         assert proxy.port is not None
         context = ssl.create_default_context(cafile=str(work / "session-ca.pem"))
         connection = http.client.HTTPSConnection("127.0.0.1", proxy.port, context=context, timeout=30)

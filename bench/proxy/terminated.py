@@ -167,7 +167,7 @@ def writer_alone(work: Path, rate: int, seconds: float) -> dict[str, float]:
 
     from broker.audit.keys import load_or_create_keys
     from broker.audit.log import IssuanceLog
-    from broker.egress.terminate.writer import EvidenceWriter
+    from broker.egress.evidence.writer import EvidenceWriter
 
     work.mkdir(parents=True)
     log = IssuanceLog(work, load_or_create_keys(work / "audit.key", work / "fp.key"))

@@ -29,7 +29,7 @@ from broker.client.answers import checked
 from broker.client.asking import manifest, render, session_id
 from broker.commands.declaring import Command
 from broker.daemon.transport import Answer, Connection
-from broker.egress.bridge import forwarder_argv
+from broker.egress.proxy.bridge import forwarder_argv
 from broker.host.sandbox import EGRESS_SOCKET, check_sandbox_available
 from broker.host.spawning import Launch, launch, stop
 from broker.vocab.durations import wait_seconds

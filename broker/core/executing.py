@@ -41,7 +41,7 @@ from broker.core.inputs.manifest import Manifest
 from broker.core.revoking import RevokeReport
 from broker.core.running.session import ProxyPlan, RunningSession, RunPlan
 from broker.core.session_document import SessionDocument
-from broker.egress.bridge import forwarder_argv, proxy_hints
+from broker.egress.proxy.bridge import forwarder_argv, proxy_hints
 from broker.host.sandbox import EGRESS_SOCKET, SANDBOX_PATH, WORKSPACE
 from broker.host.sandbox import check_sandbox_available as check_host_sandbox
 from broker.host.spawning import Launch, launch

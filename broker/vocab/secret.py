@@ -5,6 +5,13 @@ and the value is only reachable through ``reveal()``, so a secret that slips
 into a log line, an exception or a traceback prints as ``Secret(***)``.
 ``read_secret_file`` reads the broker's own secret files into one (through
 the one bounded reader, ``broker.vocab.files``).
+
+``AwsKeys`` is the one secret that is not one ``Secret``: an AWS access key
+id (not secret) with its secret key and session token. The aws provider
+mints them and hands them to the core for an ``inject: proxy`` credential
+(``providers.base.ProxiedCredential``: the real keys and the placeholder
+keys its files hold); the proxy's re-signer signs with them
+(``broker.egress.injectors.sigv4``).
 """
 
 from __future__ import annotations
@@ -12,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import stat
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, NamedTuple, NoReturn
 
 from broker.vocab.errors import ConfigError
 from broker.vocab.files import read_regular_file
@@ -92,3 +99,12 @@ def read_secret_file(path: Path, what: str, *, strip: bool = True) -> Secret:
     if not data:
         raise ConfigError(f"{what} {path} is empty")
     return Secret(data)
+
+
+class AwsKeys(NamedTuple):
+    """One set of AWS credentials: the placeholder the sandbox holds, or the real STS keys behind it. A named tuple,
+    not a dataclass: this module is on the thin client's cold path, which does not load ``dataclasses``."""
+
+    access_key_id: str
+    secret_access_key: Secret
+    session_token: Secret | None = None

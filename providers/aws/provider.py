@@ -47,7 +47,7 @@ from providers.aws.budget import Reservations
 from providers.aws.clients import AwsClients
 from providers.aws.clients import aware as _aware
 from providers.aws.deny import entries_for
-from providers.aws.files import config_file, credentials_file
+from providers.aws.files import aws_placeholders, aws_proxy_secret, config_file, credentials_file
 from providers.aws.health import health_checks
 from providers.aws.locks import RoleLocks
 from providers.aws.names import generation_names, generation_of
@@ -82,7 +82,7 @@ SESSION_NAME = re.compile(r"[\w+=,.@-]{2,64}", re.ASCII)
 SECRET_TEXT = re.compile(r"[\x21-\x7e]{1,65536}", re.ASCII)  # no whitespace: nothing can break the INI file
 TAG_VALUE = re.compile(r"[\w.:/=+@ -]{0,256}", re.ASCII)
 REVOKE_MODES = ("deny-policy", "expire")
-#: ``proxy_sts_actions``: what the proxy re-signs on STS for inject: proxy (``broker.egress.sigv4.actions``).
+#: ``proxy_sts_actions``: what the proxy re-signs on STS for inject: proxy (``broker.egress.injectors.sigv4.actions``).
 DEFAULT_STS_ACTIONS = ("GetCallerIdentity",)
 #: STS actions that answer with credentials or a token good elsewhere: the proxy never re-signs them.
 CREDENTIAL_ACTION = re.compile(r"assume.*|get.*(?:token|credentials?)", re.IGNORECASE)
@@ -90,11 +90,14 @@ ACTION_NAME = re.compile(r"[A-Za-z][A-Za-z0-9]{0,127}", re.ASCII)
 
 
 class AwsStsProvider(Provider[AwsStsRequest]):
-    """Capabilities: ``Warming``, ``FindsMinted`` (by name), ``Reserving``, ``SharesLocks``, ``Narrowing``."""
+    """Capabilities: ``Warming``, ``FindsMinted`` (by name), ``Reserving``, ``SharesLocks``, ``Narrowing``,
+    ``Placeholding`` (placeholder keys in its files, ``providers.aws.files``)."""
 
     type_name = "aws_sts"
     proxy = ProxyFacts(label="AWS", documented_as="aws_sts", resigns=True)
     narrower = staticmethod(aws_narrower)
+    placeholders = staticmethod(aws_placeholders)
+    proxy_secret = staticmethod(aws_proxy_secret)
     reserved_env = frozenset({"AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE", "AWS_REGION"})
     ca_env = ("AWS_CA_BUNDLE",)
     sdk = Sdk(("botocore.session", "botocore.config", "botocore.exceptions", "filelock"))

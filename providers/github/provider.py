@@ -46,6 +46,7 @@ from providers.github.http import ApiResponse, GitHubApi
 from providers.github.narrowing import github_narrower
 from providers.github.permissions import IMPLICIT_PERMISSION
 from providers.github.request import GitHubGrant, GitHubRequest, compile_grant, parse_request
+from providers.placeholders import token_placeholders, token_secret
 from providers.warm import Sdk
 
 __all__ = ["GitHubAppProvider", "GitHubGrant", "GitHubRequest"]
@@ -55,11 +56,13 @@ TOKEN = re.compile(r"[\x21-\x7e]{8,8192}")  # opaque, any length, but printable 
 
 
 class GitHubAppProvider(Provider[GitHubRequest]):
-    """Capabilities: ``Warming``, ``Narrowing``. It cannot search for tokens (``FindsMinted``): they die within
-    the hour."""
+    """Capabilities: ``Warming``, ``Narrowing``, ``Placeholding`` (its token's placeholder in its files). It cannot
+    search for tokens (``FindsMinted``): they die within the hour."""
 
     type_name = "github_app"
     narrower = staticmethod(github_narrower)
+    placeholders = staticmethod(token_placeholders)
+    proxy_secret = staticmethod(token_secret)
     max_ttl = 3600  # GitHub's installation tokens live one hour
     fixed_lifetime = 3600  # and cannot be shortened: revoking is the only way to end one early
     revokes_with_kept_secret = True  # DELETE /installation/token with the token: only its keep-safe's host can

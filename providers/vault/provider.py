@@ -40,6 +40,7 @@ from providers.base import (
     RevokeTarget,
 )
 from providers.clock import clock_check
+from providers.placeholders import token_placeholders, token_secret
 from providers.urls import is_loopback_host
 from providers.vault.client import VaultSession
 from providers.vault.dynamic import DYNAMIC_KINDS, DynamicRequest
@@ -70,10 +71,13 @@ _UNSEEN = "it cannot be looked up (the broker needs update on auth/token/lookup-
 
 class VaultProvider(Provider[AnyVaultRequest]):
     """Capabilities: ``Warming``, ``FindsMinted`` (a search of token metadata), ``ChecksGrants``, ``Refreshing``,
-    ``Narrowing`` (what a delegated session may ask of a parent's credential)."""
+    ``Narrowing`` (what a delegated session may ask of a parent's credential), ``VersionedSecrets`` (``kind:
+    secret``), ``Placeholding`` (a token's or a ``kind: secret``'s placeholder in its files)."""
 
     type_name = "vault"
     narrower = staticmethod(vault_narrower)
+    placeholders = staticmethod(token_placeholders)
+    proxy_secret = staticmethod(token_secret)
     proxy = ProxyFacts(
         "Vault",
         "vault token",

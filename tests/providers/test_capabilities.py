@@ -10,7 +10,7 @@ import pytest
 from broker.vocab.errors import ConfigError
 from broker.vocab.fields import Fields
 from broker.vocab.manual import ProviderManual
-from providers.capabilities import CAPABILITIES
+from providers.capabilities import CAPABILITIES, Placeholding
 from providers.registry import known_types, provider_class
 
 TABLES: dict[str, dict[str, Any]] = {
@@ -19,9 +19,9 @@ TABLES: dict[str, dict[str, Any]] = {
     "github_app": {"type": "github_app", "app_id": "1", "private_key_file": "k.pem"},
 }
 EXPECTED = {
-    "vault": {"Warming", "FindsMinted", "ChecksGrants", "Refreshing", "Narrowing", "VersionedSecrets"},
-    "aws_sts": {"Warming", "FindsMinted", "Reserving", "SharesLocks", "Narrowing"},
-    "github_app": {"Warming", "Narrowing"},
+    "vault": {"Warming", "FindsMinted", "ChecksGrants", "Refreshing", "Narrowing", "VersionedSecrets", "Placeholding"},
+    "aws_sts": {"Warming", "FindsMinted", "Reserving", "SharesLocks", "Narrowing", "Placeholding"},
+    "github_app": {"Warming", "Narrowing", "Placeholding"},
 }
 
 
@@ -43,3 +43,5 @@ def test_every_registered_type_declares_its_facts() -> None:
         assert all(name == name.upper() for name in (*cls.reserved_env, *cls.ca_env)), type_name
         if cls.proxy is not None:
             assert all(header == header.lower() for header in cls.proxy.token_headers), type_name
+        # a type whose credentials can be inject: proxy hands the core their placeholders, and only such a type
+        assert issubclass(cls, Placeholding) == (cls.proxy is not None), type_name

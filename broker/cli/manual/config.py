@@ -6,7 +6,7 @@ with what a task may ask; ``broker.cli.manual`` renders all three.
 
 from __future__ import annotations
 
-from broker.egress.terminate.budget import MANUAL_INTRO, MANUAL_KEYS, SIZE
+from broker.egress.evidence.budget import MANUAL_INTRO, MANUAL_KEYS, SIZE
 from broker.vocab.manual import Key, Section
 
 DURATION = "duration"

@@ -29,8 +29,8 @@ from broker.core.inputs.manifest import Manifest
 from broker.core.inputs.policy import CredentialDecision, Decision
 from broker.core.store.interface import CredentialRecord, SessionRecord
 from broker.core.store.states import CredentialState
+from broker.egress.allowlist.lists import NetworkDecision
 from broker.egress.operations import NO_OPERATIONS, Operations, narrow
-from broker.egress.policy import NetworkDecision
 from broker.vocab.durations import format_duration
 from broker.vocab.errors import PolicyDenied
 from providers.base import CredentialRequest

@@ -22,7 +22,7 @@ from broker.audit.witness import DEFAULT_WITNESS_RETENTION, WitnessConfig, parse
 from broker.core.inputs.directories import check_own_directory
 from broker.core.inputs.store_url import SHAPE, store_url_problem
 from broker.egress.destinations import Destination, DestinationError, parse_destination
-from broker.egress.terminate.budget import EvidenceBudget, read_evidence_budget
+from broker.egress.evidence.budget import EvidenceBudget, read_evidence_budget
 from broker.telemetry.settings import TelemetryConfig, parse_telemetry
 from broker.vocab.errors import ConfigError
 from broker.vocab.fields import Fields, shown

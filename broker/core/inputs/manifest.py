@@ -16,9 +16,9 @@ from pathlib import PurePosixPath
 
 from broker.core.inputs.config import Config
 from broker.core.inputs.strictdata import TaskFile, read_task_file
+from broker.egress.allowlist.lists import read_network_section
 from broker.egress.destinations import Destination, DestinationError, allowed, parse_destination
 from broker.egress.operations import NO_OPERATIONS, Operations, check_network, read_operations
-from broker.egress.policy import read_network_section
 from broker.host.sandbox import BROKER_DIR
 from broker.vocab.errors import ManifestError
 from broker.vocab.fields import Fields, shown

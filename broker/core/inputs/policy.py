@@ -18,8 +18,8 @@ from broker.core.inputs.config import Config
 from broker.core.inputs.manifest import Manifest
 from broker.core.inputs.rules import Rule, compile_rule
 from broker.core.inputs.strictdata import parse_document
+from broker.egress.allowlist.lists import NO_NETWORK, NetworkDecision, decide_network
 from broker.egress.operations import NO_OPERATIONS, Operations, narrowed
-from broker.egress.policy import NO_NETWORK, NetworkDecision, decide_network
 from broker.vocab.errors import PolicyFileError
 from broker.vocab.fields import Fields
 from broker.vocab.files import read_regular_file

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 from broker.core.inputs.approval import ApprovalRule, Delegation, read_approval, read_delegation
 from broker.core.inputs.config import Config
+from broker.egress.allowlist.lists import read_destinations
 from broker.egress.destinations import Destination
 from broker.egress.operations import NO_OPERATIONS, Operations, check_network, read_operations
-from broker.egress.policy import read_destinations
 from broker.vocab.fields import Fields, shown
 from broker.vocab.globs import any_match
 from providers.base import Grant

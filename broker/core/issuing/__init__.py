@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING
 from broker.core.approvals.digest import digest_of, same_digest
 from broker.core.approvals.ticket import awaiting, open_request, summary
 from broker.core.broker import Broker, new_session_id
-from broker.core.credential.proxied import limit_operations, require_proxy
 from broker.core.credential.reserving import log_denial, reserved
 from broker.core.inputs.approval import NO_DELEGATION, Delegation
 from broker.core.inputs.manifest import Manifest
@@ -41,14 +40,14 @@ from broker.core.inputs.policy import Decision, decide
 from broker.core.issuing.transaction import Issuing
 from broker.core.session_document import SessionDocument
 from broker.core.store.interface import ApprovalRecord
-from broker.egress.terminate.plan import Interceptor
 from broker.vocab.errors import BadInput, PolicyDenied
 from broker.vocab.logs import event
 from broker.vocab.tracing import span
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # an Interception is handed in by a caller running the proxy, which imports its machinery
     import socket
 
+    from broker.core.credential.proxied import Interception
     from broker.core.delegation.coverage import Delegated
 
 LOG = logging.getLogger("broker.issue")
@@ -75,7 +74,7 @@ def check(broker: Broker, manifest: Manifest) -> Decision:
 def issuing(
     broker: Broker,
     manifest: Manifest,
-    interceptor: Interceptor | None = None,
+    interception: Interception | None = None,
     *,
     approved: ApprovalRecord | None = None,
     delegated: Delegated | None = None,
@@ -85,24 +84,25 @@ def issuing(
 
     An exception raised in the block, or a signal arriving, revokes every
     credential again (exit 4, its message naming what became of them).
-    ``interceptor`` (the session proxy's) takes the secrets of ``inject: proxy``
+    ``interception`` (the session proxy's) takes the secrets of ``inject: proxy``
     credentials and the effective operations (``broker.core.credential.proxied``).
     A decision that needs an approval raises ``AwaitingApproval`` once the
     request is stored, unless it is the ``approved`` request's own (same digest).
     """
-    require_proxy(manifest, interceptor)
+    _require_proxy(manifest, interception)
     broker.ready_to_issue()  # room on the log's disk, and a log that takes records, before anything is decided
     decision = delegated.decision if delegated is not None else check(broker, manifest)
     if not decision.allowed:
         log_denial(broker, manifest, decision, decision.reasons)
         raise PolicyDenied(decision.denial_message(), decision.reasons)
-    limit_operations(interceptor, decision)
+    if interception is not None:
+        interception.limit(decision)
     _check_sandbox_owner(manifest)
     if approved is not None:
         _still_as_approved(broker, manifest, decision, approved)
     elif decision.approval is not None and delegated is None:
         raise awaiting(open_request(broker, manifest, decision, new_session_id()))
-    transaction = Issuing(broker, manifest, decision, interceptor, approved, delegated, delegation)
+    transaction = Issuing(broker, manifest, decision, interception, approved, delegated, delegation)
     with reserved(transaction, transaction.contexts, transaction.now) as reservation:
         lock = broker.session_lock(transaction.session_id)
         lock.acquire()  # held until the session is complete or rolled back: sweep leaves it alone
@@ -119,13 +119,13 @@ def issuing(
 def issue(
     broker: Broker,
     manifest: Manifest,
-    interceptor: Interceptor | None = None,
+    interception: Interception | None = None,
     *,
     approved: ApprovalRecord | None = None,
     delegation: DelegationSocket | None = None,
 ) -> SessionDocument:
     """Issue and commit at once, for a caller with nothing to deliver while the session can be rolled back."""
-    with issuing(broker, manifest, interceptor, approved=approved, delegation=delegation) as session:
+    with issuing(broker, manifest, interception, approved=approved, delegation=delegation) as session:
         return session
 
 
@@ -170,4 +170,12 @@ def _check_sandbox_owner(manifest: Manifest) -> None:
         raise BadInput(
             f"sandbox.uid/gid {manifest.sandbox.uid}/{manifest.sandbox.gid}: only root can issue files"
             " owned by another user"
+        )
+
+
+def _require_proxy(manifest: Manifest, interception: Interception | None) -> None:
+    if manifest.proxied and interception is None:
+        raise BadInput(
+            f"credential {manifest.proxied[0]!r} has inject: proxy: only broker exec --network allowlist runs"
+            " the proxy that puts it in"
         )

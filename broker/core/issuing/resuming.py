@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from broker.core.approvals.deciding import expire
 from broker.core.approvals.settling import granted
@@ -20,9 +21,11 @@ from broker.core.inputs.manifest import Manifest, parse_manifest
 from broker.core.issuing import issuing
 from broker.core.session_document import SessionDocument
 from broker.core.store.interface import ApprovalRecord
-from broker.egress.terminate.plan import Interceptor
 from broker.vocab.errors import UnknownRequest
 from broker.vocab.session_ids import check_session_id
+
+if TYPE_CHECKING:  # handed in by a caller running the proxy
+    from broker.core.credential.proxied import Interception
 
 
 def requested_by(broker: Broker, approval: ApprovalRecord) -> Broker:
@@ -43,7 +46,7 @@ def stored_manifest(broker: Broker, approval: ApprovalRecord) -> Manifest:
 
 
 @contextlib.contextmanager
-def resuming(broker: Broker, request: str, interceptor: Interceptor | None = None) -> Iterator[SessionDocument]:
+def resuming(broker: Broker, request: str, interception: Interception | None = None) -> Iterator[SessionDocument]:
     """Issue the approved request's session; the block receives its document (as ``issuing``'s)."""
     approval = broker.store.get_approval(check_session_id(request, "request id"))
     if approval is None:
@@ -54,5 +57,5 @@ def resuming(broker: Broker, request: str, interceptor: Interceptor | None = Non
     approval = granted(approval)
     acting = requested_by(broker, approval)
     manifest = stored_manifest(acting, approval)
-    with issuing(acting, manifest, interceptor, approved=approval) as session:
+    with issuing(acting, manifest, interception, approved=approval) as session:
         yield session

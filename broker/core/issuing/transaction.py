@@ -1,7 +1,7 @@
 """One issue's transaction: its session's credentials minted, recorded, written, and delivered or rolled back.
 
 ``Issuing`` is built once from its inputs (the broker, the manifest, the
-decision, the session id and end, the session directory, the interceptor)
+decision, the session id and end, the session directory, the interception)
 with each credential's ``MintContext`` made once for both the reservation
 and the mint; ``broker.core.issuing`` decides before it and runs it.
 
@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING, NoReturn
 
 from broker.core.broker import Broker, new_session_id, preload_providers
 from broker.core.credential.mint import Minting
-from broker.core.credential.proxied import ca_files, ca_hints, hold_in_proxy
 from broker.core.credential.reserving import Reservation
 from broker.core.credential.revoke import revoke_credential
 from broker.core.credential.withholding import cause_text
@@ -38,7 +37,6 @@ from broker.core.inputs.policy import Decision
 from broker.core.session_document import IssuedCredential, SessionDocument
 from broker.core.store.interface import ApprovalRecord, SessionRecord
 from broker.core.store.states import SETTLED_CREDENTIAL_STATES, CredentialState, SessionState
-from broker.egress.terminate.plan import Interceptor
 from broker.host.sessiondir import SOCKET_NAME, SessionDirectory
 from broker.host.signals import signals_blocked
 from broker.vocab.errors import (
@@ -53,7 +51,8 @@ from broker.vocab.time import iso
 from broker.vocab.tracing import carried
 from providers.base import CredentialRequest, MintedCredential
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # an Interception is handed in by a caller running the proxy, which imports its machinery
+    from broker.core.credential.proxied import Interception
     from broker.core.delegation.coverage import Delegated
     from broker.core.issuing import DelegationSocket
 
@@ -66,7 +65,7 @@ class Issuing(Minting):
         broker: Broker,
         manifest: Manifest,
         decision: Decision,
-        interceptor: Interceptor | None,
+        interception: Interception | None,
         approved: ApprovalRecord | None = None,
         delegated: Delegated | None = None,
         delegation: DelegationSocket | None = None,
@@ -77,7 +76,7 @@ class Issuing(Minting):
         expires_at, parent = now + timedelta(seconds=decision.session_ttl), delegated.parent.id if delegated else None
         super().__init__(broker, manifest, decision, session_id, expires_at, parent=parent)
         self.now = now
-        self.interceptor = interceptor
+        self.interception = interception
         self.approved = approved
         self.delegated = delegated
         self.delegation = delegation if decision.delegation.depth > 0 else None
@@ -155,9 +154,8 @@ class Issuing(Minting):
         """One credential's whole path: record, mint, record again, log, write its files (or their placeholder)."""
         credential = self.mint(request, self.contexts[request.name])
         self.record(request, credential, **self.lineage())
-        if self.interceptor is not None and request.name in self.manifest.proxied:
-            config, spool = self.broker.config, self.directory.path
-            credential = hold_in_proxy(config, request, credential, self.interceptor, spool, self.manifest.network)
+        if self.interception is not None and request.name in self.manifest.proxied:
+            credential = self.interception.hold(request, credential, self.directory.path, self.manifest.network)
         return request, credential, self.directory.write_credential(request.name, credential.files)
 
     def document(self, results: list[tuple[CredentialRequest, MintedCredential, list[str]]]) -> SessionDocument:
@@ -181,10 +179,10 @@ class Issuing(Minting):
         env["BROKER_SESSION"] = self.session_id
         if self.delegation is not None:  # the thin client in the sandbox asks this session's socket for children
             env["BROKER_SOCKET"] = str(PurePosixPath(manifest.sandbox.mount_path) / SOCKET_NAME)
-        if self.interceptor is not None and self.interceptor.terminates:
-            for name, data in ca_files(self.interceptor).items():
+        if self.interception is not None and self.interception.terminates:
+            for name, data in self.interception.ca_files().items():
                 self.directory.write_file(name, data)
-            env.update(ca_hints(manifest.sandbox.mount_path))
+            env.update(self.interception.ca_hints(manifest.sandbox.mount_path))
         return SessionDocument(
             id=self.session_id,
             task=manifest.task,

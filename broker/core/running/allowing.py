@@ -45,7 +45,7 @@ from broker.core.running.halting import Halt
 from broker.core.running.standing import Standing
 from broker.core.store.states import SessionState
 from broker.egress.destinations import Destination, DestinationError, parse_destination
-from broker.egress.terminate.plan import Interceptor
+from broker.egress.terminate.interceptor import Interceptor
 from broker.host.control import Refusal, ask_network
 from broker.vocab.errors import REPORT_URL, BadInput, BrokerError, InternalError, PolicyDenied, UnknownSession
 from broker.vocab.session_ids import check_session_id

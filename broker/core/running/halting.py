@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING
 from broker.host.spawning import GRACE, stop
 
 if TYPE_CHECKING:
-    from broker.egress.running import RunningProxy
-    from broker.egress.terminate.plan import Interceptor
+    from broker.egress.proxy.thread import ProxyThread
+    from broker.egress.terminate.interceptor import Interceptor
 
 
 class Halt:
@@ -32,7 +32,7 @@ class Halt:
         self.grace = grace
         self._requested = threading.Event()
         self._lock = threading.Lock()
-        self._proxy: RunningProxy | None = None
+        self._proxy: ProxyThread | None = None
         self._interceptor: Interceptor | None = None
         self._child: subprocess.Popen[bytes] | None = None
 
@@ -40,7 +40,7 @@ class Halt:
     def requested(self) -> bool:
         return self._requested.is_set()
 
-    def attach_proxy(self, proxy: RunningProxy | None, interceptor: Interceptor | None) -> None:
+    def attach_proxy(self, proxy: ProxyThread | None, interceptor: Interceptor | None) -> None:
         with self._lock:
             self._proxy, self._interceptor = proxy, interceptor
         if self.requested:
@@ -58,7 +58,7 @@ class Halt:
         self._refuse()
         self._stop_child()
 
-    def running(self) -> tuple[RunningProxy, Interceptor | None] | None:
+    def running(self) -> tuple[ProxyThread, Interceptor | None] | None:
         """The session's running proxy and its interceptor (``broker session allow|disallow`` changes them:
         ``broker.core.running.allowing``); None when this exec runs no proxy or the session is being revoked."""
         with self._lock:

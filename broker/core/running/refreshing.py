@@ -53,7 +53,7 @@ from broker.core.credential.revoke import revoke_credential
 from broker.core.inputs.manifest import Manifest
 from broker.core.running.standing import Standing
 from broker.core.store.states import CredentialState
-from broker.egress.terminate.plan import Interceptor
+from broker.egress.terminate.interceptor import Interceptor
 from broker.vocab.errors import BrokerError, PolicyDenied
 from providers.base import CredentialRequest
 from providers.capabilities import VersionedSecrets

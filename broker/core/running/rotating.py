@@ -45,14 +45,14 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from broker.core.broker import Broker
-from broker.core.credential.aws_held import real_keys
 from broker.core.credential.mint import Minting
+from broker.core.credential.proxied import proxy_secret
 from broker.core.credential.revoke import revoke_credential
 from broker.core.inputs.manifest import Manifest
 from broker.core.running.documenting import refresh_document
 from broker.core.running.standing import Standing
 from broker.core.store.states import CredentialState
-from broker.egress.terminate.plan import Interceptor
+from broker.egress.terminate.interceptor import Interceptor
 from broker.vocab.errors import BrokerError, PolicyDenied
 from broker.vocab.time import iso
 from providers.base import CredentialRequest
@@ -198,9 +198,8 @@ class Rotator:
         context = minting.context(held.request, ttl_cap=remaining, generation=generation)
         credential = minting.mint(held.request, context)
         minting.record(held.request, credential, renewal_of=held.record)
-        facts = broker.config.providers[held.request.provider].proxy
-        resigns = facts is not None and facts.resigns  # AWS: the proxy re-signs with the key id, secret and token
-        if not self.interceptor.rotate(name, real_keys(credential) if resigns else credential.secret):
+        # what the proxy puts in, from its provider (AWS: the key id, secret and token the proxy re-signs with)
+        if not self.interceptor.rotate(name, proxy_secret(broker.config, held.request, credential)):
             return  # revoked meanwhile: the session's revocation revokes the new one with the rest
         self._stop.wait(GRACE)  # cut short when the session ends: its revocation takes both then
         while self.interceptor.draining(name) and broker.clock() < held.expires_at and not self._stop.is_set():

@@ -59,7 +59,7 @@ from typing import TYPE_CHECKING
 
 from broker.core.approvals.settling import settle
 from broker.core.broker import Broker
-from broker.core.credential.proxied import session_interceptor
+from broker.core.credential.proxied import Interception, session_interception
 from broker.core.delegation.budget import ChildBudget
 from broker.core.inputs.manifest import Manifest
 from broker.core.issuing import DelegationSocket, issue
@@ -73,11 +73,11 @@ from broker.core.running.session_socket import SessionSocket
 from broker.core.running.standing import Standing, recorded_network_rule
 from broker.core.session_document import SessionDocument
 from broker.core.store.interface import ApprovalRecord
-from broker.egress.proxy import EgressProxy
-from broker.egress.records import log_denials
-from broker.egress.running import RunningProxy
-from broker.egress.terminate.plan import Interceptor
-from broker.egress.terminate.writer import EvidenceWriter
+from broker.egress.evidence.writer import EvidenceWriter
+from broker.egress.proxy.denials import log_denials
+from broker.egress.proxy.listener import EgressProxy
+from broker.egress.proxy.thread import ProxyThread
+from broker.egress.terminate.interceptor import Interceptor
 from broker.host.control import ControlSocket
 from broker.host.egress_socket import EgressSocket, egress_root
 from broker.host.signals import signals_blocked
@@ -121,7 +121,7 @@ class RunningSession:
         self.halt = Halt()  # an outside revoke, through the control socket
         self.renewal = Renewal(manifest)  # broker renew of its proxied credentials, once they are renewed here
         self.interceptor: Interceptor | None = None
-        self.proxy: RunningProxy | None = None
+        self.proxy: ProxyThread | None = None
         self.document: SessionDocument | None = None
         self.expires_at: datetime | None = None
         self.report: RevokeReport | None = None
@@ -156,7 +156,10 @@ class RunningSession:
         broker, manifest, plan = self.broker, self.manifest, self.plan
         if manifest.proxied and plan.proxy is None:
             raise BadInput("inject: proxy needs --network allowlist: only the session's proxy can put the secret in")
-        self.interceptor = session_interceptor(broker.config, manifest) if plan.proxy is not None else None
+        self.interception: Interception | None = (
+            session_interception(broker.config, manifest) if plan.proxy is not None else None
+        )
+        self.interceptor = self.interception.interceptor if self.interception is not None else None
         delegation = DelegationSocket(plan.inside)
         self.document = self._issue(delegation)
         self._lock = broker.session_lock(self.id)
@@ -171,14 +174,14 @@ class RunningSession:
     def _issue(self, delegation: DelegationSocket) -> SessionDocument:
         broker, manifest, plan = self.broker, self.manifest, self.plan
         try:
-            return issue(broker, manifest, self.interceptor, approved=plan.approved, delegation=delegation)
+            return issue(broker, manifest, self.interception, approved=plan.approved, delegation=delegation)
         except AwaitingApproval as pending:
             if plan.wait == 0 or plan.approved is not None:
                 raise
             if plan.on_pending is not None:
                 plan.on_pending(pending)
             approved = settle(broker, pending.request, wait=plan.wait)
-            return issue(broker, manifest, self.interceptor, approved=approved, delegation=delegation)
+            return issue(broker, manifest, self.interception, approved=approved, delegation=delegation)
 
     def _start(self, delegation: DelegationSocket) -> None:
         broker, manifest, session_id, parts = self.broker, self.manifest, self.id, self._parts
@@ -206,7 +209,7 @@ class RunningSession:
             self.renewal.attach(rotator, parts.enter_context(refresher))
         self.halt.attach_proxy(self.proxy, self.interceptor)
 
-    def _serve_proxy(self) -> RunningProxy:
+    def _serve_proxy(self) -> ProxyThread:
         """The session's proxy on its Unix socket, its ``egress.request`` records through the evidence writer
         (within the session's ``[egress] evidence_budget``, never into the room kept for revoke and sweep)."""
         broker, session_id, plan = self.broker, self.id, self.plan.proxy
@@ -223,13 +226,13 @@ class RunningSession:
         proxy = EgressProxy(self.manifest.network, None, None, self.interceptor, evidence)
         if broker.metrics is not None:
             proxy.decided = broker.metrics.egress  # each decision counted in the daemon's metrics
-        running = RunningProxy(proxy)
+        thread = ProxyThread(proxy)
         try:
-            running.serve_unix(unix)
+            thread.serve_unix(unix)
         except BaseException:
-            running.stop()
+            thread.stop()
             raise
-        return running
+        return thread
 
     def _stop_proxy(self) -> None:
         """Stop the proxy (its last ``egress.request`` records written), then log what it refused."""

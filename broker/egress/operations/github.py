@@ -24,7 +24,7 @@ under any allow, and a deny naming one repository refuses the id spelling for
 every repository, since the proxy cannot tell which one an id is.
 
 A method or path named in a header (``X-HTTP-Method-Override`` and its kin)
-is refused before any operations decide (``broker.egress.guards``). A body the
+is refused before any operations decide (``broker.egress.terminate.guards``). A body the
 broker must read may not be content-encoded. A refusal is a 403 in GitHub's
 own error shape.
 """

@@ -5,7 +5,7 @@ secrets become their stand-ins, in the head's values and the body); a
 compressed answer from a credential host is refused (it cannot be checked).
 Two checks may hold an answer back before the client gets any of it:
 
-- a guarded host's JSON answer (``broker.egress.guards``: Vault's wrapping
+- a guarded host's JSON answer (``broker.egress.terminate.guards``: Vault's wrapping
   token) is held whole, at most ``max_checked_answer`` bytes, and refused
   (502) when it holds the guarded key;
 - an answer whose request's passage screens it (``Screening``: the AWS
@@ -28,10 +28,13 @@ from collections.abc import Iterable
 
 import h11
 
-from broker.egress.exchange import HOP_BY_HOP, ProxyLimits, Refused
-from broker.egress.guards import AnswerGuard, HeldAnswer, Refusal, held_back
-from broker.egress.terminate.evidence import Evidence
-from broker.egress.terminate.injector import AnswerScreen
+from broker.egress.evidence.record import Evidence
+from broker.egress.exchange.limits import ProxyLimits
+from broker.egress.exchange.refusals import Refusal, Refused
+from broker.egress.exchange.streams import HOP_BY_HOP
+from broker.egress.injectors.interface import AnswerScreen
+from broker.egress.injectors.swap import AnswerGuard
+from broker.egress.terminate.guards import HeldAnswer, held_back
 from broker.egress.terminate.masking import Masker
 
 

@@ -3,7 +3,7 @@
 After the ``200`` to the CONNECT the proxy speaks TLS to the client with a
 leaf certificate of the session CA for the CONNECT's host, and reads
 requests in a loop (keep-alive: git push and ``gh`` make several on one
-connection), each a ``Cycle`` (``broker.egress.terminate.request``), over one
+connection), each a ``Cycle`` (``broker.egress.terminate.cycle``), over one
 kept connection upstream (``UpstreamLink``). Before each request head is
 read, the tunnel waits for room in the evidence writer (back-pressure: the
 log is never outrun and no record is dropped). The tunnel ends when the
@@ -22,14 +22,15 @@ from urllib.parse import SplitResult
 
 import h11
 
-from broker.egress.exchange import Refused, read_head
-from broker.egress.guards import Refusal
+from broker.egress.allowlist.gate import Gate
+from broker.egress.evidence.record import Evidence
+from broker.egress.evidence.writer import EvidenceWriter
+from broker.egress.exchange.refusals import Refusal, Refused
+from broker.egress.exchange.streams import read_head
 from broker.egress.terminate.answers import send_answer, text_answer
-from broker.egress.terminate.evidence import Evidence
-from broker.egress.terminate.plan import Interceptor
-from broker.egress.terminate.request import Cycle, Site
-from broker.egress.terminate.upstream import Hooks, UpstreamLink
-from broker.egress.terminate.writer import EvidenceWriter
+from broker.egress.terminate.cycle import Cycle, Site
+from broker.egress.terminate.interceptor import Interceptor
+from broker.egress.terminate.upstream import UpstreamLink
 
 
 def destination(host: str, port: int) -> str:
@@ -37,8 +38,8 @@ def destination(host: str, port: int) -> str:
 
 
 async def serve_tunnel(
-    hooks: Hooks,
-    plan: Interceptor,
+    gate: Gate,
+    interceptor: Interceptor,
     host: str,
     port: int,
     reader: asyncio.StreamReader,
@@ -46,10 +47,10 @@ async def serve_tunnel(
     sink: EvidenceWriter | None,
 ) -> None:
     """Terminate TLS for ``host``:``port`` on an open tunnel and serve its requests."""
-    limits = hooks.limits
-    await asyncio.wait_for(writer.start_tls(plan.ca.server_context(host)), limits.head_timeout)
+    limits = gate.limits
+    await asyncio.wait_for(writer.start_tls(interceptor.ca.server_context(host)), limits.head_timeout)
     conn = h11.Connection(h11.SERVER, max_incomplete_event_size=limits.max_head_bytes)
-    link = UpstreamLink(hooks, host, port, plan.upstream_context(host, port))
+    link = UpstreamLink(gate, host, port, interceptor.upstream_context(host, port))
     site = Site(host, port)
     try:
         first = True
@@ -63,18 +64,18 @@ async def serve_tunnel(
             except TimeoutError:
                 return
             except Refused as refused:  # a head too large
-                hooks.count_refusal(host, port, Refusal.MALFORMED)
+                gate.count_refusal(host, port, Refusal.MALFORMED)
                 send_answer(conn, writer, text_answer(refused.status, refused.reason), close=True)
                 return
             except h11.RemoteProtocolError:
-                hooks.count_refusal(host, port, Refusal.MALFORMED)
+                gate.count_refusal(host, port, Refusal.MALFORMED)
                 send_answer(conn, writer, text_answer(400, "malformed request"), close=True)
                 return
             if not isinstance(request, h11.Request):
                 return
             first = False
             evidence = Evidence(destination(host, port), request)
-            cycle = Cycle(hooks, plan, site, link, (conn, reader, writer), request, evidence, sink)
+            cycle = Cycle(gate, interceptor, site, link, (conn, reader, writer), request, evidence, sink)
             if not await cycle.run():
                 return
             conn.start_next_cycle()
@@ -83,8 +84,8 @@ async def serve_tunnel(
 
 
 async def serve_plain(
-    hooks: Hooks,
-    plan: Interceptor,
+    gate: Gate,
+    interceptor: Interceptor,
     host: str,
     port: int,
     url: SplitResult,
@@ -102,9 +103,9 @@ async def serve_plain(
     checked = h11.Request(
         method=request.method, target=origin.encode("ascii"), headers=headers, http_version=request.http_version
     )
-    link = UpstreamLink(hooks, host, port, None)
+    link = UpstreamLink(gate, host, port, None)
     try:
         evidence = Evidence(destination(host, port), request, checked.target)
-        await Cycle(hooks, plan, Site(host, port, keep=False), link, streams, checked, evidence, sink).run()
+        await Cycle(gate, interceptor, Site(host, port, keep=False), link, streams, checked, evidence, sink).run()
     finally:
         link.drop()

@@ -3,7 +3,7 @@
 git push and ``gh`` make several requests on one connection; opening a new
 TLS connection upstream for each would cost a round trip or two per request
 over a real link. The link opens on the first request (to a vetted address
-only: ``Hooks.open_upstream``, verified TLS for a tunnel) and is kept when
+only: the session's ``Gate``, verified TLS for a tunnel) and is kept when
 both sides of the exchange ended cleanly (h11 in ``DONE`` both ways: no
 ``Connection: close``, the whole body sent and the whole answer read). A
 kept connection the upstream has closed meanwhile is noticed before it is
@@ -16,31 +16,18 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from typing import Protocol
 
 import h11
 
-from broker.egress.exchange import ProxyLimits, _close
-from broker.egress.guards import Refusal
-
-
-class Hooks(Protocol):
-    """What the terminated path needs of the proxy around it."""
-
-    limits: ProxyLimits
-
-    async def open_upstream(
-        self, host: str, port: int, tls: ssl.SSLContext | None
-    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]: ...
-
-    def count_refusal(self, host: str, port: int, reason: Refusal) -> None: ...
+from broker.egress.allowlist.gate import Gate
+from broker.egress.exchange.streams import close
 
 
 class UpstreamLink:
     """One tunnel's connection upstream: opened on demand, kept while the exchanges end cleanly."""
 
-    def __init__(self, hooks: Hooks, host: str, port: int, tls: ssl.SSLContext | None) -> None:
-        self.hooks = hooks
+    def __init__(self, gate: Gate, host: str, port: int, tls: ssl.SSLContext | None) -> None:
+        self.gate = gate
         self.host, self.port, self.tls = host, port, tls
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
@@ -62,8 +49,8 @@ class UpstreamLink:
         if self._usable():
             return True
         await self.close()
-        self.reader, self.writer = await self.hooks.open_upstream(self.host, self.port, self.tls)
-        self.conn = h11.Connection(h11.CLIENT, max_incomplete_event_size=self.hooks.limits.max_head_bytes)
+        self.reader, self.writer = await self.gate.open_upstream(self.host, self.port, self.tls)
+        self.conn = h11.Connection(h11.CLIENT, max_incomplete_event_size=self.gate.limits.max_head_bytes)
         self.opened += 1
         return False
 
@@ -78,7 +65,7 @@ class UpstreamLink:
     async def close(self) -> None:
         writer, self.writer, self.reader, self.conn = self.writer, None, None, None
         if writer is not None:
-            await _close(writer)
+            await close(writer)
 
     def drop(self) -> None:
         """Close without waiting (the tunnel ends, perhaps cancelled): what is buffered still goes, then FIN."""

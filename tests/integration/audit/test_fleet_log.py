@@ -301,7 +301,7 @@ def test_egress_request_records_batched_into_the_fleet_chain_interleave_with_oth
     host issues: one gapless chain, every record there once, and the pinned keys verify it in place."""
     from broker.core.broker import Broker
     from broker.core.inputs.config import load_config
-    from broker.egress.terminate.writer import EvidenceWriter
+    from broker.egress.evidence.writer import EvidenceWriter
 
     a, b, _ = hosts
     broker = Broker.open(load_config(a.config_path))

@@ -16,8 +16,25 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.brokerenv import BrokerEnv
+from tests.fixtures.stack import STACK_TASK
 
 PARSE_ONLY = ("broker.core.inputs.policy", "broker.core.inputs.manifest", "yaml")
+#: What only a session whose proxy runs in the process needs: the listener, the terminated path, the injectors (the
+#: re-signer among them), the evidence writer, the allow-list at connect time, the operations checker, the core's
+#: side of it all, and the libraries they stand on.
+PROXY_MACHINERY = (
+    "broker.core.credential.proxied",
+    "broker.egress.proxy",
+    "broker.egress.terminate",
+    "broker.egress.injectors",
+    "broker.egress.evidence.writer",
+    "broker.egress.allowlist.gate",
+    "broker.egress.exchange",
+    "broker.egress.operations.checker",
+    "graphql",
+    "h11",
+    "asyncio",
+)
 
 
 def loaded_after(code: str, env: dict[str, str] | None = None) -> set[str]:
@@ -52,9 +69,33 @@ def test_the_thin_clients_issue_reads_the_task_file_without_the_config_or_provid
         "broker.core.inputs.manifest",
         "broker.core.inputs.policy",
         "providers.base",
-        "broker.egress.policy",
+        "broker.egress.allowlist.lists",
     )
     assert sorted(m for m in modules if m in heavy) == []
+
+
+@pytest.mark.server
+def test_a_direct_issue_without_proxied_credentials_loads_none_of_the_proxy_machinery(
+    stack_env: BrokerEnv, tmp_path: Path
+) -> None:
+    """``broker issue`` of a session of all three providers, no ``inject: proxy`` and no ``operations``: none of the
+    modules that only a proxied session runs is loaded (they cost a cold issue some 0.75 s on a busy machine)."""
+    task = stack_env.write_task(STACK_TASK)
+    listing = tmp_path / "modules"
+    program = (
+        "import sys\nfrom broker.entry import run\n"
+        f"sys.argv = ['broker', '--config', {str(stack_env.config_path)!r}, 'issue', '--task', {str(task)!r}, '--json']\n"
+        "try:\n    run()\n    code = 0\nexcept SystemExit as exit:\n    code = exit.code\n"
+        f"open({str(listing)!r}, 'w').write('\\n'.join(sorted(sys.modules)))\nsys.exit(code)\n"
+    )
+    env = {key: value for key, value in os.environ.items() if key not in ("BROKER_SOCKET", "BROKER_CONFIG")}
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    session = json.loads(done.stdout)["session"]
+    assert stack_env.run("revoke", "--session", session).code == 0
+    modules = set(listing.read_text().split())
+    assert {"broker.core.issuing", "providers.aws.provider", "broker.egress.destinations"} <= modules  # it issued
+    assert sorted(m for m in modules if any(m == p or m.startswith(p + ".") for p in PROXY_MACHINERY)) == []
 
 
 def opened_by(args: list[str], config: Path, stdin: str = "") -> dict[str, int]:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.core.credential.proxied import session_interceptor
+from broker.core.credential.proxied import session_interception
 from broker.core.inputs.config import load_config
 from broker.core.inputs.manifest import parse_manifest
 from broker.vocab.errors import ConfigError
@@ -157,4 +157,4 @@ def test_the_egress_upstream_ca_file_is_read_strictly_and_loaded_at_issue(env: B
     assert config.egress_upstream_ca_file == tmp_path / "missing.pem"
     manifest = parse_manifest(TASK.format(operations="").encode(), config)
     with pytest.raises(ConfigError, match=r"^egress.upstream_ca_file: cannot be loaded \(FileNotFoundError\)$"):
-        session_interceptor(config, manifest)
+        session_interception(config, manifest)

@@ -26,16 +26,17 @@ from pathlib import Path, PurePosixPath
 import pytest
 
 from broker.core.credential.proxied import ca_files, ca_hints
-from broker.egress.bridge import proxy_hints
-from broker.egress.ca import SessionCA
 from broker.egress.destinations import parse_destination
-from broker.egress.inject import Injection, placeholder_for
-from broker.egress.running import running_proxy
+from broker.egress.injectors.swap import Injection
+from broker.egress.proxy.bridge import proxy_hints
+from broker.egress.proxy.thread import proxy_thread
+from broker.egress.terminate.ca import SessionCA
+from broker.egress.terminate.interceptor import Interceptor
 from broker.egress.terminate.masking import Masker
-from broker.egress.terminate.plan import Interceptor
 from broker.vocab.secret import Secret
 from devstack.github import APP_ID, CLIENT_ID, OWNER, PERMISSIONS, REPOSITORIES, AppKeys
 from devstack.github_app import GitHubAppEmulator
+from providers.placeholders import placeholder_for
 from tests.fixtures.openbao import VAULT_HEADERS, OpenBao
 from tests.fixtures.tls import TLSFront, backend_port, make_test_ca
 
@@ -95,7 +96,7 @@ def session(tmp_path: Path, openbao: OpenBao, github_app_keys: AppKeys) -> Itera
     home = tmp_path / "home"
     home.mkdir()
     try:
-        with running_proxy(allow, unix=False, tcp=True, resolver=resolve, interceptor=interceptor) as proxy:
+        with proxy_thread(allow, unix=False, tcp=True, resolver=resolve, interceptor=interceptor) as proxy:
             assert proxy.port is not None
             env = {"PATH": os.environ["PATH"], "HOME": str(home)}
             env |= proxy_hints(proxy.port) | ca_hints(PurePosixPath(files))

@@ -24,7 +24,7 @@ import h11
 import pytest
 
 from broker.audit.log import Entry
-from broker.egress.terminate.writer import EvidenceWriter
+from broker.egress.evidence.writer import EvidenceWriter
 from broker.vocab.errors import StoreError
 from tests.fixtures.operations_stage import API, GIT, RULE, Stage, stage
 

@@ -25,14 +25,15 @@ import pytest
 import requests
 from cryptography import x509
 
-from broker.egress.ca import SessionCA, ca_bundle
 from broker.egress.destinations import parse_destination
-from broker.egress.inject import Injection, placeholder_for
-from broker.egress.running import RunningProxy, running_proxy
-from broker.egress.terminate.plan import Interceptor
+from broker.egress.injectors.swap import Injection
+from broker.egress.proxy.thread import ProxyThread, proxy_thread
+from broker.egress.terminate.ca import SessionCA, ca_bundle
+from broker.egress.terminate.interceptor import Interceptor
 from broker.vocab.secret import Secret
 from devstack.github_app import GitHubAppEmulator
 from providers.github.git import GitHost, gitconfig
+from providers.placeholders import placeholder_for
 from tests.fixtures.openbao import VAULT_GUARD, VAULT_HEADERS, OpenBao
 from tests.fixtures.tls import TLSFront, backend_port, git_server, make_test_ca
 
@@ -56,7 +57,7 @@ class Recorder(BaseHTTPRequestHandler):
 
 @dataclass
 class Stack:
-    proxy: RunningProxy
+    proxy: ProxyThread
     interceptor: Interceptor
     env: dict[str, str]
     ports: dict[str, int]
@@ -145,7 +146,7 @@ def stack(tmp_path: Path, github_emulator: GitHubAppEmulator, openbao: OpenBao) 
         bundle.write_bytes(ca_bundle(ca.pem, system.read_bytes() if system.exists() else b""))
         home = tmp_path / "home"
         home.mkdir()
-        with running_proxy(allow, unix=False, tcp=True, resolver=resolve, interceptor=interceptor) as proxy:
+        with proxy_thread(allow, unix=False, tcp=True, resolver=resolve, interceptor=interceptor) as proxy:
             url = f"http://127.0.0.1:{proxy.port}"
             env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower() and not k.startswith("GIT_")}
             env.update(

@@ -1,4 +1,4 @@
-"""The credential step's interface (``broker.egress.terminate.injector``), driven through the real proxy.
+"""The credential step's interface (``broker.egress.injectors.interface``), driven through the real proxy.
 
 Three injectors of the shapes later credentials take: one that holds the
 head until the body has been read and signs over the body (as a SigV4
@@ -14,8 +14,8 @@ import hashlib
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from broker.egress.injectors.interface import Ending, HeadOnly, InjectionRefused, RequestHead
 from broker.egress.operations import Answer
-from broker.egress.terminate.injector import Ending, HeadOnly, InjectionRefused, RequestHead
 from tests.fixtures.operations_stage import API, Stage, stage
 from tests.integration.egress.test_evidence import RawTunnel
 

@@ -23,8 +23,8 @@ import pytest
 import requests
 
 from broker.egress.destinations import parse_destination
-from broker.egress.proxy import ProxyLimits, Resolver
-from broker.egress.running import RunningProxy, running_proxy
+from broker.egress.proxy.listener import ProxyLimits, Resolver
+from broker.egress.proxy.thread import ProxyThread, proxy_thread
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -128,12 +128,12 @@ def table(mapping: dict[str, list[str]]) -> Resolver:
 
 
 @contextlib.contextmanager
-def proxy_for(*allow: str, **options: Any) -> Iterator[RunningProxy]:
-    with running_proxy(tuple(parse_destination(a) for a in allow), tcp=True, **options) as running:
+def proxy_for(*allow: str, **options: Any) -> Iterator[ProxyThread]:
+    with proxy_thread(tuple(parse_destination(a) for a in allow), tcp=True, **options) as running:
         yield running
 
 
-def curl(running: RunningProxy, url: str, *extra: str) -> subprocess.CompletedProcess[str]:
+def curl(running: ProxyThread, url: str, *extra: str) -> subprocess.CompletedProcess[str]:
     proxy = f"http://127.0.0.1:{running.port}"
     return subprocess.run(
         ["curl", "-sS", "--max-time", "20", "-x", proxy, "-w", "\n%{http_code}", *extra, url],
@@ -144,7 +144,7 @@ def curl(running: RunningProxy, url: str, *extra: str) -> subprocess.CompletedPr
     )
 
 
-def raw(running: RunningProxy, data: bytes, *, unix: bool = False) -> bytes:
+def raw(running: ProxyThread, data: bytes, *, unix: bool = False) -> bytes:
     family = socket.AF_UNIX if unix else socket.AF_INET
     address: Any = str(running.socket_path) if unix else ("127.0.0.1", running.port)
     with socket.socket(family, socket.SOCK_STREAM) as sock:

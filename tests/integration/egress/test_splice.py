@@ -16,10 +16,10 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from broker.egress import splice
 from broker.egress.destinations import parse_destination
-from broker.egress.proxy import ProxyLimits
-from broker.egress.running import RunningProxy, running_proxy
+from broker.egress.proxy import splice
+from broker.egress.proxy.listener import ProxyLimits
+from broker.egress.proxy.thread import ProxyThread, proxy_thread
 
 Script = Callable[[socket.socket], None]
 
@@ -60,13 +60,13 @@ def server(script: Script) -> Iterator[int]:
 
 
 @contextlib.contextmanager
-def proxy_to(port: int, limits: ProxyLimits | None = None) -> Iterator[RunningProxy]:
-    with running_proxy((parse_destination(f"127.0.0.1:{port}"),), tcp=True, limits=limits) as running:
+def proxy_to(port: int, limits: ProxyLimits | None = None) -> Iterator[ProxyThread]:
+    with proxy_thread((parse_destination(f"127.0.0.1:{port}"),), tcp=True, limits=limits) as running:
         yield running
 
 
 def open_tunnel(
-    running: RunningProxy, port: int, early: bytes = b"", *, unix: bool = False
+    running: ProxyThread, port: int, early: bytes = b"", *, unix: bool = False
 ) -> tuple[socket.socket, bytes]:
     """A client socket with its tunnel open (``early`` sent in the same write as the CONNECT) and the reply head."""
     if unix:  # the way the sandbox reaches the proxy

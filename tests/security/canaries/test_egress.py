@@ -24,12 +24,13 @@ from pathlib import Path
 import pytest
 import requests
 
-from broker.egress.ca import SessionCA, ca_bundle
 from broker.egress.destinations import parse_destination
-from broker.egress.inject import Injection, placeholder_for
-from broker.egress.running import running_proxy
-from broker.egress.terminate.plan import Interceptor
+from broker.egress.injectors.swap import Injection
+from broker.egress.proxy.thread import proxy_thread
+from broker.egress.terminate.ca import SessionCA, ca_bundle
+from broker.egress.terminate.interceptor import Interceptor
 from broker.vocab.secret import Secret
+from providers.placeholders import placeholder_for
 from tests.fixtures.tls import TLSFront, make_test_ca
 
 ECHO = "echo.test"
@@ -84,7 +85,7 @@ def echo_proxy(tmp_path: Path) -> Iterator[tuple[str, Secret, Secret, int, Path]
     bundle.write_bytes(ca_bundle(ca.pem, system.read_bytes() if system.exists() else b""))
     allow = (parse_destination(f"{ECHO}:{front.port}"), parse_destination(f"127.0.0.1:{front.port}"))
     try:
-        with running_proxy(allow, unix=False, tcp=True, resolver=resolve, interceptor=interceptor) as proxy:
+        with proxy_thread(allow, unix=False, tcp=True, resolver=resolve, interceptor=interceptor) as proxy:
             yield f"http://127.0.0.1:{proxy.port}", token, placeholder, front.port, bundle
     finally:
         front.close()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker.egress.terminate.injector import InjectionRefused
+from broker.egress.injectors.interface import InjectionRefused
 from broker.egress.terminate.masking import Masker
 from tests.fixtures.sigv4 import resigner, sts_head
 

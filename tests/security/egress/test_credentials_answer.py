@@ -6,7 +6,7 @@ holding an AWS access key id (or a secret key or session token field) is someone
 proxy refuses it with 502 instead of relaying it. An STS answer is held whole, so its refusal is a clean answer;
 an S3 answer is held for its first bytes and then streamed, and a key id found later cuts it off.
 
-The session's proxy for real (``running_proxy``, an AWS credential's ``Resigner``) and boto3 with the placeholder
+The session's proxy for real (``proxy_thread``, an AWS credential's ``Resigner``) and boto3 with the placeholder
 keys through it; the upstream is a recording stand-in that answers what the test sets (``RecordingAPI.canned``),
 as an AWS host handing out credentials would.
 """
@@ -24,14 +24,14 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError, IncompleteReadError, ResponseStreamingError
 
-from broker.core.credential.aws_held import placeholder_keys
-from broker.egress.ca import SessionCA, ca_bundle
 from broker.egress.destinations import parse_destination
-from broker.egress.guards import Refusal, RefusedRequest
-from broker.egress.running import RunningProxy, running_proxy
-from broker.egress.sigv4 import AwsKeys
-from broker.egress.sigv4.injector import Resigner
-from broker.egress.terminate.plan import Interceptor
+from broker.egress.exchange.refusals import Refusal, RefusedRequest
+from broker.egress.injectors.sigv4 import AwsKeys
+from broker.egress.injectors.sigv4.resigner import Resigner
+from broker.egress.proxy.thread import ProxyThread, proxy_thread
+from broker.egress.terminate.ca import SessionCA, ca_bundle
+from broker.egress.terminate.interceptor import Interceptor
+from providers.aws.files import placeholder_keys
 from tests.fixtures.recording_api import RecordingAPI
 from tests.fixtures.sigv4 import make_keys
 from tests.fixtures.tls import make_test_ca
@@ -52,7 +52,7 @@ def caller_identity(extra: str) -> bytes:
 
 @dataclass
 class Stage:
-    proxy: RunningProxy
+    proxy: ProxyThread
     api: RecordingAPI
     real: AwsKeys
     placeholder: AwsKeys
@@ -90,7 +90,7 @@ def stage(tmp_path: Path) -> Iterator[Stage]:
     bundle.write_bytes(ca_bundle(interceptor.ca.pem, b""))
     try:
         destination = parse_destination(f"127.0.0.1:{api.port}")
-        with running_proxy((destination,), unix=False, tcp=True, interceptor=interceptor) as proxy:
+        with proxy_thread((destination,), unix=False, tcp=True, interceptor=interceptor) as proxy:
             yield Stage(proxy, api, real, placeholder, bundle)
     finally:
         api.close()

@@ -30,11 +30,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.core.credential.aws_held import placeholder_keys
-from broker.egress.sigv4 import AwsKeys
-from broker.egress.sigv4.injector import Resigner
+from broker.egress.injectors.sigv4 import AwsKeys
+from broker.egress.injectors.sigv4.resigner import Resigner
 from broker.egress.terminate.masking import Masker
 from broker.vocab.secret import Secret
+from providers.aws.files import placeholder_keys
 from tests.fixtures.aws_proxied import AwsProxied, lines_json, py
 from tests.fixtures.openbao import OpenBao
 from tests.fixtures.recording_api import RecordingAPI, encoded, signature_mismatch

@@ -19,8 +19,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.egress.inject import placeholder_for
 from broker.vocab.secret import Secret
+from providers.placeholders import placeholder_for
 from tests.fixtures.openbao import OpenBao
 from tests.fixtures.sandbox import sandbox_unavailable
 from tests.integration.egress.test_any_service import Service, service  # noqa: F401  (the fixture)
@@ -46,7 +46,7 @@ def declared(secret: str) -> int:
 
 
 def test_the_prefixes_kept_are_published_ones() -> None:
-    from broker.egress.inject import PREFIXES
+    from providers.placeholders import PREFIXES
 
     assert set(PREFIXES) == set(PUBLIC)
 

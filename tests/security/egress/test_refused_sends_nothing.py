@@ -6,7 +6,7 @@ used to go upstream at once (the hash was declared), and only the body waited: a
 but its head (the real key's signature over another body, the object's name, its metadata) had already
 reached the upstream. Now nothing of such a request is written upstream before the body checked.
 
-The session's proxy for real (``running_proxy``, the credential's ``Resigner`` holding a session's keys from
+The session's proxy for real (``proxy_thread``, the credential's ``Resigner`` holding a session's keys from
 moto's AssumeRole) in front of a TLS front that records every byte a connection carries (``TLSFront`` with
 ``record``), then moto with IAM authentication on. The request is what botocore signs with the placeholder
 keys; its body is changed after signing, as a sandbox can.
@@ -24,11 +24,11 @@ from pathlib import Path
 
 import pytest
 
-from broker.egress.ca import SessionCA, ca_bundle
 from broker.egress.destinations import parse_destination
-from broker.egress.running import RunningProxy, running_proxy
-from broker.egress.sigv4.injector import Resigner
-from broker.egress.terminate.plan import Interceptor
+from broker.egress.injectors.sigv4.resigner import Resigner
+from broker.egress.proxy.thread import ProxyThread, proxy_thread
+from broker.egress.terminate.ca import SessionCA, ca_bundle
+from broker.egress.terminate.interceptor import Interceptor
 from tests.fixtures.aws_iam import BUCKET, AwsSession, IamStack
 from tests.fixtures.sigv4 import Captured, capture, client, header
 from tests.fixtures.tls import TLSFront
@@ -38,7 +38,7 @@ BODY = b"the object the sandbox signed\n" * 2000
 
 
 @pytest.fixture
-def recorded(iam_moto: IamStack, aws_session: AwsSession, tmp_path: Path) -> Iterator[tuple[RunningProxy, TLSFront]]:
+def recorded(iam_moto: IamStack, aws_session: AwsSession, tmp_path: Path) -> Iterator[tuple[ProxyThread, TLSFront]]:
     front = TLSFront(iam_moto.ca.context, iam_moto.moto.port, record=True)
     interceptor = Interceptor(lambda hosts: SessionCA(hosts, datetime.now(UTC) + timedelta(minutes=20)))
     resigner = Resigner(
@@ -53,7 +53,7 @@ def recorded(iam_moto: IamStack, aws_session: AwsSession, tmp_path: Path) -> Ite
     (tmp_path / "ca-bundle.pem").write_bytes(ca_bundle(interceptor.ca.pem, b""))
     try:
         destination = parse_destination(f"127.0.0.1:{front.port}")
-        with running_proxy((destination,), unix=False, tcp=True, interceptor=interceptor) as proxy:
+        with proxy_thread((destination,), unix=False, tcp=True, interceptor=interceptor) as proxy:
             yield proxy, front
     finally:
         front.close()
@@ -73,7 +73,7 @@ def signed_put(session: AwsSession, front: TLSFront, key: str) -> Captured:
     return captured
 
 
-def through_proxy(proxy: RunningProxy, front: TLSFront, bundle: Path, sent: Captured, body: bytes) -> tuple[int, bytes]:
+def through_proxy(proxy: ProxyThread, front: TLSFront, bundle: Path, sent: Captured, body: bytes) -> tuple[int, bytes]:
     """``sent``'s head with ``body`` through the proxy's CONNECT tunnel, as written: the answer's status and body."""
     assert proxy.port is not None
     context = ssl.create_default_context(cafile=str(bundle))
@@ -91,7 +91,7 @@ def through_proxy(proxy: RunningProxy, front: TLSFront, bundle: Path, sent: Capt
 
 
 def test_a_tampered_signed_body_sends_not_even_the_head_upstream(
-    aws_session: AwsSession, recorded: tuple[RunningProxy, TLSFront], tmp_path: Path
+    aws_session: AwsSession, recorded: tuple[ProxyThread, TLSFront], tmp_path: Path
 ) -> None:
     proxy, front = recorded
     bundle = tmp_path / "ca-bundle.pem"

@@ -25,14 +25,16 @@ from pathlib import Path
 import pytest
 import requests
 
-from broker.egress.ca import SessionCA
 from broker.egress.destinations import parse_destination
-from broker.egress.guards import Refusal, RefusedRequest, parse_host_header, tunnel_authority
-from broker.egress.inject import Injection, placeholder_for
-from broker.egress.proxy import ProxyLimits
-from broker.egress.running import RunningProxy, running_proxy
-from broker.egress.terminate.plan import Interceptor
+from broker.egress.exchange.refusals import Refusal, RefusedRequest
+from broker.egress.injectors.swap import Injection
+from broker.egress.proxy.listener import ProxyLimits
+from broker.egress.proxy.thread import ProxyThread, proxy_thread
+from broker.egress.terminate.ca import SessionCA
+from broker.egress.terminate.guards import parse_host_header, tunnel_authority
+from broker.egress.terminate.interceptor import Interceptor
 from broker.vocab.secret import Secret
+from providers.placeholders import placeholder_for
 from tests.fixtures.openbao import VAULT_GUARD, VAULT_HEADERS
 from tests.fixtures.tls import TLSFront, make_test_ca
 
@@ -97,7 +99,7 @@ class Recording(BaseHTTPRequestHandler):
 
 @dataclass
 class Tunnels:
-    proxy: RunningProxy
+    proxy: ProxyThread
     ports: dict[str, int]
     seen: list[dict[str, object]]
     token: Secret
@@ -164,7 +166,7 @@ def tunnels(tmp_path: Path) -> Iterator[Tunnels]:
         return ["127.0.0.1"]
 
     try:
-        with running_proxy(allow, unix=False, tcp=True, resolver=resolve, interceptor=interceptor) as proxy:
+        with proxy_thread(allow, unix=False, tcp=True, resolver=resolve, interceptor=interceptor) as proxy:
             yield Tunnels(proxy, ports, server.seen, token, placeholder, session_ca, ca_file)  # type: ignore[attr-defined]
     finally:
         for front in fronts.values():
@@ -359,7 +361,7 @@ def test_refused_requests_are_counted_within_a_bound_and_none_goes_uncounted(tmp
     interceptor.add(
         Injection(frozenset({(VAULT, 8200)}), placeholder_for(token), token, None, VAULT_HEADERS, VAULT_GUARD)
     )
-    with running_proxy(
+    with proxy_thread(
         (parse_destination(f"{VAULT}:8200"),),
         unix=False,
         tcp=True,

@@ -22,10 +22,11 @@ from pathlib import Path
 
 import pytest
 
-from broker.egress.ca import SessionCA
-from broker.egress.inject import Injection, placeholder_for
+from broker.egress.injectors.swap import Injection
+from broker.egress.terminate.ca import SessionCA
 from broker.vocab.secret import Secret
 from devstack.git_http import git_env
+from providers.placeholders import placeholder_for
 from tests.fixtures.operations_stage import API, GIT, INDEX, PLAIN, RULE, Stage, stage
 
 __all__ = ["stage"]

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from broker.egress.sigv4 import AwsKeys, Head, Reason, Refusal, Verifier
+from broker.egress.injectors.sigv4 import AwsKeys, Head, Reason, Refusal, Verifier
 from tests.fixtures.aws_iam import BUCKET, AwsSession, IamStack
 from tests.fixtures.sigv4_front import ResigningFront
 

@@ -28,7 +28,7 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from broker.egress.sigv4 import AwsKeys, Head, Reason, Refusal, RequestRefused, Verifier
+from broker.egress.injectors.sigv4 import AwsKeys, Head, Reason, Refusal, RequestRefused, Verifier
 from tests.fixtures.aws_iam import BUCKET, AwsSession, IamStack
 from tests.fixtures.sigv4 import Captured, forward, header, replace_header, through
 from tests.fixtures.sigv4_chunks import signed_upload

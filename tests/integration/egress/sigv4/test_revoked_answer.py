@@ -1,6 +1,6 @@
 """After a revocation, an AWS SDK still talking to the session's proxy reads an AWS error that names it.
 
-The session's proxy for real (``running_proxy`` on loopback TCP, the AWS credential's ``Resigner`` holding a
+The session's proxy for real (``proxy_thread`` on loopback TCP, the AWS credential's ``Resigner`` holding a
 session's keys from moto's AssumeRole), moto with IAM authentication on behind TLS, and boto3 with the
 placeholder keys and the proxy as its HTTPS proxy, as in the sandbox. The revocation is what an outside
 ``broker revoke`` does to a running exec's proxy (``Halt``: the secrets dropped, every connection cut, every
@@ -22,11 +22,11 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from broker.core.running.halting import Halt
-from broker.egress.ca import SessionCA, ca_bundle
 from broker.egress.destinations import parse_destination
-from broker.egress.running import RunningProxy, running_proxy
-from broker.egress.sigv4.injector import Resigner
-from broker.egress.terminate.plan import Interceptor
+from broker.egress.injectors.sigv4.resigner import Resigner
+from broker.egress.proxy.thread import ProxyThread, proxy_thread
+from broker.egress.terminate.ca import SessionCA, ca_bundle
+from broker.egress.terminate.interceptor import Interceptor
 from devstack.aws import REGION
 from tests.fixtures.aws_iam import BUCKET, AwsSession, IamStack
 
@@ -34,7 +34,7 @@ pytestmark = pytest.mark.server
 
 
 @pytest.fixture
-def proxied(iam_moto: IamStack, aws_session: AwsSession, tmp_path: Path) -> Iterator[tuple[RunningProxy, Halt, Path]]:
+def proxied(iam_moto: IamStack, aws_session: AwsSession, tmp_path: Path) -> Iterator[tuple[ProxyThread, Halt, Path]]:
     port = iam_moto.front.port
     interceptor = Interceptor(lambda hosts: SessionCA(hosts, datetime.now(UTC) + timedelta(minutes=20)))
     hosts = frozenset({("127.0.0.1", port)})
@@ -44,7 +44,7 @@ def proxied(iam_moto: IamStack, aws_session: AwsSession, tmp_path: Path) -> Iter
     interceptor.add_injector(resigner)
     bundle = tmp_path / "ca-bundle.pem"
     bundle.write_bytes(ca_bundle(interceptor.ca.pem, b""))
-    with running_proxy(
+    with proxy_thread(
         (parse_destination(f"127.0.0.1:{port}"),), unix=False, tcp=True, interceptor=interceptor
     ) as proxy:
         halt = Halt(grace=0.1)
@@ -52,7 +52,7 @@ def proxied(iam_moto: IamStack, aws_session: AwsSession, tmp_path: Path) -> Iter
         yield proxy, halt, bundle
 
 
-def client(service: str, session: AwsSession, proxy: RunningProxy, bundle: Path, port: int) -> Any:
+def client(service: str, session: AwsSession, proxy: ProxyThread, bundle: Path, port: int) -> Any:
     keys = session.placeholder
     assert keys.session_token is not None
     return boto3.client(
@@ -72,7 +72,7 @@ def client(service: str, session: AwsSession, proxy: RunningProxy, bundle: Path,
 
 
 def test_after_revoke_s3_and_sts_calls_raise_access_denied_naming_the_revocation(
-    iam_moto: IamStack, aws_session: AwsSession, proxied: tuple[RunningProxy, Halt, Path]
+    iam_moto: IamStack, aws_session: AwsSession, proxied: tuple[ProxyThread, Halt, Path]
 ) -> None:
     proxy, halt, bundle = proxied
     port = iam_moto.front.port

@@ -1,0 +1,46 @@
+"""The masker's spellings keep an answer's length, and a session spells each secret once, until it is revoked."""
+
+from __future__ import annotations
+
+import base64
+from datetime import UTC, datetime, timedelta
+from urllib.parse import quote
+
+from broker.egress.injectors.swap import Injection
+from broker.egress.terminate.ca import SessionCA
+from broker.egress.terminate.interceptor import Interceptor
+from broker.egress.terminate.masking import Masker, spellings
+from broker.vocab.secret import Secret
+
+SECRET, STAND_IN = b"ab+c/def==ghij~klmn", b"QWERTYUIOPasdfghjkl"
+
+
+def test_every_spelling_has_a_stand_in_of_its_length() -> None:
+    pairs = dict(spellings(SECRET, STAND_IN))
+    assert pairs[SECRET] == STAND_IN
+    for form in (quote(SECRET, safe="-_.~").encode(), SECRET.hex().upper().encode(), SECRET.hex(" ").encode()):
+        assert form in pairs
+    assert any(base64.b64encode(SECRET)[:-4] in form for form in pairs)  # the characters of the secret alone
+    assert all(len(form) == len(stand_in) and form != stand_in for form, stand_in in pairs.items())
+
+
+def test_a_stand_in_of_another_length_stands_in_for_the_raw_bytes_only() -> None:
+    assert spellings(SECRET, b"short") == ((SECRET, b"short"),)
+
+
+def test_a_short_spelling_is_left_out_but_the_raw_secret_never() -> None:
+    assert all(len(form) >= 8 or form == b"abc" for form, _ in spellings(b"abc", b"xyz"))
+    assert Masker([(b"abc", b"xyz")]).whole(b"[abc]") == b"[xyz]"
+
+
+def test_a_session_spells_each_secret_once_and_forgets_them_when_revoked() -> None:
+    interceptor = Interceptor(SessionCA(["api.test"], datetime.now(UTC) + timedelta(minutes=5)))
+    interceptor.add(Injection(frozenset({("api.test", 443)}), Secret("p" * 19), Secret(SECRET.decode())))
+    first = interceptor.spell(SECRET, STAND_IN)
+    assert interceptor.spell(SECRET, STAND_IN) is first
+    masker = interceptor.masker("api.test", 443)
+    # The placeholder escaped where the secret is: "ab%2Bc" becomes "pp%70p".
+    escaped = b"".join(b"p" if quote(chr(byte), safe="-_.~") == chr(byte) else b"%70" for byte in SECRET)
+    assert masker.feed(b"x" + quote(SECRET, safe="").encode()) + masker.flush() == b"x" + escaped
+    interceptor.revoke()
+    assert interceptor.spell(SECRET, STAND_IN) is not first and not interceptor.masker("api.test", 443).active

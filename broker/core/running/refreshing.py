@@ -3,7 +3,8 @@
 A KV secret has no expiry, so ``broker.core.running.rotating`` (which
 renews what ends before the session) never renews it: the operator rotates
 it by writing a new version. While an ``exec`` runs (directly or held by the
-daemon), a ``SecretRefresher`` thread asks, every ``[egress]
+daemon, or held by a gateway), a ``SecretRefresher`` asks (on a timer:
+``broker.core.running.timers``), every ``[egress]
 secret_refresh`` seconds (60 by default), for the current version of each
 proxied credential whose provider keeps versions
 (``providers.capabilities.VersionedSecrets``: Vault's KV v2 metadata; no
@@ -52,6 +53,7 @@ from broker.core.credential.mint import Minting
 from broker.core.credential.revoke import revoke_credential
 from broker.core.inputs.manifest import Manifest
 from broker.core.running.standing import Standing
+from broker.core.running.timers import OwnThreads, Timer, Timers
 from broker.core.store.states import CredentialState
 from broker.egress.terminate.interceptor import Interceptor
 from broker.vocab.errors import BrokerError, PolicyDenied
@@ -102,6 +104,7 @@ class SecretRefresher:
         interceptor: Interceptor,
         standing: Standing,
         every: float | None = None,
+        timers: Timers | None = None,
     ) -> None:
         self.broker = broker
         self.manifest = manifest
@@ -111,16 +114,17 @@ class SecretRefresher:
         self.interceptor = interceptor
         self.every = float(every if every is not None else broker.config.secret_refresh)
         self._watched: dict[str, _Watched] = {}
-        self._turn = threading.Lock()  # one check at a time: the thread's, or one asked for by renew_now
+        self._turn = threading.Lock()  # one check at a time: the timer's, or one asked for by renew_now
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="refresh-secrets", daemon=True)
+        self._timers = timers or OwnThreads()
+        self._timer: Timer | None = None
 
     @property
     def watched(self) -> list[str]:
         return sorted(self._watched)
 
     def start(self) -> SecretRefresher:
-        """Find the proxied versioned secrets; start watching them (none: no thread)."""
+        """Find the proxied versioned secrets; start watching them (none: no timer)."""
         requests = {request.name: request for request in self.manifest.credentials}
         for record in self.broker.store.credentials(self.session_id):
             name = record.name
@@ -133,14 +137,14 @@ class SecretRefresher:
             if version is not None:
                 self._watched[name] = _Watched(requests[name], version, name)
         if self._watched:
-            self._thread.start()
+            self._timer = self._timers.start("refresh-secrets", self._step, self.every)
         return self
 
     def stop(self) -> None:
         """No refresh after this returns (one under way is finished first)."""
         self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join()
+        if self._timer is not None:
+            self._timer.stop()
         with self._turn:
             self._watched.clear()
 
@@ -159,14 +163,12 @@ class SecretRefresher:
                 results.append(result)
         return results
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.every):
-            for name in sorted(self._watched):
-                if self._stop.is_set():
-                    return
-                self.check(name)
-            if not self._watched:
-                return
+    def _step(self) -> float | None:
+        for name in sorted(self._watched):
+            if self._stop.is_set():
+                return None
+            self.check(name)
+        return self.every if self._watched else None
 
     def check(self, name: str) -> Refreshed | None:
         """Look at ``name``'s current version; swap a new one in. None when it is not (or no longer) watched."""

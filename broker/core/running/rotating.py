@@ -3,7 +3,7 @@
 A GitHub installation token ends after an hour; a task may run for a day.
 Behind the proxy the sandbox holds a placeholder that never changes, so the
 broker can renew what stands behind it. While an ``exec`` runs (directly or
-held by the daemon), a ``Rotator`` thread renews each proxied credential
+held by the daemon) or a gateway holds the session, a ``Rotator`` renews each proxied credential
 that ends before its session: at five sixths of the lifetime the provider
 reported for a GitHub token (50 minutes of an hour), at two thirds for the
 others (Vault, AWS STS keys), never later than ``SPARE`` seconds before its end (nor
@@ -31,10 +31,12 @@ renewal, under the exec's session lock (held for the whole command):
 
 A failed mint leaves the old secret in the proxy and is tried again
 (``credential.renewal_failed``) while the old one lasts. The files never
-change: they hold the placeholder. ``stop`` waits for a renewal under way,
-so the session's revocation sees every credential it made. ``rotate_now``
-renews one at once (``broker renew`` reaching the exec,
-``broker.core.running.forcing``), one renewal at a time with the thread's.
+change: they hold the placeholder. It runs on a timer
+(``broker.core.running.timers``: a thread of its own, or a gateway's shared
+scheduler). ``stop`` waits for a renewal under way, so the session's
+revocation sees every credential it made. ``rotate_now`` renews one at once
+(``broker renew`` reaching the exec, ``broker.core.running.forcing``), one
+renewal at a time with the timer's.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from broker.core.credential.revoke import revoke_credential
 from broker.core.inputs.manifest import Manifest
 from broker.core.running.documenting import refresh_document
 from broker.core.running.standing import Standing
+from broker.core.running.timers import OwnThreads, Timer, Timers
 from broker.core.store.states import CredentialState
 from broker.egress.terminate.interceptor import Interceptor
 from broker.vocab.errors import BrokerError, PolicyDenied
@@ -98,6 +101,7 @@ class Rotator:
         expires_at: datetime,
         interceptor: Interceptor,
         standing: Standing,
+        timers: Timers | None = None,
     ) -> None:
         self.broker = broker
         self.manifest = manifest
@@ -107,12 +111,13 @@ class Rotator:
         self.interceptor = interceptor
         self.renewals = 0
         self._held: dict[str, _Held] = {}
-        self._stop = threading.Event()
-        self._turn = threading.Lock()  # one renewal at a time: the thread's, or one asked for by rotate_now
-        self._thread = threading.Thread(target=self._run, name="rotate", daemon=True)
+        self._stop = threading.Event()  # set when the session ends: cuts a renewal's waits short
+        self._turn = threading.Lock()  # one renewal at a time: the timer's, or one asked for by rotate_now
+        self._timers = timers or OwnThreads()
+        self._timer: Timer | None = None
 
     def start(self) -> Rotator:
-        """Find what ends before the session; start renewing it (nothing to do: no thread)."""
+        """Find what ends before the session; start renewing it (nothing to do: no timer)."""
         requests = {request.name: request for request in self.manifest.credentials}
         now = self.broker.clock()
         for record in self.broker.store.credentials(self.session_id):
@@ -126,14 +131,14 @@ class Rotator:
             fraction = FRACTION.get(record.type, DEFAULT_FRACTION)
             self._held[name] = _Held(requests[name], now, record.expires_at, name, fraction)
         if self._held:
-            self._thread.start()
+            self._timer = self._timers.start("rotate", self._step, 0.0)
         return self
 
     def stop(self) -> None:
         """No renewal after this returns (one under way is finished first)."""
         self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join()
+        if self._timer is not None:
+            self._timer.stop()
         with self._turn:  # one asked for by rotate_now is finished too
             pass
 
@@ -143,15 +148,18 @@ class Rotator:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def _run(self) -> None:
-        while self._held and not self._stop.is_set():
-            name, held = min(self._held.items(), key=lambda item: item[1].due())
-            wait = (held.due() - self.broker.clock()).total_seconds()
-            if wait > 0 and self._stop.wait(wait):
-                return
-            with self._turn:
-                if self._held.get(name) is held and not self._stop.is_set():  # else renewed meanwhile: look again
-                    self._attempt(name, held)
+    def _step(self) -> float | None:
+        """Renew what is due; the seconds until the next one is (None: nothing left to renew)."""
+        if not self._held or self._stop.is_set():
+            return None
+        name, held = min(self._held.items(), key=lambda item: item[1].due())
+        wait = (held.due() - self.broker.clock()).total_seconds()
+        if wait > 0:
+            return wait
+        with self._turn:
+            if self._held.get(name) is held and not self._stop.is_set():  # else renewed meanwhile: look again
+                self._attempt(name, held)
+        return 0.0
 
     def _attempt(self, name: str, held: _Held) -> tuple[str, str] | None:
         """One renewal; None when done, else ``denied`` or ``failed`` and why."""
@@ -239,8 +247,10 @@ class Rotator:
             failed = self._attempt(name, held)
             if failed is not None:
                 return {"name": name, "outcome": failed[0], "reason": failed[1]}
-            if self._held and self._thread.ident is None:
-                self._thread.start()  # a credential renewed for less than the session: renewed again before it ends
+            if self._held and self._timer is None:  # a credential renewed for less than the session: renewed again
+                self._timer = self._timers.start("rotate", self._step, 0.0)
+            elif self._timer is not None:
+                self._timer.wake()  # what is due next changed
             records = {c.name: c for c in self.broker.store.credentials(self.session_id)}
             new, retired = records.get(name), records.get(held.record)
             return {

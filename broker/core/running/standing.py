@@ -10,10 +10,11 @@ ask ``require`` first. ``Standing`` is that decision for one session: its
 manifest, read for its own sandbox identity when the exec began, for the
 session's requester. A denial is a withdrawal: what asked is refused (exit
 3, the policy's reasons), and ``session.policy_withdrawn`` is logged once
-(again only if the policy allowed the session in between). A thread decides
-again every ``[egress] policy_refresh`` seconds (default 60), so a
-withdrawal is logged, and the policy files read again, even while nothing
-renews. ``network_rule`` is the rule whose network allowed the session at
+(again only if the policy allowed the session in between). A timer
+(``broker.core.running.timers``: a thread of its own, or a gateway's shared
+scheduler) decides again every ``[egress] policy_refresh`` seconds (default
+60), so a withdrawal is logged, and the policy files read again, even while
+nothing renews. ``network_rule`` is the rule whose network allowed the session at
 issue (recorded with its manifest): the one ``session allow`` may add to.
 """
 
@@ -27,6 +28,7 @@ from typing import Any
 from broker.core.broker import Broker
 from broker.core.inputs.manifest import Manifest
 from broker.core.inputs.policy import Decision, decide
+from broker.core.running.timers import OwnThreads, Timer, Timers
 from broker.vocab.errors import BrokerError, PolicyDenied
 from broker.vocab.logs import event
 
@@ -50,6 +52,7 @@ class Standing:
         session_id: str,
         network_rule: str | None,
         every: float | None = None,
+        timers: Timers | None = None,
     ) -> None:
         self.broker = broker
         self.manifest = manifest
@@ -58,8 +61,8 @@ class Standing:
         self.every = float(every if every is not None else broker.config.policy_refresh)
         self._withdrawn = False
         self._mutex = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="policy-standing", daemon=True)
+        self._timers = timers or OwnThreads()
+        self._timer: Timer | None = None
 
     @property
     def withdrawn(self) -> bool:
@@ -93,13 +96,12 @@ class Standing:
         return decision
 
     def start(self) -> Standing:
-        self._thread.start()
+        self._timer = self._timers.start("policy-standing", self._step, self.every)
         return self
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join()
+        if self._timer is not None:
+            self._timer.stop()
 
     def __enter__(self) -> Standing:
         return self.start()
@@ -107,11 +109,11 @@ class Standing:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.every):
-            try:
-                self.check()
-            except BrokerError as exc:  # a policy that does not load: every decision fails closed meanwhile
-                event(LOG, "policy not decided", session=self.session_id, error=exc.message)
-            except Exception:  # a bug: the decisions the exec makes still decide for themselves
-                LOG.exception("policy standing check failed")
+    def _step(self) -> float:
+        try:
+            self.check()
+        except BrokerError as exc:  # a policy that does not load: every decision fails closed meanwhile
+            event(LOG, "policy not decided", session=self.session_id, error=exc.message)
+        except Exception:  # a bug: the decisions the exec makes still decide for themselves
+            LOG.exception("policy standing check failed")
+        return self.every

@@ -1,61 +1,53 @@
-"""The ``egress.request`` records on their way into the issuance log: a writer thread, batches, back-pressure.
+"""One session's ``egress.request`` records on their way into the issuance log: its queue, its budget, back-pressure.
 
-The proxy's event loop never waits on the log: appending is synchronous
-file I/O under a lock and an fsync (or a PostgreSQL transaction), so a
-record is handed to ``EvidenceWriter.submit`` and a thread of its own
-appends what has gathered in one go (``AppendLog.append_many``: one lock,
-one write, one fsync for the whole batch), in the order the requests ended,
-under the same hash chain and signatures as every other record. A batch
-starts with the first record waiting and gathers for ``linger`` (10 ms)
-more (group commit): each append costs a lock, an open, a read of the head
-and an fsync whatever its size, so at 1,000 requests/s ten records share
-them instead of one each.
+The proxy's event loop never waits on the log: a record is handed to
+``EvidenceWriter.submit`` and a pump (``broker.egress.evidence.pump``: a
+thread of the writer's own, or one a gateway shares between its sessions)
+appends what has gathered, in batches, under the same hash chain and
+signatures as every other record.
 
 Nothing is dropped. Memory is bounded by back-pressure on the proxy instead:
 before a tunnel reads its next request it awaits ``room()``, which waits
 while ``max_pending`` records are not yet written; a request under way always
 gets its record (``submit`` never blocks and never refuses), so at most
 ``max_pending`` plus one per open connection wait at any time. When the log
-cannot take records (a torn log, a store that is down) the batch is kept and
-tried again, ``failing`` says why, and the proxy refuses new requests to
-terminated hosts (fail closed) until it recovers. With ``room`` (the log's file
-system, ``broker.audit.room``), a batch is not written once that file system
-is down to the room kept for revoke and sweep: it waits like a failing log,
-until the session ends and its last records get that room with its teardown.
+cannot take records (a torn log, a store that is down, the log's file system
+down to the room kept for revoke and sweep) the pump keeps them and tries
+again, ``failing`` says why, and the proxy refuses new requests to terminated
+hosts (fail closed) until it recovers.
 
 What each record costs is the session's ``Ledger``
 (``broker.egress.evidence.budget``): past the budget, refusals become
-counted sums that this thread writes when their minute ends; past the hard
+counted sums that the pump writes when their minute ends; past the hard
 cap ``refusing`` says why the proxy answers 503, and one
 ``egress.evidence_exhausted`` record goes in. ``close`` writes what is left
-(the open sums too) before the session's
-revocation is logged.
+(the open sums too) before the session's revocation is logged.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import logging
-import threading
 import time
 from typing import Any
 
 from broker.audit.log import GENESIS, AppendLog, Entry, canonical, new_record
 from broker.audit.room import LogRoom
 from broker.egress.evidence.budget import EXHAUSTED, EvidenceBudget, Ledger
-from broker.vocab.errors import BrokerError
+from broker.egress.evidence.pump import RETRY, EvidencePump
 
 LOG = logging.getLogger("broker.egress")
 EVENT = "egress.request"
 EXHAUSTED_EVENT = "egress.evidence_exhausted"
 FAILING = "the issuance log cannot take this request's record, so nothing is forwarded"
-RETRY = 0.5  # seconds between attempts while the log cannot take records
+
+__all__ = ["EVENT", "EXHAUSTED_EVENT", "FAILING", "RETRY", "EvidenceWriter"]
 
 
 class EvidenceWriter:
-    """Appends one session's ``egress.request`` records from a thread of its own (see the module docstring)."""
+    """One session's ``egress.request`` records, appended by ``pump`` (None: a pump of its own, for this writer
+    alone: ``log``, ``room``, ``max_batch`` and ``linger`` are its; a shared pump has its own)."""
 
     def __init__(
         self,
@@ -69,28 +61,26 @@ class EvidenceWriter:
         max_pending: int = 4096,
         max_batch: int = 1024,
         linger: float = 0.01,
+        pump: EvidencePump | None = None,
     ) -> None:
-        self.log = log
         self.session, self.task, self.requester = session, task, requester
         self.max_pending = max_pending
-        self.max_batch = max_batch
-        self.linger = linger
         self.failing: str | None = None
-        self.log_room = room
         self.ledger = Ledger(budget or EvidenceBudget(), _overhead(session, task, requester))
-        self._flushed = False  # the ledger's last sums are queued (once the writer closes)
         self.written = 0
         self.batches = 0
         self.peak = 0  # the most records ever waiting at once (the bench reads it)
+        self.closing = False
+        self.flushed = False  # the ledger's last sums are queued (once the writer closes)
+        self.done = False  # the pump has nothing more to do for it (everything written, or given up)
+        self.deadline: float | None = None  # when a closing writer's records are given up while the log fails
         self._queue: collections.deque[Entry] = collections.deque()
         self._pending = 0  # submitted and not yet written
-        self._cond = threading.Condition()
-        self._closing = False
-        self._deadline: float | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._space: asyncio.Event | None = None
-        self._thread = threading.Thread(target=self._run, name="egress-evidence", daemon=True)
-        self._thread.start()
+        self.pump = pump or EvidencePump(log, room=room, max_batch=max_batch, linger=linger, single=True)
+        self._cond = self.pump.cond
+        self.pump.join(self)
 
     # -- the proxy's side (its event loop) ---------------------------------------------------
 
@@ -126,102 +116,68 @@ class EvidenceWriter:
                 LOG.warning("egress evidence: session %s reached its evidence cap; its proxy now refuses", self.session)
                 self._add(EXHAUSTED_EVENT, note)
             if self.ledger.opened != opened:
-                self._cond.notify()  # a sum opened: the writer times the end of its minute
+                self._cond.notify_all()  # a sum opened: the pump times the end of its minute
 
     def _add(self, event: str, fields: dict[str, Any]) -> None:
         """Queue one record (the lock held)."""
         self._queue.append(Entry(event, self.session, self.task, self.requester, fields))
         self._pending += 1
         self.peak = max(self.peak, self._pending)
-        if len(self._queue) in (1, self.max_batch):  # the writer waits for the first, or lingers for more
-            self._cond.notify()
+        if len(self._queue) in (1, self.pump.max_batch):  # the pump waits for the first, or lingers for more
+            self._cond.notify_all()
 
     @property
     def pending(self) -> int:
         with self._cond:
             return self._pending
 
-    # -- the writer thread ---------------------------------------------------------------------
+    # -- the pump's side (its thread, the lock held) -------------------------------------------
 
-    def _take(self) -> list[Entry] | None:
-        """The next batch: what waits once the first record has lingered ``linger`` seconds (or a full batch)."""
-        with self._cond:
-            while True:
-                for fields in self.ledger.due(time.time()):  # the sums whose minute has ended
-                    self._add(EVENT, fields)
-                if self._queue or self._closing:
-                    break
-                due = self.ledger.next_due()
-                self._cond.wait(None if due is None else max(0.0, due - time.time()) + 0.01)
-            if self._closing and not self._flushed:
-                self._flushed = True
-                for fields in self.ledger.rest(time.time()):
-                    self._add(EVENT, fields)
-            if not self._queue:
-                return None
-            deadline = time.monotonic() + self.linger
-            while len(self._queue) < self.max_batch and not self._closing:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                self._cond.wait(remaining)
-            count = min(len(self._queue), self.max_batch)
-            return [self._queue.popleft() for _ in range(count)]
+    @property
+    def queued(self) -> int:
+        return len(self._queue)
 
-    def _run(self) -> None:
-        while (batch := self._take()) is not None:
-            while True:
-                try:
-                    self._make_room()
-                    self.log.append_many(batch)
-                except (BrokerError, OSError) as exc:
-                    self.failing = getattr(exc, "message", None) or type(exc).__name__
-                    LOG.error("egress evidence: the issuance log cannot take records (%s); retrying", self.failing)
-                    if self._gave_up():
-                        self._requeue(batch)
-                        return
-                    time.sleep(RETRY)
-                    continue
-                break
-            self.failing = None
-            self.written += len(batch)
-            self.batches += 1
-            with self._cond:
-                self._pending -= len(batch)
-                room = self._pending < self.max_pending
-                self._cond.notify_all()
-            if room and self._loop is not None and self._space is not None:
-                with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
-                    self._loop.call_soon_threadsafe(self._space.set)
+    @property
+    def pending_locked(self) -> int:
+        return self._pending
 
-    def _make_room(self) -> None:
-        """While the session runs, its evidence stays out of the room kept for revoke and sweep; once it ends, what
-        is left is part of its teardown and gets that room, as its revocation does."""
-        if self.log_room is None:
-            return
-        if self._closing:
-            self.log_room.release()
-        else:
-            self.log_room.check_evidence()
+    def take_due(self, now: float) -> None:
+        """Queue the sums whose minute has ended, and, once closing, every sum still open."""
+        for fields in self.ledger.due(now):
+            self._add(EVENT, fields)
+        if self.closing and not self.flushed:
+            self.flushed = True
+            for fields in self.ledger.rest(now):
+                self._add(EVENT, fields)
 
-    def _gave_up(self) -> bool:
-        with self._cond:
-            return self._closing and self._deadline is not None and time.monotonic() > self._deadline
+    def take(self, most: int) -> list[Entry]:
+        count = min(len(self._queue), most)
+        return [self._queue.popleft() for _ in range(count)]
 
-    def _requeue(self, batch: list[Entry]) -> None:
-        with self._cond:
-            self._queue.extendleft(reversed(batch))
-            self._cond.notify_all()
+    def requeue(self, entries: list[Entry]) -> None:
+        self._queue.extendleft(reversed(entries))
+
+    def wrote(self, count: int) -> bool:
+        """``count`` records were written; whether the proxy may be waiting for room now."""
+        self._pending -= count
+        return self._pending < self.max_pending and self._loop is not None and self._space is not None
+
+    def wake_proxy(self) -> None:
+        """Tell the proxy's loop there is room (from the pump's thread)."""
+        if self._loop is not None and self._space is not None:
+            self._loop.call_soon_threadsafe(self._space.set)
+
+    # -- the end -----------------------------------------------------------------------------
 
     def close(self, timeout: float = 30.0) -> int:
         """Write what is left (trying for up to ``timeout`` while the log fails); how many records were not."""
         with self._cond:
-            self._closing = True
-            self._deadline = time.monotonic() + timeout
+            self.closing = True
+            self.deadline = time.monotonic() + timeout
             self._cond.notify_all()
-        self._thread.join(timeout + RETRY + 5)
-        with self._cond:
+            self.pump.wait_for(self, time.monotonic() + timeout + RETRY + 5)
             lost = self._pending
+        self.pump.end_single()
         if lost:
             LOG.error("egress evidence: %d egress.request records could not be written to the issuance log", lost)
         return lost

@@ -19,6 +19,13 @@ Paths are reached through a directory descriptor, so a
 long ``state_dir`` never runs into the 108-byte limit of a socket address.
 Connections are accepted by the broker's one accept loop
 (``broker.host.serving.listening``), served one after another in its thread.
+
+A process that holds many sessions (a daemon's gateway) listens once, on
+``state_dir/control/gateway.sock`` (``SharedControlSocket``), instead of once
+per session: an exchange there begins with ``session ID``, and the same
+exchange follows for that session (``none``, or ``refused`` for a revoke, when
+it holds no such session). The asking side tries the session's own socket
+first and the shared one when there is none.
 """
 
 from __future__ import annotations
@@ -35,9 +42,11 @@ from pathlib import Path
 from broker.host.peercred import peer_credentials
 from broker.host.serving.listening import Acceptor, Limits
 from broker.vocab.errors import ProviderError
-from broker.vocab.session_ids import check_session_id
+from broker.vocab.session_ids import check_session_id, is_session_id
 
 REQUEST, STOPPED, REFUSED = b"revoke\n", b"stopped\n", b"refused\n"
+SHARED_NAME = "gateway.sock"  # the control socket of a process holding many sessions
+SESSION = b"session"
 DONE, NONE = b"done\n", b"none\n"
 NETWORK_VERBS = (b"allow", b"disallow")
 RENEW = b"renew"
@@ -64,6 +73,15 @@ class Refusal:
 OnNetwork = Callable[[bool, str], bool | Refusal]
 #: Called with the credential named (None: every one); what each renewal did, or None when nothing renews here.
 OnRenew = Callable[[str | None], list[dict[str, str]] | None]
+
+
+@dataclass(frozen=True)
+class Controls:
+    """What one session does when asked: stop serving it (revoke), change its allow-list, renew now."""
+
+    on_revoke: Callable[[], None]
+    on_network: OnNetwork | None = None
+    on_renew: OnRenew | None = None
 
 
 def control_dir(state_dir: Path) -> Path:
@@ -118,16 +136,8 @@ class ControlSocket:
     ) -> None:
         self._directory = control_dir(state_dir)
         self._name = _socket_name(session_id)
-        self._on_revoke = on_revoke
-        self._on_network = on_network
-        self._on_renew = on_renew
-        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        with _reachable(self._directory, self._name) as address:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(address)  # a socket a killed exec of this session left behind
-            self._listener.bind(address)
-            os.chmod(address, 0o600)
-        self._listener.listen(8)
+        self._controls = Controls(on_revoke, on_network, on_renew)
+        self._listener = _bind(self._directory, self._name)
         self._acceptor: Acceptor[int] = Acceptor(  # the broker's one accept loop; one exchange at a time, here
             self._listener,
             identify=peer_uid,
@@ -149,29 +159,7 @@ class ControlSocket:
         """One request line and its answer (an allowed peer: ``_admit`` turned the others away)."""
         with contextlib.suppress(OSError):
             connection.settimeout(self._acceptor.limits.head_deadline)
-            line = _read_line(connection)
-            if line == REQUEST:
-                self._on_revoke()
-                connection.sendall(STOPPED)
-                return
-            verb, _, destination = line.rstrip(b"\n").partition(b" ")
-            if verb == RENEW and line.endswith(b"\n"):  # answered from a thread: a revoke never waits for it
-                named = destination.decode("ascii", "replace") or None
-                threading.Thread(target=self._renew, args=(connection.dup(), named), daemon=True).start()
-                return
-            if verb in NETWORK_VERBS and line.endswith(b"\n"):
-                applied = self._on_network is not None and self._on_network(
-                    verb == b"allow", destination.decode("ascii", "replace")
-                )
-                connection.sendall(applied.line() if isinstance(applied, Refusal) else DONE if applied else NONE)
-
-    def _renew(self, connection: socket.socket, credential: str | None) -> None:
-        with connection, contextlib.suppress(OSError):
-            done = self._on_renew(credential) if self._on_renew is not None else None
-            if done is None:
-                connection.sendall(NONE)
-                return
-            connection.sendall(json.dumps(done, separators=(",", ":")).encode()[: MAX_ANSWER - 1] + b"\n")
+            _answer(connection, _read_line(connection), self._controls)
 
     def close(self) -> None:
         self._acceptor.stop()  # the loop wakes at once and closes the listener
@@ -187,11 +175,119 @@ class ControlSocket:
         self.close()
 
 
-def _read_line(connection: socket.socket) -> bytes:
-    """One request line (with its newline), at most ``MAX_LINE`` bytes; what came when it is cut short."""
+class SharedControlSocket:
+    """``state_dir/control/gateway.sock``: the control socket of every session ``lookup`` names (a gateway's); an
+    exchange begins with ``session ID``. Served one connection per thread, at most ``SHARED_CONNECTIONS`` at once."""
+
+    def __init__(self, state_dir: Path, lookup: Callable[[str], Controls | None]) -> None:
+        self._directory = control_dir(state_dir)
+        self._lookup = lookup
+        self._listener = _bind(self._directory, SHARED_NAME)
+        self._acceptor: Acceptor[int] = Acceptor(
+            self._listener,
+            identify=peer_uid,
+            key=lambda uid: uid,
+            admit=_admit,
+            serve=self._exchange,
+            refuse=lambda connection, why: None,  # closed: the asker sees no exec of the session, and says so
+            limits=Limits(total=SHARED_CONNECTIONS, head_deadline=ANSWER_TIMEOUT),
+            stopping=threading.Event(),
+            name="gateway-control",
+        )
+        self._thread = self._acceptor.start("gateway-control")
+
+    def _exchange(self, connection: socket.socket, uid: int) -> None:
+        with contextlib.suppress(OSError):
+            connection.settimeout(self._acceptor.limits.head_deadline)
+            first, _, line = _read_line(connection, lines=2).partition(b"\n")
+            verb, _, named = first.partition(b" ")
+            session_id = named.decode("ascii", "replace")
+            controls = self._lookup(session_id) if verb == SESSION and is_session_id(session_id) else None
+            if controls is None:
+                connection.sendall(REFUSED if line == REQUEST else NONE)
+                return
+            _answer(connection, line, controls)
+
+    def close(self) -> None:
+        self._acceptor.stop()
+        self._thread.join(timeout=ANSWER_TIMEOUT)
+        self._listener.close()
+        with contextlib.suppress(OSError), _reachable(self._directory, SHARED_NAME) as address:
+            os.unlink(address)
+
+
+SHARED_CONNECTIONS = 16
+
+
+def _bind(directory: Path, name: str) -> socket.socket:
+    """A listening socket at ``directory/name`` (0600; one a killed process left there is replaced)."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    with _reachable(directory, name) as address:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(address)
+        listener.bind(address)
+        os.chmod(address, 0o600)
+    listener.listen(8)
+    return listener
+
+
+def _answer(connection: socket.socket, line: bytes, controls: Controls) -> None:
+    """Answer one request ``line`` for a session with ``controls``."""
+    if line == REQUEST:
+        controls.on_revoke()
+        connection.sendall(STOPPED)
+        return
+    verb, _, destination = line.rstrip(b"\n").partition(b" ")
+    if verb == RENEW and line.endswith(b"\n"):  # answered from a thread: a revoke never waits for it
+        named = destination.decode("ascii", "replace") or None
+        threading.Thread(target=_renew, args=(connection.dup(), named, controls), daemon=True).start()
+        return
+    if verb in NETWORK_VERBS and line.endswith(b"\n"):
+        on_network = controls.on_network
+        applied = on_network is not None and on_network(verb == b"allow", destination.decode("ascii", "replace"))
+        connection.sendall(applied.line() if isinstance(applied, Refusal) else DONE if applied else NONE)
+
+
+def _renew(connection: socket.socket, credential: str | None, controls: Controls) -> None:
+    with connection, contextlib.suppress(OSError):
+        done = controls.on_renew(credential) if controls.on_renew is not None else None
+        if done is None:
+            connection.sendall(NONE)
+            return
+        connection.sendall(json.dumps(done, separators=(",", ":")).encode()[: MAX_ANSWER - 1] + b"\n")
+
+
+@contextlib.contextmanager
+def _asking(state_dir: Path, session_id: str) -> Iterator[socket.socket]:
+    """A connection to whoever runs ``session_id`` here: its own control socket, else the shared one (the session
+    named first); ``OSError`` when neither listens."""
+    directory = state_dir / "control"
+    name = _socket_name(session_id)
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        client.settimeout(ANSWER_TIMEOUT)
+        try:
+            with _reachable(directory, name) as address:
+                client.connect(address)
+        except (FileNotFoundError, ConnectionRefusedError):
+            client.close()
+            client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            client.settimeout(ANSWER_TIMEOUT)
+            with _reachable(directory, SHARED_NAME) as address:
+                client.connect(address)
+            client.sendall(SESSION + b" " + session_id.encode("ascii") + b"\n")
+        yield client
+    finally:
+        client.close()
+
+
+def _read_line(connection: socket.socket, lines: int = 1) -> bytes:
+    """One request line (with its newline), at most ``MAX_LINE`` bytes; what came when it is cut short (``lines``:
+    that many lines, at most that many times as long)."""
     line = b""
-    while not line.endswith(b"\n") and len(line) < MAX_LINE:
-        piece = connection.recv(MAX_LINE - len(line))
+    most = MAX_LINE * lines
+    while not (line.endswith(b"\n") and line.count(b"\n") >= lines) and len(line) < most:
+        piece = connection.recv(most - len(line))
         if not piece:
             break
         line += piece
@@ -202,13 +298,10 @@ def ask_network(state_dir: Path, session_id: str, allow: bool, destination: str)
     """Ask the ``exec`` running ``session_id`` to change its proxy's allow-list: True once applied, False when
     it runs no proxy, its Refusal when it refused the change, None when no exec of the session listens on this
     host (or it refused the asker)."""
-    name = _socket_name(session_id)
     request = (b"allow " if allow else b"disallow ") + destination.encode("ascii") + b"\n"
     answer = b""
     try:
-        with _reachable(state_dir / "control", name) as address, socket.socket(socket.AF_UNIX) as client:
-            client.settimeout(ANSWER_TIMEOUT)
-            client.connect(address)
+        with _asking(state_dir, session_id) as client:
             client.sendall(request)
             while not answer.endswith(b"\n") and len(answer) < MAX_ANSWER:
                 piece = client.recv(MAX_ANSWER - len(answer))
@@ -231,12 +324,8 @@ def ask_network(state_dir: Path, session_id: str, allow: bool, destination: str)
 
 def ask_to_revoke(state_dir: Path, session_id: str) -> bool:
     """Ask the ``exec`` running ``session_id`` to stop serving it; False when none listens (or it refused)."""
-    name = _socket_name(session_id)
-    directory = state_dir / "control"
     try:
-        with _reachable(directory, name) as address, socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
-            client.settimeout(ANSWER_TIMEOUT)
-            client.connect(address)
+        with _asking(state_dir, session_id) as client:
             client.sendall(REQUEST)
             return client.recv(len(STOPPED)) == STOPPED
     except OSError:
@@ -246,13 +335,10 @@ def ask_to_revoke(state_dir: Path, session_id: str) -> bool:
 def ask_renew(state_dir: Path, session_id: str, credential: str | None) -> list[dict[str, str]] | None:
     """Ask the ``exec`` running ``session_id`` to renew its proxied credentials now (``credential`` alone, when
     named): what each renewal did; None when no exec of the session listens on this host or none renews there."""
-    name = _socket_name(session_id)
     request = RENEW + (b" " + credential.encode("ascii") if credential else b"") + b"\n"
     answer, asked = b"", False
     try:
-        with _reachable(state_dir / "control", name) as address, socket.socket(socket.AF_UNIX) as client:
-            client.settimeout(ANSWER_TIMEOUT)
-            client.connect(address)
+        with _asking(state_dir, session_id) as client:
             client.sendall(request)
             asked = True
             while not answer.endswith(b"\n") and len(answer) < MAX_ANSWER:

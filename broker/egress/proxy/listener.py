@@ -87,17 +87,23 @@ class EgressProxy:
 
     # -- serving -------------------------------------------------------------------------
 
-    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """One client connection: one CONNECT tunnel or one plain-HTTP request."""
+    async def handle(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        first: tuple[h11.Connection, h11.Request] | None = None,
+    ) -> None:
+        """One client connection: one CONNECT tunnel or one plain-HTTP request (``first``: its head, when a
+        gateway read it already to know the session)."""
         if self.active >= self.limits.max_connections:
             writer.write(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
             await close(writer)
             return
         self.active += 1
-        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=self.limits.max_head_bytes)
+        conn = first[0] if first else h11.Connection(h11.SERVER, max_incomplete_event_size=self.limits.max_head_bytes)
         cut = False
         try:
-            await self._serve(conn, reader, writer)
+            await self._serve(conn, reader, writer, first[1] if first else None)
         except Refused as refused:
             _answer(conn, writer, refused.status, refused.reason)
         except h11.RemoteProtocolError:
@@ -115,8 +121,14 @@ class EgressProxy:
             else:
                 await close(writer)
 
-    async def _serve(self, conn: h11.Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        request = await read_head(conn, reader, self.limits, self.limits.head_timeout)
+    async def _serve(
+        self,
+        conn: h11.Connection,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        first: h11.Request | None = None,
+    ) -> None:
+        request = first or await read_head(conn, reader, self.limits, self.limits.head_timeout)
         if not isinstance(request, h11.Request):
             return
         target = request.target.decode("ascii", "replace")

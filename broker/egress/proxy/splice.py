@@ -9,6 +9,10 @@ connection limit, so threads are bounded too. A half-close passes on; an
 error, or ``idle_timeout`` without progress, in either direction shuts both
 sockets down, which ends the other direction as well. Where the kernel
 cannot splice a socket the direction falls back to a bounded copy buffer.
+
+A client that reached the proxy over TLS (a gateway's listener off loopback)
+has no plain socket to hand to the kernel: its tunnel is copied on the event
+loop instead (``relay``), a chunk at a time with back-pressure both ways.
 """
 
 from __future__ import annotations
@@ -96,6 +100,9 @@ async def tunnel(
 
     Cancelling tears the tunnel down; both sockets are closed in the end, ``upstream`` too when it fails early.
     """
+    if writer.get_extra_info("ssl_object") is not None:  # no plain socket to splice: the loop copies it
+        await relay(reader, writer, upstream, to_client, to_upstream, idle_timeout)
+        return
     try:
         client, buffered = await detach(reader, writer)
     except BaseException:
@@ -119,6 +126,44 @@ async def tunnel(
     finally:
         if not finished.done():
             copy.abort()
+
+
+async def relay(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    upstream: socket.socket,
+    to_client: bytes,
+    to_upstream: bytes,
+    idle_timeout: float,
+) -> None:
+    """Copy a tunnel both ways on the event loop until one side ends it (a half-close passes on where the other side
+    can take one), or ``idle_timeout`` passes without progress in a direction."""
+    try:
+        up_reader, up_writer = await asyncio.open_connection(sock=upstream, limit=CHUNK)
+    except BaseException:
+        upstream.close()
+        raise
+
+    async def copy(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+        while data := await asyncio.wait_for(source.read(CHUNK), idle_timeout):
+            sink.write(data)
+            await sink.drain()
+        if sink.can_write_eof():
+            sink.write_eof()
+            await asyncio.Event().wait()  # the other direction ends the tunnel
+
+    try:
+        writer.write(to_client)
+        up_writer.write(to_upstream)
+        directions = [asyncio.ensure_future(copy(reader, up_writer)), asyncio.ensure_future(copy(up_reader, writer))]
+        try:
+            await asyncio.wait(directions, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for direction in directions:
+                direction.cancel()
+            await asyncio.gather(*directions, return_exceptions=True)
+    finally:
+        up_writer.transport.abort()
 
 
 class Tunnel:

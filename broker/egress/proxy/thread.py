@@ -19,7 +19,7 @@ import tempfile
 import threading
 from collections.abc import Coroutine, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from broker.egress.allowlist.gate import Resolver
 from broker.egress.destinations import Destination
@@ -33,6 +33,23 @@ if TYPE_CHECKING:  # cryptography (for the session CA) loads only where a host i
     from broker.egress.terminate.interceptor import Interceptor
 
 T = TypeVar("T")
+
+
+class ServedProxy(Protocol):
+    """What a running session holds of its proxy, whoever serves it: a ``ProxyThread`` of its own, or its seat on a
+    gateway (``broker.egress.gateway.seat``)."""
+
+    proxy: EgressProxy
+    socket_path: Path | None
+
+    def refuse(self) -> None:
+        """Nothing gets through from now on; every open connection is cut."""
+
+    def denials(self) -> dict[str | RefusedRequest, int]:
+        """What the proxy refused so far (destinations, and refused requests by kind), with how often."""
+
+    def stop(self) -> int:
+        """Stop serving and write the last evidence records; how many could not be written."""
 
 
 class ProxyThread:

@@ -1,6 +1,6 @@
 """One accept loop for every socket the broker serves: the daemon's, a session's ``broker.sock``, an exec's control
-socket (and, next, a gateway's TCP listener): a connection is named, admitted within its limits and served in a
-thread of its own, and the loop never waits on a peer.
+socket and a gateway's TCP listener: a connection is named, admitted within its limits and served in a thread of
+its own (or handed to an event loop), and the loop never waits on a peer.
 
 What differs between them is a parameter (``Limits``): how many connections
 are served at once in all and per peer (a key the listener names its peers
@@ -14,7 +14,10 @@ limit is answered by ``refuse`` at once (503 for HTTP) and closed; a peer that
 cannot be named is closed, one ``admit`` turns away is answered (or not) by
 ``admit`` itself. Running out of descriptors pauses the loop instead of ending
 it. A TLS listener wraps each connection in its serving function, in the
-connection's thread: the handshake never holds up the loop.
+connection's thread: the handshake never holds up the loop. A listener whose
+connections are served on an event loop (the gateway: one loop for every
+session's connections) gives ``hand`` instead of ``serve``: it takes the
+connection over, with the call that counts it out once it ends.
 """
 
 from __future__ import annotations
@@ -81,8 +84,10 @@ class Acceptor(Generic[P]):
         admit: Callable[[socket.socket, P], bool] | None = None,
         refusals: Refusals[P] | None = None,
         name: str = "conn",
+        hand: Callable[[socket.socket, P, Callable[[], None]], None] | None = None,
     ) -> None:
         self.listener = listener
+        self.hand = hand  # takes a connection over (and counts it out when it ends) instead of ``serve``
         self.identify = identify
         self.key = key
         self.serve = serve
@@ -150,6 +155,9 @@ class Acceptor(Generic[P]):
         if refusal is not None:
             self.refuse(connection, refusal)
             return
+        if self.hand is not None:
+            self._hand(self.hand, connection, peer, key)
+            return
         if self.limits.inline:
             self._serve(connection, peer, key)
             return
@@ -163,6 +171,28 @@ class Acceptor(Generic[P]):
                 self._threads.discard(thread)
             self._leave(key)
             self.refuse(connection, self.refusals.no_thread)
+
+    def _hand(
+        self,
+        hand: Callable[[socket.socket, P, Callable[[], None]], None],
+        connection: socket.socket,
+        peer: P,
+        key: Hashable,
+    ) -> None:
+        """Hand ``connection`` over; it is counted until the taker calls the ``done`` it is given (once)."""
+        left = threading.Event()
+
+        def done() -> None:
+            if not left.is_set():
+                left.set()
+                self._leave(key)
+
+        try:
+            hand(connection, peer, done)
+        except Exception:  # not taken: this connection goes, the listener stays
+            LOG.exception("%s: a connection could not be handed over", self.name)
+            connection.close()
+            done()
 
     def _count(self, peer: P, key: Hashable) -> str | None:
         """Count a connection of ``key``; the refusal when it is over a limit (an exempt key: never)."""

@@ -86,6 +86,7 @@ CORE_CONFIG = (
             Key("daemon", "table", False, "[daemon]: broker serve, and the CLI as its thin client."),
             Key("egress", "table", False, "[egress]: the session proxy's upstream trust, and its evidence budget."),
             Key("telemetry", "table", False, "[telemetry]: traces to an OpenTelemetry collector."),
+            Key("gateway", "table", False, "[gateway]: broker serve's one egress proxy for many sessions."),
         ),
         "Relative paths are relative to the config file. Durations: 90s, 15m, 1h or whole seconds.",
     ),
@@ -184,6 +185,56 @@ CORE_CONFIG = (
         ),
         "The daemon reads the provider credentials; its clients need only the socket"
         " (and this file, or BROKER_SOCKET).",
+    ),
+    Section(
+        "Config: [gateway]",
+        "gateway",
+        (
+            Key(
+                "listen",
+                "ADDRESS:PORT",
+                True,
+                "Where broker serve's gateway listens (an IP address, 0.0.0.0 or :: for all); sessions issued with"
+                " broker issue --gateway reach their egress through it, each request naming its session by its"
+                " proxy credential.",
+            ),
+            Key(
+                "cert_file",
+                "path",
+                False,
+                "The gateway's TLS certificate chain (PEM). Required, with key_file, on any address that is not"
+                " loopback: broker serve refuses to start without it there.",
+                "no TLS (loopback only)",
+            ),
+            Key("key_file", "path", False, "The key of cert_file (PEM; it may be cert_file itself)."),
+            Key(
+                "ca_file",
+                "path",
+                False,
+                "The CA certificate clients need to trust cert_file (a private CA): added to every gateway session's"
+                " ca-bundle.pem, which git (GIT_PROXY_SSL_CAINFO), curl (proxy/.curlrc), requests, pip and boto3"
+                " are pointed at.",
+                "none (a CA the sandboxes trust already)",
+            ),
+            Key(
+                "advertise",
+                "HOST:PORT",
+                False,
+                "The address sandboxes reach the gateway at, which each session's proxy_url names (a name the"
+                " certificate covers, a load balancer's per-host name in a fleet).",
+                "listen (required when listen is 0.0.0.0 or ::)",
+            ),
+            Key(
+                "max_connections",
+                "integer 1-65536",
+                False,
+                "Connections the gateway serves at once, every session's together; more are closed at once.",
+                "4096",
+            ),
+        ),
+        "A session's proxy credential is the file proxy/credential in its directory (0400); its proxy_url names the"
+        " session (the user) and never the secret. The gateway holds its sessions until they are revoked or expire,"
+        " and revokes them when broker serve stops. See docs/gateway.md.",
     ),
     Section(
         "Config: [telemetry]",

@@ -9,7 +9,6 @@ Relative paths are taken relative to the config file's directory;
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import re
 import socket
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from broker.audit.witness import DEFAULT_WITNESS_RETENTION, WitnessConfig, parse_witness_url
 from broker.core.inputs.directories import check_own_directory
+from broker.core.inputs.listening import GatewayConfig, listen_address, read_gateway
 from broker.core.inputs.store_url import SHAPE, store_url_problem
 from broker.egress.destinations import Destination, DestinationError, parse_destination
 from broker.egress.evidence.budget import EvidenceBudget, read_evidence_budget
@@ -97,6 +97,7 @@ class Config:
     telemetry: TelemetryConfig | None = None  # ``[telemetry] otlp_endpoint``: traces to an OTLP/HTTP collector
     min_free: int = DEFAULT_MIN_FREE  # [audit] min_free, bytes (broker.audit.room)
     evidence_budget: EvidenceBudget = field(default_factory=EvidenceBudget)  # [egress] evidence_budget
+    gateway: GatewayConfig | None = None  # [gateway]: broker serve's one proxy for many sessions
 
     @property
     def daemon_settings(self) -> DaemonConfig:
@@ -209,6 +210,10 @@ def parse_config(table: object, path: Path) -> Config:
     store = _store(fields, base)
     host = fields.string("host", required=False, pattern=HOST_NAME, max_len=64) or _default_host()
     daemon = _daemon(fields, base, runtime_dir)
+    gateway_table = fields.mapping("gateway", required=False)
+    gateway = (
+        read_gateway(gateway_table, lambda value: resolve_path(base, value)) if gateway_table is not None else None
+    )
     egress_ca_file, secret_refresh, policy_refresh, evidence_budget = _egress(fields, base)
     telemetry_table = fields.mapping("telemetry", required=False)
     telemetry = parse_telemetry(telemetry_table, base) if telemetry_table is not None else None
@@ -259,6 +264,7 @@ def parse_config(table: object, path: Path) -> Config:
         telemetry=telemetry,
         min_free=min_free,
         evidence_budget=evidence_budget,
+        gateway=gateway,
     )
 
 
@@ -319,21 +325,6 @@ def _daemon(fields: Fields, base: Path, runtime_dir: Path) -> DaemonConfig | Non
         thin_client=socket is not None,
         metrics_listen=listen_address(listen, table.where("metrics_listen")) if listen is not None else None,
     )
-
-
-def listen_address(value: str, where: str) -> tuple[str, int]:
-    """``127.0.0.1:9464`` or ``[::1]:9464``: an IP address (never a name) and a port."""
-    host, colon, port = value.rpartition(":")
-    literal = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    try:
-        address = ipaddress.ip_address(literal)
-    except ValueError:
-        address = None
-    if not colon or address is None or (address.version == 6) != (literal != host) or not port.isdigit():
-        raise ConfigError(f"{where}: {shown(value, 64)} is not ADDRESS:PORT (127.0.0.1:9464, [::1]:9464)")
-    if not 0 < int(port) < 65536:
-        raise ConfigError(f"{where}: port {shown(port, 8)} is not 1-65535")
-    return str(address), int(port)
 
 
 def _audit(fields: Fields) -> tuple[WitnessConfig | None, int]:

@@ -32,6 +32,14 @@ CONFIG_TABLE: dict[str, Any] = {
         "evidence_budget": {"records": 10000, "bytes": "64MiB", "cap": 10},
     },
     "telemetry": {"otlp_endpoint": "http://127.0.0.1:4318", "service_name": "broker", "timeout": "1s"},
+    "gateway": {
+        "listen": "0.0.0.0:3128",
+        "advertise": "gateway.example:3128",
+        "cert_file": "gateway.pem",
+        "key_file": "gateway.key",
+        "ca_file": "gateway-ca.pem",
+        "max_connections": 4096,
+    },
 }
 
 

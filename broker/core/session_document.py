@@ -61,6 +61,7 @@ class SessionDocument:
     env: Mapping[str, str]
     host: str | None = None  # a fleet's store: the host holding the directory (only it touches it)
     parent: str | None = None  # a delegated session: the session it was delegated from (revoked with it)
+    proxy_url: str | None = None  # a gateway's session: its proxy, user and no secret (that is proxy/credential)
 
     def to_json(self) -> dict[str, Any]:
         document: dict[str, Any] = {
@@ -76,6 +77,8 @@ class SessionDocument:
             document["host"] = self.host
         if self.parent is not None:
             document["parent"] = self.parent
+        if self.proxy_url is not None:
+            document["proxy_url"] = self.proxy_url
         return document
 
     def file_content(self) -> bytes:
@@ -85,7 +88,7 @@ class SessionDocument:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> SessionDocument:
         """The document as the store keeps it."""
-        host, parent = data.get("host"), data.get("parent")
+        host, parent, proxy_url = data.get("host"), data.get("parent"), data.get("proxy_url")
         return cls(
             id=str(data["session"]),
             task=str(data["task"]),
@@ -96,6 +99,7 @@ class SessionDocument:
             env=dict(data["env"]),
             host=str(host) if host is not None else None,
             parent=str(parent) if parent is not None else None,
+            proxy_url=str(proxy_url) if proxy_url is not None else None,
         )
 
     def renewed(self, expiry: Mapping[str, str]) -> SessionDocument:

@@ -30,6 +30,13 @@ limit; its certificate (``ca.pem``) and a bundle of the system CAs plus it
 (``ca-bundle.pem``) go into the session directory, and the hints point every
 common client at the bundle (and each provider type's own clients:
 ``Provider.ca_env``).
+
+A session a gateway serves (``gateway``: its proxy credential,
+``broker.egress.gateway.passes``) gets that credential too when it is
+delivered (``deliver``): ``proxy/credential`` (the secret, 0400) and
+``proxy/env`` (the proxy variables with it) in its directory, the gateway's
+CA (``[gateway] ca_file``) in its bundle, the hints that make clients send
+it, and the ``proxy_url`` (without the secret) its document names.
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ from __future__ import annotations
 import functools
 import ssl
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path, PurePosixPath
 
@@ -45,6 +52,7 @@ from broker.core.inputs.config import Config, ProxyTarget
 from broker.core.inputs.manifest import Manifest
 from broker.core.inputs.policy import Decision
 from broker.egress.destinations import Destination, DestinationError, allowed, parse_destination
+from broker.egress.gateway.passes import PROXY_DIR, GatewayPass
 from broker.egress.injectors.sigv4.actions import DEFAULT_STS_ACTIONS, STS, Actions
 from broker.egress.injectors.sigv4.resigner import Resigner
 from broker.egress.injectors.swap import AnswerGuard, Injection
@@ -52,6 +60,7 @@ from broker.egress.injectors.template import HeaderTemplate
 from broker.egress.operations.checker import OperationsChecker
 from broker.egress.terminate.ca import SessionCA, ca_bundle
 from broker.egress.terminate.interceptor import Interceptor
+from broker.host.sessiondir import SessionDirectory
 from broker.vocab.errors import ConfigError, ProviderError
 from broker.vocab.files import read_bounded
 from broker.vocab.secret import AwsKeys, Secret
@@ -72,6 +81,7 @@ class Interception:
     def __init__(self, config: Config, interceptor: Interceptor) -> None:
         self.config = config
         self.interceptor = interceptor
+        self.gateway: GatewayPass | None = None  # a gateway serves the session: its proxy credential
 
     @property
     def terminates(self) -> bool:
@@ -149,13 +159,30 @@ class Interception:
             env[address] = https_address(target)
         return replace(credential, files=held.files, env=env)
 
-    def ca_files(self) -> dict[str, bytes]:
-        """``ca.pem`` and ``ca-bundle.pem`` (the system CAs, when found, plus the session CA)."""
-        return ca_files(self.interceptor)
+    def deliver(self, directory: SessionDirectory, session_id: str, mount_path: PurePosixPath) -> Delivered:
+        """Write what the sandbox needs of its proxy into the session's ``directory`` (the CA files when the proxy
+        terminates a host or the gateway has a CA of its own; a gateway's proxy credential); the hints for it."""
+        gateway = self.gateway
+        extra = gateway.address.ca_pem if gateway is not None else b""
+        env: dict[str, str] = {}
+        if self.interceptor.terminates or extra:
+            for name, data in ca_files(self.interceptor if self.interceptor.terminates else None, extra).items():
+                directory.write_file(name, data)
+            env.update(ca_hints(mount_path))
+        if gateway is None:
+            return Delivered(env)
+        bundle = mount_path / BUNDLE_FILE if extra else None  # the gateway's CA is there
+        directory.write_credential(PROXY_DIR, gateway.files(session_id, bundle))
+        env.update(gateway.hints(mount_path, bundle))
+        return Delivered(env, gateway.proxy_url(session_id))
 
-    def ca_hints(self, mount_path: PurePosixPath) -> dict[str, str]:
-        """The variables that point the sandbox's clients at ``ca-bundle.pem`` under ``mount_path``."""
-        return ca_hints(mount_path)
+
+@dataclass(frozen=True)
+class Delivered:
+    """What the session document gets of its proxy: the hints, and a gateway's proxy URL (no secret in it)."""
+
+    env: dict[str, str]
+    proxy_url: str | None = None
 
 
 def session_interception(config: Config, manifest: Manifest) -> Interception:
@@ -236,8 +263,9 @@ def allowed_hosts(texts: Sequence[str], network: tuple[Destination, ...]) -> tup
     return tuple(hosts)
 
 
-def ca_files(interceptor: Interceptor) -> dict[str, bytes]:
-    """``ca.pem`` and ``ca-bundle.pem`` (the system CAs, when found, plus the session CA)."""
+def ca_files(interceptor: Interceptor | None, extra: bytes = b"") -> dict[str, bytes]:
+    """``ca.pem`` (the session CA, when the proxy terminates a host) and ``ca-bundle.pem`` (the system CAs, when
+    found, plus the session CA and ``extra``: a gateway's own CA)."""
     system = b""
     cafile = ssl.get_default_verify_paths().cafile
     if cafile:
@@ -245,7 +273,11 @@ def ca_files(interceptor: Interceptor) -> dict[str, bytes]:
             system, _ = read_bounded(Path(cafile), MAX_SYSTEM_BUNDLE)
         except OSError:
             system = b""
-    return {CA_FILE: interceptor.ca.pem, BUNDLE_FILE: ca_bundle(interceptor.ca.pem, system)}
+    ours = (interceptor.ca.pem if interceptor is not None else b"") + extra
+    files = {BUNDLE_FILE: ca_bundle(ours, system)}
+    if interceptor is not None:
+        files[CA_FILE] = interceptor.ca.pem
+    return files
 
 
 @functools.cache

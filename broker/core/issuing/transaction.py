@@ -179,10 +179,13 @@ class Issuing(Minting):
         env["BROKER_SESSION"] = self.session_id
         if self.delegation is not None:  # the thin client in the sandbox asks this session's socket for children
             env["BROKER_SOCKET"] = str(PurePosixPath(manifest.sandbox.mount_path) / SOCKET_NAME)
-        if self.interception is not None and self.interception.terminates:
-            for name, data in self.interception.ca_files().items():
-                self.directory.write_file(name, data)
-            env.update(self.interception.ca_hints(manifest.sandbox.mount_path))
+        proxy_url = None
+        if self.interception is not None:  # its CA files and a gateway's proxy credential, with their hints
+            delivered = self.interception.deliver(
+                self.directory, self.session_id, PurePosixPath(manifest.sandbox.mount_path)
+            )
+            env.update(delivered.env)
+            proxy_url = delivered.proxy_url
         return SessionDocument(
             id=self.session_id,
             task=manifest.task,
@@ -193,6 +196,7 @@ class Issuing(Minting):
             env=env,
             host=broker.config.host if broker.store.shared else None,  # only this host touches the directory
             parent=self.delegated.parent.id if self.delegated is not None else None,
+            proxy_url=proxy_url,
         )
 
     def lineage(self) -> dict[str, str]:

@@ -9,30 +9,34 @@ and, if it is still running after ``grace`` seconds, SIGKILL. The
 revocation at the providers is exec's own teardown, as when the command
 ends by itself: there is one revocation path. The same socket carries
 ``broker session allow|disallow`` to the running proxy (``running`` hands it
-over, ``broker.core.running.allowing`` changes it).
+over, ``broker.core.running.allowing`` changes it). A session a gateway holds
+runs no command: once its proxy refuses, its holder is told (``then``) and
+ends it, as a command ending would.
 """
 
 from __future__ import annotations
 
 import subprocess
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from broker.host.spawning import GRACE, stop
 
 if TYPE_CHECKING:
-    from broker.egress.proxy.thread import ProxyThread
+    from broker.egress.proxy.thread import ServedProxy
     from broker.egress.terminate.interceptor import Interceptor
 
 
 class Halt:
     """Called from the control socket's thread; the exec's main thread attaches what it starts."""
 
-    def __init__(self, grace: float = GRACE) -> None:
+    def __init__(self, grace: float = GRACE, then: Callable[[], None] | None = None) -> None:
         self.grace = grace
+        self._then = then  # told once the proxy refuses (a gateway's session: its holder ends it)
         self._requested = threading.Event()
         self._lock = threading.Lock()
-        self._proxy: ProxyThread | None = None
+        self._proxy: ServedProxy | None = None
         self._interceptor: Interceptor | None = None
         self._child: subprocess.Popen[bytes] | None = None
 
@@ -40,7 +44,7 @@ class Halt:
     def requested(self) -> bool:
         return self._requested.is_set()
 
-    def attach_proxy(self, proxy: ProxyThread | None, interceptor: Interceptor | None) -> None:
+    def attach_proxy(self, proxy: ServedProxy | None, interceptor: Interceptor | None) -> None:
         with self._lock:
             self._proxy, self._interceptor = proxy, interceptor
         if self.requested:
@@ -57,8 +61,14 @@ class Halt:
         self._requested.set()
         self._refuse()
         self._stop_child()
+        if self._then is not None:
+            self._then()
 
-    def running(self) -> tuple[ProxyThread, Interceptor | None] | None:
+    def cut(self) -> None:
+        """The proxy refuses at once (its holder revokes the session next; ``__call__`` is an outside revoke)."""
+        self._refuse()
+
+    def running(self) -> tuple[ServedProxy, Interceptor | None] | None:
         """The session's running proxy and its interceptor (``broker session allow|disallow`` changes them:
         ``broker.core.running.allowing``); None when this exec runs no proxy or the session is being revoked."""
         with self._lock:

@@ -34,6 +34,15 @@ Opening, in this order:
 8. the renewals (``rotating``) and the refreshes (``refreshing``) of its
    proxied credentials, behind their placeholders.
 
+A session a gateway holds (``RunPlan.shared``: ``broker.core.running.shared``)
+is opened the same way, its parts built on what the gateway's sessions share
+rather than a thread each: its proxy a seat on the gateway (with the
+session's proxy credential, written into its directory at issue), its timed
+parts on the shared timers, its evidence through the shared pump, its control
+socket the shared one; it has no ``broker.sock`` (children need ``broker
+exec``) and no command: it ends when revoked (``Halt`` tells the holder), at
+its expiry (a timer), or when the daemon stops.
+
 ``close`` tears them down in exactly the reverse order, then revokes: the
 renewals and refreshes stop first (one under way finishes, so the revocation
 sees every credential they made), the proxy drops its secrets and refuses
@@ -70,15 +79,17 @@ from broker.core.running.halting import Halt
 from broker.core.running.refreshing import SecretRefresher
 from broker.core.running.rotating import Rotator
 from broker.core.running.session_socket import SessionSocket
+from broker.core.running.shared import SharedParts
 from broker.core.running.standing import Standing, recorded_network_rule
 from broker.core.session_document import SessionDocument
 from broker.core.store.interface import ApprovalRecord
 from broker.egress.evidence.writer import EvidenceWriter
+from broker.egress.gateway.passes import PROXY_DIR
 from broker.egress.proxy.denials import log_denials
 from broker.egress.proxy.listener import EgressProxy
-from broker.egress.proxy.thread import ProxyThread
+from broker.egress.proxy.thread import ProxyThread, ServedProxy
 from broker.egress.terminate.interceptor import Interceptor
-from broker.host.control import ControlSocket
+from broker.host.control import Controls, ControlSocket
 from broker.host.egress_socket import EgressSocket, egress_root
 from broker.host.signals import signals_blocked
 from broker.vocab.errors import AwaitingApproval, BadInput, StateError
@@ -102,10 +113,12 @@ class ProxyPlan:
 class RunPlan:
     """What a running session is opened with, besides the broker and the manifest: who connects to its
     ``broker.sock`` from inside the sandbox (``inside``), its proxy (None: no proxy), and its approval: the approved
-    request it resumes, or how long to wait for one (None: its rule's timeout; 0: not at all, exit 8)."""
+    request it resumes, or how long to wait for one (None: its rule's timeout; 0: not at all, exit 8); ``shared``:
+    a gateway holds it, its parts built on what the gateway's sessions share (its proxy the gateway)."""
 
     inside: tuple[int, int]
     proxy: ProxyPlan | None = None
+    shared: SharedParts | None = None
     approved: ApprovalRecord | None = None
     wait: float | None = 0.0
     on_pending: Callable[[AwaitingApproval], None] | None = None
@@ -118,10 +131,12 @@ class RunningSession:
         self.broker = broker
         self.manifest = manifest
         self.plan = plan
-        self.halt = Halt()  # an outside revoke, through the control socket
+        shared = plan.shared
+        then = (lambda: shared.end_soon(self, "revoke")) if shared is not None else None
+        self.halt = Halt(then=then)  # an outside revoke, through the control socket (a gateway's: then ended)
         self.renewal = Renewal(manifest)  # broker renew of its proxied credentials, once they are renewed here
         self.interceptor: Interceptor | None = None
-        self.proxy: ProxyThread | None = None
+        self.proxy: ServedProxy | None = None
         self.document: SessionDocument | None = None
         self.expires_at: datetime | None = None
         self.report: RevokeReport | None = None
@@ -154,13 +169,17 @@ class RunningSession:
     def open(self) -> RunningSession:
         """Issue (or wait for the approval first), then start every part; on failure, undo what started."""
         broker, manifest, plan = self.broker, self.manifest, self.plan
-        if manifest.proxied and plan.proxy is None:
+        if manifest.proxied and plan.proxy is None and plan.shared is None:
             raise BadInput("inject: proxy needs --network allowlist: only the session's proxy can put the secret in")
+        if plan.shared is not None and PROXY_DIR in {request.name for request in manifest.credentials}:
+            raise BadInput(f"credential name {PROXY_DIR!r} is the gateway's own (proxy/credential): rename it")
         self.interception: Interception | None = (
-            session_interception(broker.config, manifest) if plan.proxy is not None else None
+            session_interception(broker.config, manifest) if plan.proxy is not None or plan.shared else None
         )
+        if self.interception is not None and plan.shared is not None:
+            self.interception.gateway = plan.shared.gateway.new_pass()  # its proxy credential, written at issue
         self.interceptor = self.interception.interceptor if self.interception is not None else None
-        delegation = DelegationSocket(plan.inside)
+        delegation = DelegationSocket(plan.inside) if plan.shared is None else None  # a gateway's: no broker.sock
         self.document = self._issue(delegation)
         self._lock = broker.session_lock(self.id)
         self._lock.acquire()  # held until the revocation: if this process dies, sweep revokes the session
@@ -171,7 +190,7 @@ class RunningSession:
             raise
         return self
 
-    def _issue(self, delegation: DelegationSocket) -> SessionDocument:
+    def _issue(self, delegation: DelegationSocket | None) -> SessionDocument:
         broker, manifest, plan = self.broker, self.manifest, self.plan
         try:
             return issue(broker, manifest, self.interception, approved=plan.approved, delegation=delegation)
@@ -183,38 +202,56 @@ class RunningSession:
             approved = settle(broker, pending.request, wait=plan.wait)
             return issue(broker, manifest, self.interception, approved=approved, delegation=delegation)
 
-    def _start(self, delegation: DelegationSocket) -> None:
-        broker, manifest, session_id, parts = self.broker, self.manifest, self.id, self._parts
+    def _start(self, delegation: DelegationSocket | None) -> None:
+        broker, manifest, session_id, parts, shared = self.broker, self.manifest, self.id, self._parts, self.plan.shared
         broker.store.mark_exec_bound(session_id)
         broker.checkpoint()
         record = broker.store.get_session(session_id)
         assert record is not None
         self.expires_at = record.expires_at
-        standing = Standing(broker, manifest, session_id, recorded_network_rule(record.manifest))
+        timers = shared.timers if shared is not None else None  # None: a thread of its own for each timed part
+        standing = Standing(broker, manifest, session_id, recorded_network_rule(record.manifest), timers=timers)
         parts.enter_context(standing)  # decided again every policy_refresh while the command runs
-        if delegation.listener is not None:  # its rules allow children
+        if delegation is not None and delegation.listener is not None:  # its rules allow children
             budget = ChildBudget(session_id, delegation.limits.rate, delegation.limits.total)
             parts.enter_context(
                 SessionSocket(broker, session_id, delegation.listener, self.plan.inside[0], budget, standing)
             )
         network = RunningNetwork(self.halt, standing)  # session allow|disallow, decided and applied here
-        parts.enter_context(ControlSocket(broker.config.state_dir, session_id, self.halt, network, self.renewal))
+        if shared is None:
+            parts.enter_context(ControlSocket(broker.config.state_dir, session_id, self.halt, network, self.renewal))
+        else:
+            parts.enter_context(shared.controls.held(session_id, Controls(self.halt, network, self.renewal)))
         if self.interceptor is not None:
             self.proxy = self._serve_proxy()
             parts.callback(self._stop_proxy)
             parts.callback(self.interceptor.revoke)  # the proxy refuses before the providers revoke
             expires_at = record.expires_at
-            rotator = parts.enter_context(Rotator(broker, manifest, session_id, expires_at, self.interceptor, standing))
-            refresher = SecretRefresher(broker, manifest, session_id, expires_at, self.interceptor, standing)
-            self.renewal.attach(rotator, parts.enter_context(refresher))
+            rotator = Rotator(broker, manifest, session_id, expires_at, self.interceptor, standing, timers)
+            refresher = SecretRefresher(
+                broker, manifest, session_id, expires_at, self.interceptor, standing, None, timers
+            )
+            self.renewal.attach(parts.enter_context(rotator), parts.enter_context(refresher))
         self.halt.attach_proxy(self.proxy, self.interceptor)
+        if shared is not None:  # no command ends it: its holder does, at its end at the latest
+            left = (record.expires_at - broker.clock()).total_seconds()
+            expiry = shared.timers.start("expiry", self._expired, left)
+            parts.callback(expiry.stop)
 
-    def _serve_proxy(self) -> ProxyThread:
-        """The session's proxy on its Unix socket, its ``egress.request`` records through the evidence writer
-        (within the session's ``[egress] evidence_budget``, never into the room kept for revoke and sweep)."""
-        broker, session_id, plan = self.broker, self.id, self.plan.proxy
-        assert plan is not None
-        unix = EgressSocket(egress_root(broker.runtime), session_id, plan.owner, passable=plan.passable)
+    def _expired(self) -> None:
+        """A gateway's session at its end: its holder ends it (on the timer's worker)."""
+        assert self.plan.shared is not None
+        self.plan.shared.end(self, "expired")
+
+    def _serve_proxy(self) -> ServedProxy:
+        """The session's proxy on its Unix socket (a gateway's session: a seat on the gateway, for its proxy
+        credential), its ``egress.request`` records through the evidence writer (within the session's ``[egress]
+        evidence_budget``, never into the room kept for revoke and sweep)."""
+        broker, session_id, plan, shared = self.broker, self.id, self.plan.proxy, self.plan.shared
+        unix = None
+        if shared is None:
+            assert plan is not None
+            unix = EgressSocket(egress_root(broker.runtime), session_id, plan.owner, passable=plan.passable)
         evidence = EvidenceWriter(
             broker.log,
             session=session_id,
@@ -222,10 +259,23 @@ class RunningSession:
             requester=str(broker.requester),
             budget=broker.config.evidence_budget,
             room=broker.room,
+            pump=shared.pump if shared is not None else None,
         )
         proxy = EgressProxy(self.manifest.network, None, None, self.interceptor, evidence)
         if broker.metrics is not None:
             proxy.decided = broker.metrics.egress  # each decision counted in the daemon's metrics
+        if shared is not None:
+            gateway = self.interception.gateway if self.interception is not None else None
+            assert gateway is not None and self.expires_at is not None
+            try:
+                seat = shared.gateway.seat(session_id, proxy, gateway.digest, self.expires_at.timestamp())
+            except BaseException:
+                evidence.close()
+                raise
+            finally:
+                gateway.forget()  # the gateway keeps its hash; the secret is the session directory's alone
+            return seat
+        assert unix is not None
         thread = ProxyThread(proxy)
         try:
             thread.serve_unix(unix)

@@ -1,6 +1,8 @@
 """``broker issue`` through the daemon: the session document delivered (``--session-file``, then printed through
 the command's renderer) while it can still be rolled back; a session that needs a person's approval is waited for
-(``broker.client.approving``) and collected once approved. A delivery that fails revokes what was minted."""
+(``broker.client.approving``) and collected once approved. A delivery that fails revokes what was minted.
+``--gateway`` asks the daemon's gateway to hold the session (``POST /v1/gateway/sessions``); once a person approved
+it, the same request with ``resume`` collects it."""
 
 from __future__ import annotations
 
@@ -23,21 +25,10 @@ def issue(command: Command, args: dict[str, object], socket: str) -> int:
     body = manifest(str(args["task"])) if args["task"] is not None else None
     target = SessionFile.open(Path(str(args["session_file"]))) if args["session_file"] is not None else None
     try:
-        answer = call(socket, "POST", "/v1/sessions", body) if body is not None else None
-        document: dict[str, object]
-        if answer is None or answer.status == 202:  # --resume, or nothing minted yet: a person decides first
-            request = None if args["resume"] is None else session_id(args["resume"])
-            if answer is not None:
-                waiting = approving.pending(answer)
-                approving.announce(socket, waiting, wait, bool(args["as_json"]))
-                if wait == 0:
-                    raise waiting
-                request = session_id(waiting.request)
-            assert request is not None
-            approving.settle(socket, request, wait)
-            document = approving.collect(socket, request)
+        if args.get("gateway"):
+            document = _gateway_session(socket, body, args, wait)
         else:
-            document = checked(answer).document
+            document = _session(socket, body, args, wait)
         try:
             if target is not None:
                 target.write(str(document["session"]))
@@ -50,6 +41,44 @@ def issue(command: Command, args: dict[str, object], socket: str) -> int:
         if target is not None:
             target.close()
     return 0
+
+
+def _session(socket: str, body: object, args: dict[str, object], wait: float | None) -> dict[str, object]:
+    """The session document of ``POST /v1/sessions`` (or of the approved request it waited for, or resumes)."""
+    answer = call(socket, "POST", "/v1/sessions", body) if body is not None else None
+    if answer is not None and answer.status != 202:
+        document: dict[str, object] = checked(answer).document
+        return document
+    request = None if args["resume"] is None else session_id(args["resume"])  # --resume, or a person decides first
+    if answer is not None:
+        waiting = approving.pending(answer)
+        approving.announce(socket, waiting, wait, bool(args["as_json"]))
+        if wait == 0:
+            raise waiting
+        request = session_id(waiting.request)
+    assert request is not None
+    approving.settle(socket, request, wait)
+    return approving.collect(socket, request)
+
+
+def _gateway_session(socket: str, body: object, args: dict[str, object], wait: float | None) -> dict[str, object]:
+    """The session document of ``POST /v1/gateway/sessions``; once a person approved it, asked again with
+    ``resume`` (this command waits for the decision itself: ``--resume`` collects sessions issued without
+    ``--gateway``)."""
+    if body is None:
+        raise UsageError("issue --gateway needs --task FILE: it waits for an approval itself (--wait)")
+    request: dict[str, object] = {"manifest": body}
+    answer = call(socket, "POST", "/v1/gateway/sessions", request)
+    if answer.status == 202:  # nothing minted yet: a person decides first
+        waiting = approving.pending(answer)
+        approving.announce(socket, waiting, wait, bool(args["as_json"]))
+        if wait == 0:
+            raise waiting
+        request["resume"] = session_id(waiting.request, "request id")
+        approving.settle(socket, str(request["resume"]), wait)
+        answer = call(socket, "POST", "/v1/gateway/sessions", request)
+    document: dict[str, object] = checked(answer).document
+    return document
 
 
 def _revoke_after_delivery(socket: str, session: str) -> str:

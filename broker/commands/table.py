@@ -139,6 +139,8 @@ COMMANDS = (
         "Decide, mint, inject and log the credentials a task manifest asks for.\n\n"
         "A rule may need a person's approval first: issue shows the request id and digest and waits (exit 8 with\n"
         "--no-wait, or when the wait ends first; issue --resume REQUEST collects it once approved).\n"
+        "With --gateway the daemon's gateway holds the session until it is revoked or expires, serving its egress\n"
+        "(inject: proxy credentials as placeholders) to requests carrying its proxy credential (proxy/credential).\n"
         "Example: broker issue --task task.yaml --format docker --session-file /tmp/session",
         (
             Option("task", "--task", help="Task manifest (YAML or JSON; - for stdin)."),
@@ -147,10 +149,12 @@ COMMANDS = (
             Option("session_file", "--session-file", kind=PATH, help="Also write the session id to this file."),
             *_waiting(),
             Option("resume", "--resume", help="Collect the session of an approved request (instead of --task)."),
+            _flag("gateway", "--gateway", "Have broker serve's gateway hold the session (its egress proxy)."),
         ),
         daemon=True,
         routes=(
             _sessions("POST", "/v1/sessions", "issue"),
+            Route("POST", "/v1/gateway/sessions", f"{ENDPOINTS}.gateway:issue"),
             _approvals("POST", "/v1/approvals/{id}/wait", "wait"),
             _approvals("POST", "/v1/approvals/{id}/collect", "collect"),
         ),

@@ -12,7 +12,7 @@ import json
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from broker.core.broker import Broker
 from broker.core.revoking import RevokeReport
@@ -20,6 +20,9 @@ from broker.daemon.holds import Holds, Link
 from broker.daemon.peer import Peer
 from broker.host.serving.wire import Request, Send
 from broker.vocab.errors import BadInput, RevokeIncomplete
+
+if TYPE_CHECKING:
+    from broker.daemon.gateway import GatewayHolds
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,7 @@ class Call:
     holds: Holds
     stopping: threading.Event
     revoke_one: Callable[[Broker, str], RevokeReport]  # an exec session's proxy closed first, then revoked
+    gateway: GatewayHolds | None = None  # the sessions the daemon's gateway holds ([gateway] listen)
 
     @property
     def id(self) -> str:

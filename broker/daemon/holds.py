@@ -79,7 +79,7 @@ class Holds:
             # A launcher that is not root binds the socket into its own sandbox: it passes through the
             # directory, which stays the daemon's (it can swap nothing there); bwrap run by root needs no way in.
             proxy = ProxyPlan(_socket_owner(peer, manifest), passable=peer.uid not in (0, os.geteuid()))
-        plan = RunPlan(_sandbox_peer(peer, manifest), proxy, approved=_approved(broker, peer, body))
+        plan = RunPlan(_sandbox_peer(peer, manifest), proxy, approved=approved_request(broker, peer, body))
         session = RunningSession(broker, manifest, plan).open()
         with self._mutex:
             self._held[session.id] = session
@@ -151,13 +151,14 @@ def _path(value: str | None) -> Path | None:
     return Path(value) if value else None
 
 
-def _approved(broker: Broker, peer: Peer, body: Any) -> Any:
-    """The approved request an exec resumes (``resume``), the peer's own; None for a new exec."""
+def approved_request(broker: Broker, peer: Peer, body: Any) -> Any:
+    """The approved request an exec (or a gateway's issue) resumes (``resume``), the peer's own; None for a new
+    one."""
     request = body.get("resume")
     if request is None:
         return None
     if not isinstance(request, str):
-        raise BadInput("exec: resume is a request id")
+        raise BadInput("resume is a request id")
     owned_session(broker, peer, request, "collect")
     approval = broker.store.get_approval(request)
     if approval is None:

@@ -14,7 +14,7 @@ import dataclasses
 import logging
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
 from broker.commands.declaring import Route, TableError, resolve
@@ -29,6 +29,9 @@ from broker.host.serving.wire import HTTP_STATUS, Request, Send, error_body
 from broker.vocab.errors import REPORT_URL, AwaitingApproval, BrokerError, UnknownSession
 from broker.vocab.logs import event
 from broker.vocab.tracing import OFF, span
+
+if TYPE_CHECKING:
+    from broker.daemon.gateway import GatewayHolds
 
 LOG = logging.getLogger("broker.daemon")
 SERVICE = "broker.daemon.endpoints.service"
@@ -68,10 +71,11 @@ ROUTER = _router()
 
 
 class Routes:
-    def __init__(self, base: Broker, stopping: threading.Event) -> None:
+    def __init__(self, base: Broker, stopping: threading.Event, gateway: GatewayHolds | None = None) -> None:
         self.base = base
         self.stopping = stopping
         self.holds = Holds()
+        self.gateway = gateway
 
     def release(self, peer: Peer, link: Link) -> None:
         """A connection ended: the exec sessions it held are revoked."""
@@ -101,7 +105,7 @@ class Routes:
         query = {key: values[-1] for key, values in parse_qs(url.query).items()}
         call = Call(
             broker, peer, request, sending, link, found.params if found else {}, query, self.holds, self.stopping,
-            self.revoke_one,
+            self.revoke_one, self.gateway,
         )  # fmt: skip
         requester = str(peer.requester())
         method = request.method if request.method in ROUTER.methods else "OTHER"
@@ -131,6 +135,12 @@ class Routes:
                 event(LOG, "request", method=request.method, path=url.path, uid=peer.uid)
 
     def revoke_one(self, broker: Broker, session: str) -> RevokeReport:
-        """An exec session's proxy is closed first (it refuses at once), then every session is revoked as usual."""
+        """An exec session's proxy is closed first (it refuses at once), a gateway's session is cut at once, then
+        every session is revoked as usual."""
         held = self.holds.get(session)
-        return self.holds.end(broker, held, "revoke") if held is not None else revoke_session(broker, session)
+        if held is not None:
+            return self.holds.end(broker, held, "revoke")
+        gatewayed = self.gateway.get(session) if self.gateway is not None else None
+        if gatewayed is not None and self.gateway is not None:
+            return self.gateway.end(broker, gatewayed, "revoke")
+        return revoke_session(broker, session)

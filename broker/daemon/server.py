@@ -13,6 +13,10 @@ for long.
 Provider clients live as long as the daemon (one ``Config``): connections stay
 open, the GitHub App JWT and installation ids stay cached, and the provider
 credentials are read by this process only, so launchers need no access to them.
+
+With ``[gateway] listen`` the daemon also runs the gateway (``broker.daemon.gateway``): its listener starts before
+the socket serves, and when the daemon stops, after the last connection in flight, every session it holds is
+revoked and the gateway stops.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from typing import TYPE_CHECKING
 from broker.core.broker import Broker
 from broker.core.inputs.config import DAEMON_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_UID, Config
 from broker.daemon.fleet import FleetListener
+from broker.daemon.gateway import GatewayHolds
 from broker.daemon.holds import Link
 from broker.daemon.peer import Peer, peer_of
 from broker.daemon.routes import Routes
@@ -139,13 +144,15 @@ class Daemon:
         listener: socket.socket,
         sweep_interval: int,
         per_uid: int = DEFAULT_MAX_CONNECTIONS_PER_UID,
+        gateway: GatewayHolds | None = None,
     ) -> None:
         self.broker = broker
         self.listener = listener
         self.sweep_interval = sweep_interval
         self.per_uid = per_uid
         self.stopping = threading.Event()
-        self.routes = Routes(broker, self.stopping)
+        self.gateway = gateway
+        self.routes = Routes(broker, self.stopping, gateway)
         self.fleet: FleetListener | None = None
         self.scrapes: MetricsListener | None = None
         self.acceptor: Acceptor[Peer] = Acceptor(
@@ -180,6 +187,8 @@ class Daemon:
         try:
             self.acceptor.run()  # until stopping; then every connection in flight has ended
         finally:
+            if self.gateway is not None:
+                self.gateway.close()  # every session it holds revoked
             sweeper.join()
             for part in (self.fleet, self.scrapes):
                 if part is not None:
@@ -255,12 +264,18 @@ def serve(config: Config, socket_path: Path | None = None) -> None:
     broker = Broker.open(config, teardown=True)  # it revokes and sweeps: even on a nearly full disk it opens
     broker.metrics = daemon_metrics(broker)
     try:
-        listener = inherited_socket()
-        bound = socket_path or settings.socket if listener is None else None
-        if bound is not None:
-            listener = bind_socket(bound, settings.socket_group)
+        gateway = GatewayHolds(broker, config.gateway) if config.gateway is not None else None  # refused first
+        try:
+            listener = inherited_socket()
+            bound = socket_path or settings.socket if listener is None else None
+            if bound is not None:
+                listener = bind_socket(bound, settings.socket_group)
+        except BaseException:
+            if gateway is not None:
+                gateway.close()
+            raise
         assert listener is not None
-        daemon = Daemon(broker, listener, settings.sweep_interval, settings.max_connections_per_uid)
+        daemon = Daemon(broker, listener, settings.sweep_interval, settings.max_connections_per_uid, gateway)
         if settings.metrics_listen is not None:
             daemon.listen_for_scrapes(settings.metrics_listen)
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):

@@ -20,7 +20,7 @@ answer carries (``CONTENT_TYPE``).
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Final
 
@@ -28,6 +28,7 @@ from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
+    Gauge,
     Histogram,
     disable_created_metrics,
     generate_latest,
@@ -41,6 +42,9 @@ CONTENT_TYPE: Final = CONTENT_TYPE_LATEST
 PROVIDER_CAP: Final = 32
 ROLE_CAP: Final = 64
 EGRESS_DECISIONS: Final = ("allowed", "denied", "refused")
+#: Why the gateway answered 407: no readable credential, a wrong one (or one of a session it never held), one of a
+#: session that ended (expired, revoked).
+GATEWAY_REFUSALS: Final = ("missing", "wrong", "ended")
 OPERATIONS: Final = ("mint", "revoke")
 #: Provider calls: a warm Vault mint takes milliseconds, an AWS deny-policy revoke seconds, a stuck one 30 s.
 LATENCY_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -137,6 +141,13 @@ class BrokerMetrics:
             ["decision"],
             registry=registry,
         )
+        self._gateway_refused = Counter(
+            "broker_gateway_unauthorized",
+            "Requests the gateway answered 407 by reason (missing, wrong, ended)",
+            ["reason"],
+            registry=registry,
+        )
+        self._gateway_reasons = Bounded(0, allowed=GATEWAY_REFUSALS)
         self._budgets = _Budgets(self.providers, self.roles)
         registry.register(self._budgets)
 
@@ -162,6 +173,15 @@ class BrokerMetrics:
 
     def egress(self, decision: str, count: int = 1) -> None:
         self._egress.labels(self._decisions(decision)).inc(count)
+
+    def gateway_refused(self, reason: str) -> None:
+        """A proxy credential the gateway refused (407), by why: ``GATEWAY_REFUSALS``."""
+        self._gateway_refused.labels(self._gateway_reasons(reason)).inc()
+
+    def gateway_sessions(self, count: Callable[[], int]) -> None:
+        """The sessions the gateway holds, read at each scrape."""
+        gauge = Gauge("broker_gateway_sessions", "Sessions the gateway holds", registry=self.registry)
+        gauge.set_function(count)
 
     def deny_budgets(self, provider: str, budgets: Iterable[RoleBudget]) -> None:
         """The provider's role budgets as a sweep just measured them (roles not named are dropped)."""

@@ -33,6 +33,8 @@ def exposed(tmp_path: Path) -> dict[str, str]:
         metrics.mint_seconds("vault", 0.1)
         metrics.revoke_seconds("vault", 0.1)
         metrics.egress("allowed")
+        metrics.gateway_refused("wrong")
+        metrics.gateway_sessions(lambda: 3)
         metrics.deny_budgets("aws", [RoleBudget("aws", "arn:aws:iam::123456789012:role/deploy", 1, 2, 10240)])
         text = metrics.exposition().decode()
     finally:

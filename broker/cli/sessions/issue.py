@@ -5,6 +5,11 @@ issue waits for the decision on the store (``--wait``, by default until the
 request expires), or exits 8 with ``--no-wait``; ``--resume REQUEST``
 collects the session once approved.
 
+``--gateway`` is the daemon's alone: the gateway runs in ``broker serve``, which
+must hold the session as long as it lives (its secrets are in that process), so
+a direct issue refuses it before anything is minted, naming the setting that
+makes issue go through the daemon.
+
 A cold path (docs/architecture.md): the providers' handshakes start as soon
 as the manifest names them, and the rest of the command (the transaction,
 the output formats) is imported while they run.
@@ -32,9 +37,15 @@ def issue(
     wait: str | None,
     no_wait: bool,
     resume: str | None,
+    gateway: bool = False,
 ) -> None:
     if (task is None) == (resume is None):
         raise UsageError("issue needs exactly one of --task FILE or --resume REQUEST")
+    if gateway:
+        raise UsageError(
+            "issue --gateway: the gateway runs in broker serve, which holds the session; set [daemon] socket in the"
+            " config (or BROKER_SOCKET) so issue goes through it"
+        )
     seconds = wait_seconds(wait, no_wait)
     config = run.load_config()
     manifest = None

@@ -3,6 +3,12 @@
 Only paths, addresses and the session id appear here; never a secret. The
 session file and stdout are written while ``issue`` can still roll back, so
 their failures are reported, never swallowed.
+
+A session the gateway serves (its document names ``proxy_url``) has its proxy
+variables, secret included, in the file ``proxy/env`` of its directory: the
+container formats pass it with ``--env-file`` (the engine reads it), ``env``
+sources it (``set -a; . FILE; set +a``), so the secret never appears on
+standard output or on a command line.
 """
 
 from __future__ import annotations
@@ -67,10 +73,14 @@ def _discard(stream: TextIO) -> None:
 
 def render(document: dict[str, Any], fmt: str) -> str:
     env: dict[str, str] = document["env"]
+    proxy_env = f"{document['dir']}/proxy/env" if document.get("proxy_url") else None  # a gateway's session
     if fmt == "json":
         return json.dumps(document, indent=2)
     if fmt == "env":
-        return "\n".join(f"export {key}={shlex.quote(value)}" for key, value in env.items())
+        lines = [f"export {key}={shlex.quote(value)}" for key, value in env.items()]
+        if proxy_env is not None:
+            lines.append(f"set -a; . {shlex.quote(proxy_env)}; set +a")
+        return "\n".join(lines)
     if fmt in ("docker", "podman"):
         args = [
             "--mount",
@@ -80,6 +90,8 @@ def render(document: dict[str, Any], fmt: str) -> str:
         ]
         for key, value in env.items():
             args += ["--env", f"{key}={value}"]
+        if proxy_env is not None:
+            args += ["--env-file", proxy_env]
         return shlex.join(args)
     if fmt == "bwrap":
         args = ["--ro-bind", document["dir"], document["mount_path"]]

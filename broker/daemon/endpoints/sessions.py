@@ -56,11 +56,15 @@ def revoke_task(call: Call) -> None:
     sessions = [s.id for s in found if owned is None or owned(s)]
     if not sessions:
         raise UnknownSession(f"no live session for task {task[:64]!r}")
-    held = {session: call.holds.get(session) for session in sessions}
+    held = {session: call.holds.get(session) or _gatewayed(call, session) for session in sessions}
     others = revoke_many(broker, [s for s in found if s.id in sessions and held[s.id] is None])
     by_id = {report.session: report for report in others}  # the fleet's holders asked and waited for at once
     reports = [by_id[s] if held[s] is None else call.revoke_one(broker, s) for s in sessions]
     call.send(200, finish(broker, [report.to_json() for report in reports]), *incomplete(reports))
+
+
+def _gatewayed(call: Call, session: str) -> object:
+    return call.gateway.get(session) if call.gateway is not None else None
 
 
 def status(call: Call) -> None:

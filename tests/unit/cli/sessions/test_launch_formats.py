@@ -84,3 +84,22 @@ def test_the_session_file_is_written_but_never_through_a_symlink(tmp_path: Path)
         with pytest.raises(BadInput, match="belongs to another user"):
             write_session_file(theirs, "s-4k2j9x7q3m1p")
         assert theirs.read_text() == "theirs"
+
+
+GATEWAY_DOCUMENT = dict(
+    DOCUMENT,
+    proxy_url="https://s-4k2j9x7q3m1p@10.89.0.1:3128",
+    env={"SSL_CERT_FILE": "/run/secrets/ca-bundle.pem", "NO_PROXY": "localhost,127.0.0.1"},
+)
+
+
+def test_a_gateway_session_passes_its_proxy_variables_by_file_never_on_the_command_line() -> None:
+    """The proxy variables carry the proxy credential: the engine reads them from proxy/env (--env-file), a shell
+    sources it; neither stdout nor an argv holds the secret, which is nowhere in the document."""
+    docker = shlex.split(render(GATEWAY_DOCUMENT, "docker"))
+    assert docker[-2:] == ["--env-file", "/run/broker/s-4k2j9x7q3m1p/proxy/env"]
+    assert "--env" in docker and "SSL_CERT_FILE=/run/secrets/ca-bundle.pem" in docker
+    assert render(GATEWAY_DOCUMENT, "podman") == render(GATEWAY_DOCUMENT, "docker")
+    env = render(GATEWAY_DOCUMENT, "env").splitlines()
+    assert env[-1] == "set -a; . /run/broker/s-4k2j9x7q3m1p/proxy/env; set +a"
+    assert all("HTTPS_PROXY" not in line for line in env)

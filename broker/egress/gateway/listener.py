@@ -6,7 +6,10 @@ by the broker's one accept loop (``broker.host.serving.listening``: at most
 ``max_connections`` at once, the rest closed) and handed to the gateway's
 event loop, in a thread of its own, which serves every session's connections:
 a thousand sessions cost no thread each. Off loopback the listener speaks TLS
-(``[gateway] cert_file``/``key_file``); the handshake runs on the loop.
+(``[gateway] cert_file``/``key_file``); the handshake runs on the loop. The
+listen address need not exist yet (``IP_FREEBIND``): a container network's
+bridge, where the gateway is the only way out, appears with the network's
+first container, long after ``broker serve`` started.
 
 Each connection's first request head is read here (h11, within the proxy's
 limits). A ``GET`` or ``HEAD`` of a path (origin form, no proxy) is the
@@ -64,6 +67,7 @@ T = TypeVar("T")
 DEFAULT_MAX_CONNECTIONS = 4096
 ENDED_KEPT = 4096  # ended sessions remembered, so a credential of one counts as ended rather than wrong
 UNAUTHORIZED = b"broker gateway: proxy authentication required\n"
+IP_FREEBIND, IPV6_FREEBIND = 15, 78  # Linux: bind an address not (yet) on an interface
 
 
 @dataclass(frozen=True)
@@ -118,6 +122,10 @@ class Gateway:
         self._listener = socket.socket(family, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         try:
             self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            freebind = (
+                (socket.IPPROTO_IPV6, IPV6_FREEBIND) if family == socket.AF_INET6 else (socket.IPPROTO_IP, IP_FREEBIND)
+            )
+            self._listener.setsockopt(*freebind, 1)
             self._listener.bind(listen)
             self._listener.listen(socket.SOMAXCONN)
         except OSError as exc:

@@ -12,6 +12,9 @@ revokes it should the daemon die.
 
 A rule that needs an approval answers 202 with the request; the client waits for the decision and asks again with
 ``resume``, and the session is issued as approved (the digest binds it).
+
+Pages of the gateway's own host (a GET of a path, no proxy credential: the identity documents) are registered on
+its listener where it is made here: ``self.gateway.route(path, answer)`` (``broker.egress.gateway.listener.Page``).
 """
 
 from __future__ import annotations

@@ -226,6 +226,9 @@ class Gateway:
                 pass
             except asyncio.CancelledError:  # the gateway stops, or the session was cut: the connection ends here
                 writer.transport.abort()
+            except Exception:  # a bug in one connection never stops the gateway
+                LOG.exception("gateway: a connection failed")
+                writer.transport.abort()
             finally:
                 done()
 
@@ -233,12 +236,15 @@ class Gateway:
             loop = asyncio.get_running_loop()
             reader = asyncio.StreamReader(limit=self.limits.chunk, loop=loop)
             protocol = asyncio.StreamReaderProtocol(reader, connected, loop=loop)
+            handshake = self.limits.head_timeout if self.tls is not None else None
             await loop.connect_accepted_socket(
-                lambda: protocol, connection, ssl=self.tls, ssl_handshake_timeout=self.limits.head_timeout
+                lambda: protocol, connection, ssl=self.tls, ssl_handshake_timeout=handshake
             )
             served = True
         except (OSError, ssl.SSLError, TimeoutError, ConnectionError):
             pass
+        except Exception:  # a bug: this connection goes, the gateway stays
+            LOG.exception("gateway: a connection could not be opened")
         finally:
             if not served:
                 connection.close()

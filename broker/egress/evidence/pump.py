@@ -67,7 +67,13 @@ class EvidencePump:
         self.linger = linger
         self.cond = threading.Condition()  # guards every writer's queue and counts as well as the pump's own
         self._single = single  # one writer's own pump: it ends once that writer is closed
-        self._writers: list[EvidenceWriter] = []
+        self._writers: set[EvidenceWriter] = set()
+        # What the pump looks at, so that its work per batch follows the writers with something to do, never the
+        # number of sessions: writers with records queued (in the order they queued their first), writers with a
+        # sum open (its minute's end to watch), writers closing.
+        self._ready: dict[EvidenceWriter, None] = {}
+        self._timed: set[EvidenceWriter] = set()
+        self._closing: set[EvidenceWriter] = set()
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="egress-evidence", daemon=True)
         self._thread.start()
@@ -81,7 +87,25 @@ class EvidencePump:
         with self.cond:
             if self._closed:
                 raise RuntimeError("the evidence pump is closed")
-            self._writers.append(writer)
+            self._writers.add(writer)
+
+    # -- told by the writers (the lock held) ----------------------------------------------------
+
+    def queued(self, writer: EvidenceWriter, count: int) -> None:
+        """``writer`` has ``count`` records queued now: the first wakes the pump, as a full batch does."""
+        if count == 1:
+            self._ready[writer] = None
+        if count in (1, self.max_batch):
+            self.cond.notify_all()
+
+    def timed(self, writer: EvidenceWriter) -> None:
+        """``writer`` opened a sum: the pump times the end of its minute."""
+        self._timed.add(writer)
+        self.cond.notify_all()
+
+    def closing(self, writer: EvidenceWriter) -> None:
+        self._closing.add(writer)
+        self.cond.notify_all()
 
     def close(self) -> None:
         """Stop once every writer is closed (a shared pump; a single one stops with its writer)."""
@@ -95,8 +119,7 @@ class EvidencePump:
         """Wait (the lock held) until the pump is done with a closing ``writer``, or ``until`` (monotonic)."""
         while not writer.done and time.monotonic() < until:
             self.cond.wait(until - time.monotonic())
-        if writer in self._writers:
-            self._writers.remove(writer)
+        self._forget(writer)
         if self._single:
             self._closed = True
             self.cond.notify_all()
@@ -106,6 +129,12 @@ class EvidencePump:
         if self._single and self._thread is not threading.current_thread():
             self._thread.join(RETRY + 5)
 
+    def _forget(self, writer: EvidenceWriter) -> None:
+        self._writers.discard(writer)
+        self._ready.pop(writer, None)
+        self._timed.discard(writer)
+        self._closing.discard(writer)
+
     # -- the pump's thread --------------------------------------------------------------------
 
     def _take(self) -> Batch | None:
@@ -113,46 +142,45 @@ class EvidencePump:
         with self.cond:
             while True:
                 now = time.time()
-                live = [writer for writer in self._writers if not writer.done]
-                for writer in live:
-                    writer.take_due(now)  # the sums whose minute has ended; a closing writer's last ones
-                if any(writer.queued for writer in live):
+                for writer in [*self._timed, *self._closing]:
+                    if not writer.done:
+                        writer.take_due(now)  # the sums whose minute has ended; a closing writer's last ones
+                    if writer.ledger.next_due() is None:
+                        self._timed.discard(writer)
+                if self._ready:
                     break
                 self._retire()
                 if self._closed and not self._writers:
                     return None
-                dues = [due for writer in live if (due := writer.ledger.next_due()) is not None]
+                dues = [due for writer in self._timed if (due := writer.ledger.next_due()) is not None]
                 self.cond.wait(None if not dues else max(0.0, min(dues) - time.time()) + 0.01)
             deadline = time.monotonic() + self.linger
-            while self._waiting() < self.max_batch and not self._closing():
+            while self._waiting() < self.max_batch and not (self._closed or self._closing):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
                 self.cond.wait(remaining)
             batch: Batch = []
             room = self.max_batch
-            for writer in self._writers:
+            for writer in list(self._ready):
                 if room <= 0:
                     break
-                if writer.done:
-                    continue
                 entries = writer.take(room)
+                if not writer.queued:
+                    del self._ready[writer]
                 if entries:
                     batch.append((writer, entries))
                     room -= len(entries)
             return batch
 
     def _waiting(self) -> int:
-        return sum(writer.queued for writer in self._writers if not writer.done)
-
-    def _closing(self) -> bool:
-        return self._closed or any(writer.closing for writer in self._writers)
+        return sum(writer.queued for writer in self._ready)
 
     def _retire(self) -> None:
         """Writers that are closing with nothing left to write are done (the lock held)."""
-        for writer in self._writers:
-            if writer.closing and writer.flushed and writer.pending_locked == 0:
-                writer.done = True  # (a writer given up is done with records still pending: lost)
+        for writer in self._closing:
+            if writer.flushed and writer.pending_locked == 0:
+                writer.done = True
         self.cond.notify_all()
 
     def _run(self) -> None:
@@ -191,6 +219,7 @@ class EvidencePump:
                 if writer.closing and writer.deadline is not None and time.monotonic() > writer.deadline:
                     writer.requeue(entries)
                     writer.done = True
+                    self._ready.pop(writer, None)
                 else:
                     kept.append((writer, entries))
             self.cond.notify_all()

@@ -116,15 +116,14 @@ class EvidenceWriter:
                 LOG.warning("egress evidence: session %s reached its evidence cap; its proxy now refuses", self.session)
                 self._add(EXHAUSTED_EVENT, note)
             if self.ledger.opened != opened:
-                self._cond.notify_all()  # a sum opened: the pump times the end of its minute
+                self.pump.timed(self)  # a sum opened: the pump times the end of its minute
 
     def _add(self, event: str, fields: dict[str, Any]) -> None:
         """Queue one record (the lock held)."""
         self._queue.append(Entry(event, self.session, self.task, self.requester, fields))
         self._pending += 1
         self.peak = max(self.peak, self._pending)
-        if len(self._queue) in (1, self.pump.max_batch):  # the pump waits for the first, or lingers for more
-            self._cond.notify_all()
+        self.pump.queued(self, len(self._queue))  # the pump waits for the first, or lingers for more
 
     @property
     def pending(self) -> int:
@@ -155,7 +154,7 @@ class EvidenceWriter:
         return [self._queue.popleft() for _ in range(count)]
 
     def requeue(self, entries: list[Entry]) -> None:
-        self._queue.extendleft(reversed(entries))
+        self._queue.extendleft(reversed(entries))  # (given up: the pump takes nothing more of it)
 
     def wrote(self, count: int) -> bool:
         """``count`` records were written; whether the proxy may be waiting for room now."""
@@ -174,7 +173,7 @@ class EvidenceWriter:
         with self._cond:
             self.closing = True
             self.deadline = time.monotonic() + timeout
-            self._cond.notify_all()
+            self.pump.closing(self)
             self.pump.wait_for(self, time.monotonic() + timeout + RETRY + 5)
             lost = self._pending
         self.pump.end_single()

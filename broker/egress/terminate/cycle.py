@@ -87,6 +87,8 @@ class Cycle:
         self.gate, self.interceptor, self.site, self.link = gate, interceptor, site, link
         self.conn, self.reader, self.writer = streams
         self.request = request
+        self.headers = list(request.headers)  # listed once: every step reads the head's (name, value) pairs
+        self.framing: Framing | None = None  # the body's one framing, once ``declared`` found it
         self.evidence = evidence
         self.sink = sink
         self.limits = gate.limits
@@ -103,15 +105,15 @@ class Cycle:
         host, port = self.site.host, self.site.port
         try:
             if self.interceptor.revoked:  # the host's own refusal (AWS: its SDKs' XML error), else a line of text
-                head = RequestHead(self.request.method, self.request.target, tuple(self.request.headers))
+                head = RequestHead(self.request.method, self.request.target, tuple(self.headers))
                 answer = self.interceptor.revoked_answer(host, port, head) or text_answer(403, REVOKED)
                 self.evidence.refused(REVOKED)
                 self._answer(answer)
                 return False
             if self.sink is not None and (why := self.sink.refusing()) is not None:
                 raise Refused(503, why)  # the log cannot take the record, or the session's evidence is used up
-            declared(self.request.headers, self.request.http_version)  # one framing of the body, or 400
-            headers = checked_headers(self.request, host, port)  # the tunnel's own host, or 400
+            self.framing = declared(self.headers, self.request.http_version)  # one framing of the body, or 400
+            headers = checked_headers(self.request.target, self.headers, host, port)  # the tunnel's own host, or 400
             guard = self.interceptor.answer_guard(host, port)
             if guard is not None:
                 headers = guard.without_stripped(headers)
@@ -159,13 +161,35 @@ class Cycle:
 
     async def _body_event(self) -> h11.Data | h11.EndOfMessage:
         event = await next_event(self.conn, self.reader, self.limits.idle_timeout, self.limits.body_chunk)
+        self._body_seen(event)
+        assert isinstance(event, h11.Data | h11.EndOfMessage)
+        return event
+
+    def _buffered(self) -> list[bytes]:
+        """The body's pieces h11 holds already, read with the head (a small request arrives whole): taken without
+        waiting, so they go upstream with the head, in one write, and a request all here needs no second task."""
+        pieces: list[bytes] = []
+        while self.conn.their_state is h11.SEND_BODY:
+            event = self.conn.next_event()
+            if event is h11.NEED_DATA:
+                break
+            self._body_seen(event)
+            if isinstance(event, h11.Data):
+                pieces.append(event.data)
+        return pieces
+
+    def _body_seen(self, event: object) -> None:
+        """A body event the client sent, on its record; ``Refused`` (400) for one that ends the connection."""
         if isinstance(event, h11.Data):
             self.evidence.body(event.data)
-            return event
-        if isinstance(event, h11.EndOfMessage):
+        elif isinstance(event, h11.EndOfMessage):
             self.evidence.body_complete = True
-            return event
-        raise Refused(400, "the client closed the connection inside the request body")
+        else:
+            raise Refused(400, "the client closed the connection inside the request body")
+
+    @property
+    def _has_body(self) -> bool:
+        return self.framing not in (None, Framing(0))  # checked on arrival
 
     async def _hold(self, check: BodyCheck) -> tuple[Decision, list[bytes]]:
         """Read and hold the body until ``check`` decides (it refuses past its bound, so memory stays bounded)."""
@@ -237,7 +261,7 @@ class Cycle:
             swapped = passage.head.headers if passage.head is not None else ()
             masker = self.interceptor.masker(self.site.host, self.site.port, kept, swapped)
             self.forwarding = True
-            retry = isinstance(passage, HeadOnly) and not _has_body(self.request)
+            retry = isinstance(passage, HeadOnly) and not self._has_body
             for attempt in (1, 2):
                 reused = await self.link.ensure()
                 try:
@@ -258,7 +282,9 @@ class Cycle:
         guard = self.interceptor.answer_guard(self.site.host, self.site.port)
         client = (self.conn, self.writer)
         answer = Relay(client, self.evidence, self.limits, masker, keep=self.site.keep, guard=guard, screen=screen)
-        if not _has_body(self.request) or self.conn.their_state is not h11.SEND_BODY:
+        if self.conn.their_state is h11.SEND_BODY:
+            held = held + self._buffered()  # what came with the head goes with it, in one write
+        if not self._has_body or self.conn.their_state is not h11.SEND_BODY:
             try:  # the whole request is here: send it, then read the answer (no second task needed)
                 await self._pump(passage, held, link.conn, link.writer)
                 await answer.run(link.conn, link.reader, stale_ok)
@@ -327,10 +353,6 @@ class Cycle:
 def _request(head: RequestHead) -> h11.Request:
     """The request upstream: ``head`` framed by the proxy (the framing its headers declare, written anew)."""
     return h11.Request(method=head.method, target=head.target, headers=framed(head.headers, declared(head.headers)))
-
-
-def _has_body(request: h11.Request) -> bool:
-    return declared(request.headers, request.http_version) not in (None, Framing(0))  # checked on arrival
 
 
 def _kind(refused: InjectionRefused) -> Refusal:

@@ -113,16 +113,17 @@ class Relay:
 
     def _respond(self, event: h11.Response) -> None:
         self.evidence.upstream_status = event.status_code
-        if self.masker.active and _compressed(event.headers):
+        received = list(event.headers)  # listed once
+        if self.masker.active and _compressed(received):
             raise Refused(502, "the upstream sent a compressed answer, which cannot be checked for the secret")
-        headers = [(k, self.masker.whole(v)) for k, v in event.headers if k not in HOP_BY_HOP]
+        headers = [(k, self.masker.whole(v)) for k, v in received if k not in HOP_BY_HOP]
         if not self.keep:
             headers.append((b"connection", b"close"))
         response = h11.Response(status_code=event.status_code, headers=headers, reason=self.masker.whole(event.reason))
         if self.screen is not None:
             self.screen.head([value for _, value in headers] + [response.reason])
         guard = self.guard
-        if guard is not None and guard.refused_key is not None and held_back(event.headers):
+        if guard is not None and guard.refused_key is not None and held_back(received):
             self._held = HeldAnswer(response, self.limits.max_checked_answer, guard)
         elif self.screen is not None:
             self._pending = response

@@ -96,6 +96,8 @@ class EvidenceWriter:
 
     async def room(self) -> None:
         """Wait until fewer than ``max_pending`` records wait to be written."""
+        if self._pending < self.max_pending:  # the same momentary look as under the lock, without taking it
+            return
         if self._space is None:
             self._loop = asyncio.get_running_loop()
             self._space = asyncio.Event()

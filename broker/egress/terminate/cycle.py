@@ -48,7 +48,7 @@ from broker.egress.injectors.interface import (
     InjectionRefused,
     Passage,
     RequestHead,
-    Screening,
+    answer_screen,
 )
 from broker.egress.operations import Answer, BodyCheck, Decision
 from broker.egress.terminate.answers import send_answer, send_continue, text_answer
@@ -278,7 +278,7 @@ class Cycle:
         link = self.link
         assert link.conn is not None and link.writer is not None and link.reader is not None
         send_continue(self.conn, self.writer)
-        screen = passage.answer_screen() if isinstance(passage, Screening) else None
+        screen = answer_screen(passage)
         guard = self.interceptor.answer_guard(self.site.host, self.site.port)
         client = (self.conn, self.writer)
         answer = Relay(client, self.evidence, self.limits, masker, keep=self.site.keep, guard=guard, screen=screen)

@@ -28,8 +28,9 @@ median over repeated runs, both sides of a ratio interleaved in the same run:
   evidence    a flood of refused requests through one session's proxy (2 pipelined tunnels): records/s and the
               log's growth with one record each, and past the session's evidence budget (summed per key and minute)
   metrics     a /metrics scrape with 10,000 live sessions in a real SQLite store; span() with tracing off and on
-  awsproxy    SigV4 through the proxy: verify + re-sign added per small AWS request, a 256 MiB put_object
-              (aws-chunked) through the proxy vs direct on loopback and over the modelled link, the proxy's RSS
+  awsproxy    SigV4 through the proxy: verify + re-sign added per small AWS request, the proxy's CPU per small
+              request (terminated and re-signed), a 256 MiB put_object (aws-chunked) through the proxy vs direct
+              on loopback and over the modelled link, the proxy's RSS
   longsession 8 simulated hours (1 h = 24 s) of 5 requests/s to GitHub and to Vault, each behind 40 ms, from
               ``broker exec`` in bubblewrap: failed requests, placeholders seen, renewals, every old token revoked
   approvals   through ``broker serve``: approve-to-session, a child session against an issue, 100 pending listed

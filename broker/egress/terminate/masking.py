@@ -144,6 +144,11 @@ class Masker:
         return rest
 
     @property
+    def spelled(self) -> Spelled:
+        """What it searches for (a session's interceptor hands the same one to each answer)."""
+        return self._spelled
+
+    @property
     def active(self) -> bool:
         """Whether there is a secret to mask (then a compressed body, which cannot be checked, is refused)."""
         return bool(self._spelled.forms)

@@ -39,7 +39,7 @@ The fleet figure starts a PostgreSQL of its own beside the stack (bench/fleets/f
 egress, dynamic, daemon, terminated, evidence, awsproxy and longsession start what they
 need themselves (bench/proxy/egress.py, bench/commands/vault_dynamic.py,
 bench/serving/daemon.py, bench/proxy/terminated.py with bench/proxy/gitpush.py and
-bench/proxy/proxychild.py, bench/proxy/evidence_flood.py, bench/proxy/aws_resign.py,
+bench/proxy/proxychild.py, bench/proxy/evidence_flood.py, bench/proxy/aws_resign.py with bench/proxy/aws_sides.py,
 bench/proxy/longsession.py with bench/proxy/sandbox_client.py; each also runs alone with ``python -m``). The figures
 live in rooms: ``commands`` (the broker's commands as processes), ``serving`` (``broker
 serve``), ``fleets`` (PostgreSQL), ``proxy`` (the egress proxy).

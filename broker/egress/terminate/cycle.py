@@ -189,7 +189,7 @@ class Cycle:
 
     @property
     def _has_body(self) -> bool:
-        return self.framing not in (None, Framing(0))  # checked on arrival
+        return self.framing is not None and self.framing.length != 0  # checked on arrival
 
     async def _hold(self, check: BodyCheck) -> tuple[Decision, list[bytes]]:
         """Read and hold the body until ``check`` decides (it refuses past its bound, so memory stays bounded)."""

@@ -32,8 +32,10 @@ from authlib.oauth2.rfc6749 import grants
 from authlib.oauth2.rfc7009 import RevocationEndpoint
 from authlib.oauth2.rfc7523 import JWTBearerGrant
 from authlib.oauth2.rfc7662 import IntrospectionEndpoint
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from flask import Flask, g, jsonify, request
-from joserfc.jwk import Key, import_key
+from joserfc.jwk import ECKey, Key, OKPKey, RSAKey
 from werkzeug.serving import BaseWSGIServer, make_server
 
 from devstack.oauth.state import Client, Ledger, Token
@@ -248,7 +250,12 @@ def _jwt_bearer_grant(server: AuthorizationServer) -> type[JWTBearerGrant]:
 
         def resolve_client_public_key(self, client: Client) -> Key:
             assert client.public_key_pem is not None
-            return import_key(client.public_key_pem)
+            public = serialization.load_pem_public_key(client.public_key_pem)
+            if isinstance(public, rsa.RSAPublicKey):
+                return RSAKey.import_key(client.public_key_pem)
+            if isinstance(public, ec.EllipticCurvePublicKey):
+                return ECKey.import_key(client.public_key_pem)
+            return OKPKey.import_key(client.public_key_pem)
 
         def authenticate_user(self, subject: str) -> str | None:
             client: Client = self.request.client

@@ -20,6 +20,7 @@ widens any race) are knobs a test may turn. For a demo::
 from __future__ import annotations
 
 import argparse
+import logging
 import secrets
 import signal
 import ssl
@@ -47,6 +48,7 @@ class AuthorizationServer:
     """The server on ``127.0.0.1:port`` (``with`` starts and stops it); ``ledger`` holds what it issued."""
 
     def __init__(self, context: ssl.SSLContext | None, *, port: int = 0, access_lifetime: int = 300) -> None:
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)  # no line per request
         self.ledger = Ledger()
         self.access_lifetime = access_lifetime
         self.rotate = True

@@ -137,7 +137,7 @@ class Endpoints:
         if len(raw) > MAX_ANSWER:
             raise ProviderError(f"oauth {self.name}: the {what} answered more than {MAX_ANSWER} bytes")
         body = _json(raw)
-        if response.status_code >= 400 or (body is not None and "error" in body and response.status_code != 200):
+        if not 200 <= response.status_code < 300:  # an error, or a redirect the broker does not follow
             raise _refused(response.status_code, body, [*secrets, *sent])
         return Answer(response.status_code, body, response.headers.get("Date"))
 

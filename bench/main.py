@@ -33,6 +33,9 @@ median over repeated runs, both sides of a ratio interleaved in the same run:
   longsession 8 simulated hours (1 h = 24 s) of 5 requests/s to GitHub and to Vault, each behind 40 ms, from
               ``broker exec`` in bubblewrap: failed requests, placeholders seen, renewals, every old token revoked
   approvals   through ``broker serve``: approve-to-session, a child session against an issue, 100 pending listed
+  oauthrefresh  20 broker processes sharing one OAuth refresh token, all renewing at each expiry against a rotating
+              authorisation server: races, reuse detections, refreshes per expiry (and the same without the host's
+              lock, rounds alternating)
 
 The fleet figure starts a PostgreSQL of its own beside the stack (bench/fleets/fleet.py);
 egress, dynamic, daemon, terminated, evidence, awsproxy and longsession start what they
@@ -69,6 +72,7 @@ from bench.commands.cold import figure_cold
 from bench.commands.concurrency import figure_concurrent
 from bench.commands.cycles import figure_cycles
 from bench.commands.memory import figure_memory
+from bench.commands.oauth_refresh import figure_oauth_refresh
 from bench.commands.sweep import figure_sweep
 from bench.commands.vault_dynamic import figure_dynamic
 from bench.common import (
@@ -335,6 +339,8 @@ def main(argv: Sequence[str]) -> int:
                 steps.append(("longsession", lambda: figure_longsession(settings, report)))
             if "metrics" in selected:
                 steps.append(("metrics", lambda: figure_metrics(settings, report)))
+            if "oauthrefresh" in selected:
+                steps.append(("oauthrefresh", lambda: figure_oauth_refresh(settings, report)))
             if "awsproxy" in selected:
                 steps.append(("awsproxy", lambda: figure_awsproxy(settings, report)))
             for name, step in steps:

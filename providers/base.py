@@ -194,6 +194,8 @@ class ProxyFacts:
     #: The client signs each request itself (AWS SigV4): the proxy verifies the signature with the placeholder
     #: keys and re-signs with the real ones (``broker.egress.injectors.sigv4``) instead of swapping a header.
     resigns: bool = False
+    #: Its credentials go only by the proxy (OAuth access tokens): a manifest asking for their files is refused.
+    proxy_only: bool = False
 
 
 class RevokeOutcome(enum.StrEnum):

@@ -28,6 +28,7 @@ from urllib.parse import urlsplit
 from broker.vocab.checks import Check
 from broker.vocab.errors import BrokerError, ConfigError, ProviderError
 from broker.vocab.fields import Fields
+from broker.vocab.secret import Secret
 from providers.base import (
     CredentialRequest,
     Grant,
@@ -39,6 +40,7 @@ from providers.base import (
     RevokeOutcome,
     RevokeTarget,
 )
+from providers.capabilities import KeptSecret
 from providers.clock import clock_check
 from providers.placeholders import token_placeholders, token_secret
 from providers.urls import is_loopback_host
@@ -46,6 +48,7 @@ from providers.vault.client import VaultSession
 from providers.vault.dynamic import DYNAMIC_KINDS, DynamicRequest
 from providers.vault.health import dynamic_checks
 from providers.vault.identity import entity_check, minted_problems
+from providers.vault.kept import read_kept, write_kept
 from providers.vault.leases import Engines
 from providers.vault.narrowing import vault_narrower
 from providers.vault.request import (
@@ -72,7 +75,8 @@ _UNSEEN = "it cannot be looked up (the broker needs update on auth/token/lookup-
 class VaultProvider(Provider[AnyVaultRequest]):
     """Capabilities: ``Warming``, ``FindsMinted`` (a search of token metadata), ``ChecksGrants``, ``Refreshing``,
     ``Narrowing`` (what a delegated session may ask of a parent's credential), ``VersionedSecrets`` (``kind:
-    secret``), ``Placeholding`` (a token's or a ``kind: secret``'s placeholder in its files)."""
+    secret``), ``Placeholding`` (a token's or a ``kind: secret``'s placeholder in its files), ``KeepsSecrets``
+    (a KV field another instance reads and writes back: an OAuth refresh token)."""
 
     type_name = "vault"
     narrower = staticmethod(vault_narrower)
@@ -179,6 +183,12 @@ class VaultProvider(Provider[AnyVaultRequest]):
                 minted,
             )
         return minted
+
+    def read_kept(self, path: str, field: str) -> KeptSecret:
+        return read_kept(self.engines, path, field)
+
+    def write_kept(self, path: str, field: str, value: Secret, version: int) -> bool:
+        return write_kept(self.engines, path, field, value, version)
 
     def version_of(self, reference: Mapping[str, str]) -> str | None:
         """The KV version a ``kind: secret`` was read at (``VersionedSecrets``); None for the kinds that expire."""

@@ -17,11 +17,28 @@ TABLES: dict[str, dict[str, Any]] = {
     "vault": {"type": "vault", "addr": "http://127.0.0.1:8200", "token_file": "t"},
     "aws_sts": {"type": "aws_sts", "region": "us-east-1"},
     "github_app": {"type": "github_app", "app_id": "1", "private_key_file": "k.pem"},
+    "oauth": {
+        "type": "oauth",
+        "token_url": "https://auth.example.com/token",
+        "client_id": "broker",
+        "refresh_token_file": "rt",
+        "proxy_hosts": ["mcp.example.com:443"],
+    },
 }
 EXPECTED = {
-    "vault": {"Warming", "FindsMinted", "ChecksGrants", "Refreshing", "Narrowing", "VersionedSecrets", "Placeholding"},
+    "vault": {
+        "Warming",
+        "FindsMinted",
+        "ChecksGrants",
+        "Refreshing",
+        "Narrowing",
+        "VersionedSecrets",
+        "Placeholding",
+        "KeepsSecrets",
+    },
     "aws_sts": {"Warming", "FindsMinted", "Reserving", "SharesLocks", "Narrowing", "Placeholding"},
     "github_app": {"Warming", "Narrowing", "Placeholding"},
+    "oauth": {"Warming", "SharesLocks", "Placeholding", "UsesKeptSecrets"},
 }
 
 

@@ -236,6 +236,7 @@ def parse_config(table: object, path: Path) -> Config:
             if target is not None:
                 proxy_targets[name] = target
             instance.done()
+    _hand_keepers(providers)
     fields.done()
     return Config(
         path=path,
@@ -260,6 +261,18 @@ def parse_config(table: object, path: Path) -> Config:
         min_free=min_free,
         evidence_budget=evidence_budget,
     )
+
+
+def _hand_keepers(providers: dict[str, Provider[Any]]) -> None:
+    """Each instance keeping a secret of its own in another (``UsesKeptSecrets``: an OAuth refresh token in
+    Vault's KV) takes that one, once every instance is built; it names its own key when there is none."""
+    if not providers:
+        return
+    from providers.capabilities import UsesKeptSecrets
+
+    for provider in providers.values():
+        if isinstance(provider, UsesKeptSecrets):
+            provider.use_keepers(providers)
 
 
 def _proxy_target(instance: Fields, name: str, facts: ProxyFacts | None, base: Path) -> ProxyTarget | None:

@@ -263,6 +263,11 @@ def _parse_credential(fields: Fields, config: Config, session_ttl: int | None) -
     if inject == "proxy" and config.providers[provider_name].proxy is None:
         labels = " and ".join(sorted(cls.proxy.label for cls in provider_classes() if cls.proxy is not None))
         raise fields.fail("inject", f"only {labels} credentials can be put in by the proxy")
+    facts = config.providers[provider_name].proxy
+    if inject != "proxy" and facts is not None and facts.proxy_only:
+        raise fields.fail(
+            "inject", f"{facts.label} tokens go only by the proxy (inject: proxy), never into the sandbox"
+        )
     if ttl is not None and session_ttl is not None and ttl > session_ttl:
         raise fields.fail("ttl", "longer than the session's ttl")
     provider_cls = type(config.providers[provider_name])

@@ -24,6 +24,13 @@ CONFIG_TABLE: dict[str, Any] = {
         "vault": {"type": "vault", "addr": "http://127.0.0.1:8200", "token_file": "t"},
         "aws": {"type": "aws_sts", "region": "us-east-1"},
         "github": {"type": "github_app", "app_id": "1", "private_key_file": "k.pem"},
+        "oauth": {
+            "type": "oauth",
+            "token_url": "https://auth.example.com/token",
+            "client_id": "broker",
+            "refresh_token_file": "rt",
+            "proxy_hosts": ["mcp.example.com:443"],
+        },
     },
     "audit": {"witness": "s3://audit-witness/broker", "min_free": "1GiB"},
     "daemon": {"socket": "/run/broker/broker.sock", "socket_group": "broker", "sweep_interval": "60s"},
@@ -97,6 +104,22 @@ credentials:
      hosts: ['api.openai.com:443'], header: 'Authorization: Bearer {}', env: OPENAI_API_KEY}
 """
 
+OAUTH_TASK = """
+version: 1
+task: fix-mcp-1
+network: {allow: ['mcp.example.com:443']}
+credentials:
+  - {name: mcp, provider: oauth, inject: proxy, scopes: ['issues:read'], hosts: ['mcp.example.com:443']}
+"""
+OAUTH_POLICY = """
+rules:
+  - id: mcp
+    tasks: ["fix-mcp-*"]
+    network: ["mcp.example.com:443"]
+    grants:
+      - {provider: oauth, scopes: ["issues:read", "pulls:write"]}
+"""
+
 
 OPERATIONS = """operations:
   git: {hosts: ['github.com:443'], push: ['refs/heads/agent/x'], delete: false}
@@ -114,6 +137,7 @@ def test_manifest_reference_lists_exactly_what_the_loader_reads(read_keys: dict[
     parse_manifest(text.encode(), loaded)
     parse_manifest(DYNAMIC_TASK.encode(), loaded)
     parse_manifest(SECRET_TASK.encode(), loaded)
+    parse_manifest(OAUTH_TASK.encode(), loaded)
     expected = documented(MANIFEST)
     assert read_keys == expected
 
@@ -122,6 +146,9 @@ def test_policy_reference_lists_exactly_what_the_loader_reads(read_keys: dict[st
     loaded = config(tmp_path)
     read_keys.clear()
     load_policy(ROOT / "policies", loaded)
+    (tmp_path / "oauth-policies").mkdir()
+    (tmp_path / "oauth-policies" / "mcp.yaml").write_text(OAUTH_POLICY)
+    load_policy(tmp_path / "oauth-policies", loaded)  # the example policy names no oauth instance
     assert read_keys == documented(POLICY)
 
 

@@ -294,8 +294,11 @@ def denied(document: Any, values: Mapping[str, object]) -> None:
 
 
 def exec_ended(document: Any, values: Mapping[str, object]) -> None:
-    """``broker exec`` prints nothing of its own but how its session's revocation ended, when it did not end well
-    (``revoked``: True, False for incomplete, None when the daemon went away first)."""
+    """``broker exec`` prints nothing of its own but each limit the command went past (``notes``) and how its
+    session's revocation ended, when it did not end well (``revoked``: True, False for incomplete, None when the
+    daemon went away first)."""
+    for note in document.get("notes") or ():
+        sys.stderr.write(f"broker: {note}\n")
     session, revoked = document["session"], document["revoked"]
     if revoked is None:
         message = f"session {session}: the broker daemon went away; broker sweep revokes it"

@@ -82,7 +82,7 @@ def capped(asked: Limits, rules: Iterable[tuple[str, Limits]]) -> tuple[Limits, 
         if smallest is not None and value > smallest[1]:
             rule, ceiling = smallest
             reasons.append(
-                f"sandbox.limits.{key}: {_text(key, value)} is above rule {rule}'s limits.{key} ({_text(key, ceiling)})"
+                f"sandbox.limits.{key}: {_text(key, value)} is above limits.{key} of rule {rule} ({_text(key, ceiling)})"
             )
     return Limits(**effective), tuple(reasons)
 

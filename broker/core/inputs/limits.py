@@ -81,9 +81,8 @@ def capped(asked: Limits, rules: Iterable[tuple[str, Limits]]) -> tuple[Limits, 
         effective[key] = value
         if smallest is not None and value > smallest[1]:
             rule, ceiling = smallest
-            reasons.append(
-                f"sandbox.limits.{key}: {_text(key, value)} is above limits.{key} of rule {rule} ({_text(key, ceiling)})"
-            )
+            above = f"{_text(key, value)} is above limits.{key} of rule {rule} ({_text(key, ceiling)})"
+            reasons.append(f"sandbox.limits.{key}: {above}")
     return Limits(**effective), tuple(reasons)
 
 

@@ -33,6 +33,8 @@ median over repeated runs, both sides of a ratio interleaved in the same run:
   longsession 8 simulated hours (1 h = 24 s) of 5 requests/s to GitHub and to Vault, each behind 40 ms, from
               ``broker exec`` in bubblewrap: failed requests, placeholders seen, renewals, every old token revoked
   approvals   through ``broker serve``: approve-to-session, a child session against an issue, 100 pending listed
+  containers  ``broker exec`` start to the command's first output, ``--sandbox podman`` vs ``bwrap``, alternating
+              (bench/commands/container_start.py: its own OpenBao and image)
 
 The fleet figure starts a PostgreSQL of its own beside the stack (bench/fleets/fleet.py);
 egress, dynamic, daemon, terminated, evidence, awsproxy and longsession start what they
@@ -67,6 +69,7 @@ from pathlib import Path
 from bench.commands.audit import figure_audit
 from bench.commands.cold import figure_cold
 from bench.commands.concurrency import figure_concurrent
+from bench.commands.container_start import figure_containers
 from bench.commands.cycles import figure_cycles
 from bench.commands.memory import figure_memory
 from bench.commands.sweep import figure_sweep
@@ -317,6 +320,8 @@ def main(argv: Sequence[str]) -> int:
                 steps.append(("daemon", lambda: figure_daemon(settings, report)))
             if "approvals" in selected:
                 steps.append(("approvals", lambda: figure_approvals(settings, report)))
+            if "containers" in selected:
+                steps.append(("containers", lambda: figure_containers(settings, report)))
             if "latency" in selected:
                 steps.append(("latency", lambda: figure_latency(settings, report, need(stack))))
             if "fleet" in selected:

@@ -214,12 +214,7 @@ class SessionCgroup:
         if self._oom_event is not None:
             os.close(self._oom_event)
             self._oom_event = None
-        for hierarchy in self.mounted:
-            top = self._path(hierarchy)
-            for _ in range(REMOVE_TRIES):
-                if _remove_tree(top):
-                    break
-                time.sleep(0.1)
+        remove_session_cgroup(self.name, self.mounted)
 
     def _path(self, hierarchy: Hierarchy) -> Path:
         return hierarchy.path / TOP / self.name
@@ -270,6 +265,19 @@ class SessionCgroup:
             return os.eventfd_read(self._oom_event) > 0
         except BlockingIOError:
             return False
+
+
+def remove_session_cgroup(name: str, mounted: list[Hierarchy] | None = None) -> None:
+    """``broker/<name>`` and everything below it, in every hierarchy, its processes killed (what a killed launcher
+    left: ``broker sweep``)."""
+    if "/" in name or name in ("", ".", ".."):
+        raise ValueError(f"bad cgroup name {name!r}")
+    for hierarchy in hierarchies() if mounted is None else mounted:
+        top = hierarchy.path / TOP / name
+        for _ in range(REMOVE_TRIES):
+            if _remove_tree(top):
+                break
+            time.sleep(0.1)
 
 
 def _put(path: Path, value: object) -> None:

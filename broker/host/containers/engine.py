@@ -186,6 +186,23 @@ def remove_argv(program: str, name: str) -> list[str]:
     return [program, "rm", "--force", name]
 
 
+def remove_session_containers(session: str) -> None:
+    """A killed launcher's container (``broker-<session>``), with every engine installed here (``broker sweep``)."""
+    for engine in ENGINES:
+        program = engine_path(engine)
+        if program is not None:
+            try:
+                subprocess.run(
+                    remove_argv(program, f"broker-{session}"),
+                    env=engine_env({}),
+                    capture_output=True,
+                    timeout=CHECK_TIMEOUT,
+                    check=False,
+                )
+            except subprocess.TimeoutExpired:
+                continue
+
+
 def env_file_content(env: Mapping[str, str]) -> bytes:
     lines = []
     for key, value in env.items():

@@ -130,6 +130,24 @@ def test_an_outside_revoke_stops_the_container_and_removes_it(
     assert not openbao.accessor_exists(issued_accessor(podman_env))
 
 
+def test_a_killed_broker_leaves_a_container_that_sweep_removes_as_it_revokes(
+    podman_env: BrokerEnv, openbao: OpenBao, podman_image: str
+) -> None:
+    process = broker_process(podman_env, *podman_exec(podman_env, podman_image, "sleep", "300"))
+    wait_for_issue(podman_env)
+    session = session_of(podman_env)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not containers_named(f"broker-{session}"):
+        time.sleep(0.1)
+    process.send_signal(signal.SIGKILL)
+    process.wait(10)
+    assert containers_named(f"broker-{session}") == [f"broker-{session}"]  # a container outlives its broker
+    swept = podman_env.run("sweep", "--json")
+    assert swept.code == 0 and swept.json()["recovered"] == [session]
+    assert containers_named(f"broker-{session}") == []
+    assert not openbao.accessor_exists(issued_accessor(podman_env))
+
+
 def test_a_missing_image_is_a_clear_error_before_anything_is_minted(podman_env: BrokerEnv) -> None:
     result = podman_env.run_process(*podman_exec(podman_env, "localhost/no-such-image:0", "true"))
     assert result.code == 2

@@ -15,6 +15,7 @@ import json
 import sys
 
 from broker.vocab.durations import format_duration
+from broker.vocab.sizes import format_size
 
 TYPE_CHECKING = False  # typing itself is not imported at run time: the thin client prints through this module
 if TYPE_CHECKING:
@@ -128,7 +129,22 @@ def decision_lines(decision: dict[str, Any]) -> list[str]:
     operations = decision.get("operations")
     if operations:
         lines += operations_lines(operations)
+    limits = decision.get("limits")
+    if limits:
+        lines += limits_lines(limits)
     return lines
+
+
+def limits_lines(limits: dict[str, Any]) -> list[str]:
+    """The sandbox's limits (``sandbox.limits`` within its rules'), or why the manifest's are denied."""
+    if limits["reasons"]:
+        return ["  sandbox limits: denied", *(f"    - {reason}" for reason in limits["reasons"])]
+    values = ", ".join(
+        f"{key} {format_size(limits[key]) if key == 'memory' else limits[key]}"
+        for key in ("memory", "cpus", "pids")
+        if key in limits
+    )
+    return [f"  sandbox limits: {values}"]
 
 
 def _listed(items: list[str]) -> str:

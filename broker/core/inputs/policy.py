@@ -112,8 +112,12 @@ class Decision:
             **({"operations": self._operations_json()} if self._has_operations() else {}),
             **({"approval": self.approval.to_json()} if self.approval is not None and self.allowed else {}),
             **(self.delegation.to_json() if self.delegation.depth and self.allowed else {}),
-            **({"limits": self.limits.to_json()} if not self.limits.empty and self.allowed else {}),
+            **({"limits": self._limits_json()} if not self.limits.empty or self.limits_reasons else {}),
         }
+
+    def _limits_json(self) -> dict[str, object]:
+        """The sandbox's limits (memory in bytes, cpus, pids), and each key by which the manifest is above a rule's."""
+        return {**self.limits.to_json(), "reasons": list(self.limits_reasons)}
 
     def _has_operations(self) -> bool:
         return not self.operations.empty or bool(self.operations_reasons)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from broker.cli.render import decision_lines
 from broker.core.inputs.limits import capped, read_limits
 from broker.host.limits import NO_LIMITS, Limits
 from broker.vocab.errors import ManifestError
@@ -86,4 +87,9 @@ def test_the_decision_is_denied_above_the_rule_and_carries_the_effective_limits(
     allowed = decision(tmp_path, MANIFEST.replace("8GiB", "1GiB"), policy=policy)
     assert allowed.allowed
     assert allowed.limits == Limits(memory=1 << 30, pids=512)
-    assert allowed.to_json()["limits"] == {"memory": 1 << 30, "pids": 512}
+    assert allowed.to_json()["limits"] == {"memory": 1 << 30, "pids": 512, "reasons": []}
+    assert decision_lines(allowed.to_json())[-1] == "  sandbox limits: memory 1GiB, pids 512"
+    assert decision_lines(denied.to_json())[-2:] == [
+        "  sandbox limits: denied",
+        "    - sandbox.limits.memory: 8GiB is above limits.memory of rule agents (4GiB)",
+    ]

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from broker.host.containers.engine import engine_path
 from tests.fixtures.brokerenv import BrokerEnv
 from tests.fixtures.containers import PODMAN_OPTIONS, containers_named, podman_image, podman_unavailable
 from tests.fixtures.crash import broker_process, wait_for_issue
@@ -168,6 +169,19 @@ def test_an_engine_that_is_not_installed_is_a_clear_error_before_anything_is_min
     assert result.returncode == 2
     expected = "broker: error: podman is not installed (apt-get install podman runc), or use --sandbox bwrap\n"
     assert result.stderr == expected
+    assert podman_env.log_records() == []
+
+
+@pytest.mark.skipif(engine_path("docker") is None, reason="the docker CLI is not installed")
+def test_a_docker_engine_that_does_not_answer_is_a_clear_error_before_anything_is_minted(podman_env: BrokerEnv) -> None:
+    """This host has docker's CLI and no docker engine: what a launcher sees when dockerd is down."""
+    if subprocess.run(["docker", "version"], capture_output=True, check=False, timeout=30).returncode == 0:
+        pytest.skip("a docker engine answers here")
+    task = str(podman_env.write_task(VAULT_TASK))
+    result = podman_env.run_process("exec", "--task", task, "--sandbox", "docker", "--image", "any:1", "--", "true")
+    assert result.code == 2
+    assert result.stderr.startswith("broker: error: docker does not answer (")
+    assert result.stderr.endswith("; start its engine\n") and result.stderr.count("\n") == 1
     assert podman_env.log_records() == []
 
 

@@ -61,3 +61,21 @@ def test_the_sessions_memory_limit_holds_in_the_clients_container(
     assert result.code == 137, result.stdout + result.stderr
     assert "broker: the command was killed: it went past sandbox.limits.memory (64MiB)" in result.stderr.splitlines()
     assert list(_states(daemon).values()) == ["revoked"]
+
+
+def test_limits_a_launcher_that_is_not_root_cannot_enforce_are_refused_before_anything_is_minted(
+    daemon: Daemon, openbao: OpenBao, upstream: Upstream
+) -> None:
+    """The daemon decides, the client runs the sandbox: a client that is not root cannot make the session's cgroup,
+    so the daemon refuses its limits before minting, whatever the client says of itself."""
+    task = _start(daemon, upstream)
+    task.write_text(
+        task.read_text().replace("mount_path: /run/secrets}", "mount_path: /run/secrets, limits: {pids: 64}}")
+    )
+    result = daemon.client("exec", "--task", str(task), "--network", "none", "--", "true", uid=1000)
+    assert result.code == 2
+    expected = (
+        "broker: error: sandbox.limits need a root launcher (root makes the session's cgroup); run exec as root\n"
+    )
+    assert result.stderr == expected
+    assert "credential.issued" not in daemon.env.events()

@@ -51,6 +51,7 @@ FIGURES = (
     "awsproxy",
     "approvals",
     "oauthrefresh",
+    "containers",
 )
 #: egress, dynamic and daemon start what they need themselves (a proxy, OpenBao + PostgreSQL, OpenBao + a daemon).
 NEEDS_STACK = {

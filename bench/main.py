@@ -36,6 +36,8 @@ median over repeated runs, both sides of a ratio interleaved in the same run:
   oauthrefresh  20 broker processes sharing one OAuth refresh token, all renewing at each expiry against a rotating
               authorisation server: races, reuse detections, refreshes per expiry (and the same without the host's
               lock, rounds alternating)
+  containers  ``broker exec`` start to the command's first output, ``--sandbox podman`` vs ``bwrap``, alternating
+              (bench/commands/container_start.py: its own OpenBao and image)
 
 The fleet figure starts a PostgreSQL of its own beside the stack (bench/fleets/fleet.py);
 egress, dynamic, daemon, terminated, evidence, awsproxy and longsession start what they
@@ -70,6 +72,7 @@ from pathlib import Path
 from bench.commands.audit import figure_audit
 from bench.commands.cold import figure_cold
 from bench.commands.concurrency import figure_concurrent
+from bench.commands.container_start import figure_containers
 from bench.commands.cycles import figure_cycles
 from bench.commands.memory import figure_memory
 from bench.commands.oauth_refresh import figure_oauth_refresh
@@ -321,6 +324,8 @@ def main(argv: Sequence[str]) -> int:
                 steps.append(("daemon", lambda: figure_daemon(settings, report)))
             if "approvals" in selected:
                 steps.append(("approvals", lambda: figure_approvals(settings, report)))
+            if "containers" in selected:
+                steps.append(("containers", lambda: figure_containers(settings, report)))
             if "latency" in selected:
                 steps.append(("latency", lambda: figure_latency(settings, report, need(stack))))
             if "fleet" in selected:

@@ -15,6 +15,7 @@ import json
 import sys
 
 from broker.vocab.durations import format_duration
+from broker.vocab.sizes import format_size
 
 TYPE_CHECKING = False  # typing itself is not imported at run time: the thin client prints through this module
 if TYPE_CHECKING:
@@ -128,7 +129,22 @@ def decision_lines(decision: dict[str, Any]) -> list[str]:
     operations = decision.get("operations")
     if operations:
         lines += operations_lines(operations)
+    limits = decision.get("limits")
+    if limits:
+        lines += limits_lines(limits)
     return lines
+
+
+def limits_lines(limits: dict[str, Any]) -> list[str]:
+    """The sandbox's limits (``sandbox.limits`` within its rules'), or why the manifest's are denied."""
+    if limits["reasons"]:
+        return ["  sandbox limits: denied", *(f"    - {reason}" for reason in limits["reasons"])]
+    values = ", ".join(
+        f"{key} {format_size(limits[key]) if key == 'memory' else limits[key]}"
+        for key in ("memory", "cpus", "pids")
+        if key in limits
+    )
+    return [f"  sandbox limits: {values}"]
 
 
 def _listed(items: list[str]) -> str:
@@ -294,8 +310,11 @@ def denied(document: Any, values: Mapping[str, object]) -> None:
 
 
 def exec_ended(document: Any, values: Mapping[str, object]) -> None:
-    """``broker exec`` prints nothing of its own but how its session's revocation ended, when it did not end well
-    (``revoked``: True, False for incomplete, None when the daemon went away first)."""
+    """``broker exec`` prints nothing of its own but each limit the command went past (``notes``) and how its
+    session's revocation ended, when it did not end well (``revoked``: True, False for incomplete, None when the
+    daemon went away first)."""
+    for note in document.get("notes") or ():
+        sys.stderr.write(f"broker: {note}\n")
     session, revoked = document["session"], document["revoked"]
     if revoked is None:
         message = f"session {session}: the broker daemon went away; broker sweep revokes it"

@@ -206,7 +206,8 @@ COMMANDS = (
         f"{SESSIONS}.executing:run",
         "Issue, run CMD with only its scoped credentials, revoke when it ends; exit with CMD's status.\n\n"
         "CMD gets a clean environment: PATH, HOME, LANG, TERM, the session's hints and the manifest's sandbox.env.\n"
-        "Example: broker exec --task task.yaml --sandbox bwrap --workspace ./repo -- make test",
+        "Example: broker exec --task task.yaml --sandbox bwrap --workspace ./repo -- make test\n"
+        "Example: broker exec --task task.yaml --sandbox podman --image localhost/agent:1 -- make test",
         (
             Option(
                 "command", kind=REST, required=True, metavar="-- CMD ARGS...", help="The command to run (after --)."
@@ -216,10 +217,11 @@ COMMANDS = (
                 "sandbox",
                 "--sandbox",
                 kind=CHOICE,
-                choices=("none", "bwrap"),
+                choices=("none", "bwrap", "podman", "docker"),
                 default="bwrap",
-                help="Run CMD in bubblewrap, or on the host.",
+                help="Run CMD in bubblewrap, in a container of --image (rootful podman or docker), or on the host.",
             ),
+            Option("image", "--image", help="The container's image, one the engine has (exec never pulls)."),
             Option(
                 "network",
                 "--network",

@@ -23,6 +23,7 @@ from broker.core.inputs.directories import check_own_directory
 from broker.core.inputs.store_url import SHAPE, store_url_problem
 from broker.egress.destinations import Destination, DestinationError, parse_destination
 from broker.egress.evidence.budget import EvidenceBudget, read_evidence_budget
+from broker.host.containers.engine import EngineOptions, read_engines
 from broker.telemetry.settings import TelemetryConfig, parse_telemetry
 from broker.vocab.errors import ConfigError
 from broker.vocab.fields import Fields, shown
@@ -97,6 +98,7 @@ class Config:
     telemetry: TelemetryConfig | None = None  # ``[telemetry] otlp_endpoint``: traces to an OTLP/HTTP collector
     min_free: int = DEFAULT_MIN_FREE  # [audit] min_free, bytes (broker.audit.room)
     evidence_budget: EvidenceBudget = field(default_factory=EvidenceBudget)  # [egress] evidence_budget
+    engines: dict[str, EngineOptions] = field(default_factory=dict)  # [sandbox.podman], [sandbox.docker]
 
     @property
     def daemon_settings(self) -> DaemonConfig:
@@ -212,6 +214,7 @@ def parse_config(table: object, path: Path) -> Config:
     egress_ca_file, secret_refresh, policy_refresh, evidence_budget = _egress(fields, base)
     telemetry_table = fields.mapping("telemetry", required=False)
     telemetry = parse_telemetry(telemetry_table, base) if telemetry_table is not None else None
+    engines = read_engines(fields.mapping("sandbox", required=False))
     providers: dict[str, Provider[Any]] = {}
     proxy_targets: dict[str, ProxyTarget] = {}
     table_providers = fields.mapping("providers", required=False)
@@ -260,6 +263,7 @@ def parse_config(table: object, path: Path) -> Config:
         telemetry=telemetry,
         min_free=min_free,
         evidence_budget=evidence_budget,
+        engines=engines,
     )
 
 

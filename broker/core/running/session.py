@@ -87,6 +87,8 @@ from broker.vocab.holding import Lock
 if TYPE_CHECKING:
     import subprocess
 
+    from broker.host.limits import Limits
+
 
 @dataclass(frozen=True)
 class ProxyPlan:
@@ -102,13 +104,15 @@ class ProxyPlan:
 class RunPlan:
     """What a running session is opened with, besides the broker and the manifest: who connects to its
     ``broker.sock`` from inside the sandbox (``inside``), its proxy (None: no proxy), and its approval: the approved
-    request it resumes, or how long to wait for one (None: its rule's timeout; 0: not at all, exit 8)."""
+    request it resumes, or how long to wait for one (None: its rule's timeout; 0: not at all, exit 8); and the
+    sandbox's check that it can enforce the session's limits (``enforce``), made before anything is minted."""
 
     inside: tuple[int, int]
     proxy: ProxyPlan | None = None
     approved: ApprovalRecord | None = None
     wait: float | None = 0.0
     on_pending: Callable[[AwaitingApproval], None] | None = None
+    enforce: Callable[[Limits], None] | None = None  # the sandbox's: refuses limits its host cannot enforce
 
 
 class RunningSession:
@@ -174,14 +178,18 @@ class RunningSession:
     def _issue(self, delegation: DelegationSocket) -> SessionDocument:
         broker, manifest, plan = self.broker, self.manifest, self.plan
         try:
-            return issue(broker, manifest, self.interception, approved=plan.approved, delegation=delegation)
+            return issue(
+                broker, manifest, self.interception, approved=plan.approved, delegation=delegation, enforce=plan.enforce
+            )
         except AwaitingApproval as pending:
             if plan.wait == 0 or plan.approved is not None:
                 raise
             if plan.on_pending is not None:
                 plan.on_pending(pending)
             approved = settle(broker, pending.request, wait=plan.wait)
-            return issue(broker, manifest, self.interception, approved=approved, delegation=delegation)
+            return issue(
+                broker, manifest, self.interception, approved=approved, delegation=delegation, enforce=plan.enforce
+            )
 
     def _start(self, delegation: DelegationSocket) -> None:
         broker, manifest, session_id, parts = self.broker, self.manifest, self.id, self._parts

@@ -39,6 +39,10 @@ CONFIG_TABLE: dict[str, Any] = {
         "evidence_budget": {"records": 10000, "bytes": "64MiB", "cap": 10},
     },
     "telemetry": {"otlp_endpoint": "http://127.0.0.1:4318", "service_name": "broker", "timeout": "1s"},
+    "sandbox": {
+        "podman": {"runtime": "runc", "ulimits": ["nofile=4096:4096"], "extra_args": ["--log-driver=k8s-file"]},
+        "docker": {"runtime": "runc"},
+    },
 }
 
 
@@ -132,7 +136,7 @@ def test_manifest_reference_lists_exactly_what_the_loader_reads(read_keys: dict[
     read_keys.clear()
     text = STACK_TASK.replace(  # every key of the manifest, operations included
         "sandbox: {",
-        f"network: {{allow: ['github.com:443', 'pypi.org:443']}}\n{OPERATIONS}\nsandbox: {{env: {{CI: 'true'}}, ",
+        f"network: {{allow: ['github.com:443', 'pypi.org:443']}}\n{OPERATIONS}\nsandbox: {{env: {{CI: 'true'}}, limits: {{memory: 1GiB, cpus: 2, pids: 512}}, ",
     )
     parse_manifest(text.encode(), loaded)
     parse_manifest(DYNAMIC_TASK.encode(), loaded)

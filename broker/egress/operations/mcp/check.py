@@ -166,6 +166,12 @@ def _fields(message: Message) -> dict[str, object]:
     }
 
 
+def _batch(fields: list[dict[str, object]], decisions: list[str]) -> dict[str, object]:
+    """A batch's record fields: each message's, with its decision."""
+    calls = [{**f, "decision": d} for f, d in zip(fields, decisions, strict=True)]
+    return {**NO_DETAILS, "mcp_method": "batch", "mcp_calls": calls}
+
+
 class McpBodyCheck:
     """The ``BodyCheck`` of an MCP POST: the body held (to ``MAX_BODY``), then read and decided."""
 
@@ -194,26 +200,28 @@ class McpBodyCheck:
             return _refused(self.rule, f"not JSON-RPC: {exc}", 400, PARSE_ERROR)
         try:
             messages, batch = read_messages(document)
-            self._agree(messages, batch)
             fields = [_fields(message) for message in messages]
+        except JsonRpcError as exc:
+            return _refused(self.rule, exc.reason, 400, exc.code)
+        try:
+            self._agree(messages, batch)
             for message in messages:
                 if message.method in NAMES and message.id is None:
                     raise JsonRpcError(INVALID_REQUEST, f"{message.method} as a notification (without an id)")
         except JsonRpcError as exc:
-            return _refused(self.rule, exc.reason, 400, exc.code)
+            details = _batch(fields, ["refused"] * len(fields)) if batch else fields[0]
+            ids = (None,) if batch else (messages[0].id,)  # a batch's answer would be one error per request
+            return _refused(self.rule, exc.reason, 400, exc.code, ids, details=details)
         refusals = [self._refusal(message) for message in messages]
         if not batch:
             if refusals[0] is not None:
                 return _refused(self.rule, refusals[0], 200, REFUSED, (messages[0].id,), details=fields[0])
             return self._allowed(messages, fields[0], clipped(f"{messages[0].method or 'a response'}: passes"))
-        calls = [
-            {**f, "decision": "allowed" if not any(refusals) else "refused" if r else "not sent"}
-            for f, r in zip(fields, refusals, strict=True)
-        ]
-        details: dict[str, object] = {**NO_DETAILS, "mcp_method": "batch", "mcp_calls": calls}
-        first = next((n for n, r in enumerate(refusals) if r is not None), None)
-        if first is None:
+        if not any(refusals):
+            details = _batch(fields, ["allowed"] * len(fields))
             return self._allowed(messages, details, f"a batch of {len(messages)} messages: each passes")
+        details = _batch(fields, ["refused" if r else "not sent" for r in refusals])
+        first = next(n for n, r in enumerate(refusals) if r is not None)
         reason = f"message {first + 1} of a batch of {len(messages)}: {refusals[first]}"
         ids = tuple(m.id for m in messages if m.request)
         texts = tuple(

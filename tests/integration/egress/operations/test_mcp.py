@@ -11,41 +11,12 @@ a session (``legacy``) gets SSE answers, one on MCP's 2026 protocol
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
-from tests.fixtures.mcp_stage import RULE_ID, Stage, mcp_stage, mcp_upstream
+from tests.fixtures.mcp_stage import RULE_ID, Stage, check_agent, mcp_stage, mcp_upstream
 
 __all__ = ["mcp_stage", "mcp_upstream"]
 pytestmark = pytest.mark.server
-
-ALLOWED_TOOLS = ["create_pull_request", "get_issue", "list_pull_requests", "search_code"]
-REFUSED = -32001
-
-
-def refused(step: dict[str, Any], *words: str) -> bool:
-    error = step.get("error") or {}
-    message = str(error.get("message", ""))
-    return (
-        error.get("code") == REFUSED
-        and message.startswith(f"refused by policy {RULE_ID}: ")
-        and all(word in message for word in words)
-    )
-
-
-def check_agent(found: dict[str, Any]) -> None:
-    assert found["tools"] == ALLOWED_TOOLS
-    assert found["get_issue"] == {"text": "issue octo-org/widgets#7: the build is red"}
-    assert found["pr_agent"]["text"].startswith("opened octo-org/widgets#8 agent/fix-build -> agent/release")
-    assert refused(found["pr_main"], "argument base main is outside tools.arguments.create_pull_request.base")
-    assert refused(found["merge"], "tool merge_pull_request matches tools.deny merge_*")
-    assert found["resources"] == ["repo://octo-org/widgets/README.md"]
-    assert found["read_ours"] == {"text": "# widgets"}
-    assert refused(found["read_other"], "resource repo://other-org/vault/README.md is not in resources")
-    assert found["prompts"] == ["review_pull_request"]
-    assert found["prompt_review"] == {"text": "Review pull request 7."}
-    assert refused(found["prompt_leak"], "prompt leak_secrets is not in prompts.allow")
 
 
 @pytest.mark.parametrize("mode", ["legacy", "auto"])

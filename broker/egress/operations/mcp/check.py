@@ -223,7 +223,7 @@ class McpBodyCheck:
         details = _batch(fields, ["refused" if r else "not sent" for r in refusals])
         first = next(n for n, r in enumerate(refusals) if r is not None)
         reason = f"message {first + 1} of a batch of {len(messages)}: {refusals[first]}"
-        ids = tuple(m.id for m in messages if m.request)
+        requests = tuple(m.id for m in messages if m.request)
         texts = tuple(
             clipped(f"refused by policy {self.rule}: {r}")
             if r is not None
@@ -231,7 +231,7 @@ class McpBodyCheck:
             for m, r in zip(messages, refusals, strict=True)
             if m.request
         )
-        return _refused(self.rule, reason, 200, REFUSED, ids, batch=True, messages=texts, details=details)
+        return _refused(self.rule, reason, 200, REFUSED, requests, batch=True, messages=texts, details=details)
 
     def _agree(self, messages: tuple[Message, ...], batch: bool) -> None:
         """``Mcp-Method`` and ``Mcp-Name``, when present, say what the body says (``JsonRpcError`` otherwise)."""

@@ -23,6 +23,7 @@ Two glob languages, both with ``*`` the only special character:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from broker.egress.destinations import Destination
@@ -123,7 +124,7 @@ class McpOperations:
     def applies(self, host: str, port: int) -> bool:
         return self.host.matches(host, port)
 
-    def tool_refusal(self, name: str, arguments: dict[str, object]) -> str | None:
+    def tool_refusal(self, name: str, arguments: Mapping[str, object]) -> str | None:
         """Why calling tool ``name`` with ``arguments`` is refused; None when it is allowed."""
         refused = self.tools.refusal("tool", name)
         if refused is not None:

@@ -32,7 +32,8 @@ def run(data: bytes, head: list[tuple[bytes, bytes]], cut: int = 0, asked: dict[
     headers = answer.head(200, head)
     assert all(name != b"content-length" for name, _ in headers)
     pieces = [data[i : i + cut] for i in range(0, len(data), cut)] if cut else [data]
-    return b"".join(answer.feed(piece) for piece in pieces) + answer.end()
+    out: bytes = b"".join(answer.feed(piece) for piece in pieces) + answer.end()
+    return out
 
 
 def names(message: dict[str, Any]) -> list[str]:

@@ -24,7 +24,6 @@ be read: ``AnswerRefused`` (the proxy answers 502). Answers other than
 from __future__ import annotations
 
 import json
-import re
 from enum import Enum
 from typing import Any
 
@@ -35,7 +34,16 @@ from broker.egress.operations.mcp.model import McpOperations
 MAX_HELD = 4 * 1024 * 1024
 #: A list method, the key of its result's list, and the key of an entry's name.
 LISTS = {"tools/list": ("tools", "name"), "resources/list": ("resources", "uri"), "prompts/list": ("prompts", "name")}
-_LINE_END = re.compile(rb"\r\n|\r|\n")
+
+
+def _line_end(buffer: bytearray, at: int) -> int | None:
+    """Where the first CR or LF at or after ``at`` is (memchr, not a regular expression); None when none is. A CR
+    is looked for only before the LF: each line is searched once."""
+    lf = buffer.find(b"\n", at)
+    cr = buffer.find(b"\r", at, lf if lf >= 0 else len(buffer))
+    if cr >= 0:
+        return cr
+    return lf if lf >= 0 else None
 
 
 class Mode(Enum):
@@ -63,9 +71,7 @@ class ListFilter:
             return False
         if method == "resources/list":
             return self.section.resource_refusal(name) is None
-        what = "tool" if method == "tools/list" else "prompt"
-        names = self.section.tools if method == "tools/list" else self.section.prompts
-        return names.refusal(what, name) is None
+        return (self.section.tools if method == "tools/list" else self.section.prompts).allows(name)
 
     def message(self, message: Any) -> Any | None:
         """``message`` with what is not allowed taken out, or None when it is not an answer to change."""
@@ -106,6 +112,7 @@ class ListAnswers:
         self._event: list[bytes] = []  # the raw lines of the event being read
         self._data: list[bytes] = []
         self._size = 0
+        self._scanned = 0  # how far the buffer was searched for a line's end
 
     def head(self, status: int, headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
         if status != 200:
@@ -153,11 +160,13 @@ class ListAnswers:
         buffer = self._buffer
         start = 0
         while self.mode is Mode.SSE:
-            match = _LINE_END.search(buffer, start)
-            if match is None or (match.group() == b"\r" and match.end() == len(buffer) and not final):
-                break  # a line not yet ended (a CR may be the first half of a CRLF)
-            line, raw = bytes(buffer[start : match.start()]), bytes(buffer[start : match.end()])
-            start = match.end()
+            end = _line_end(buffer, max(start, self._scanned))
+            if end is None or (buffer[end] == 13 and end + 1 == len(buffer) and not final):
+                self._scanned = len(buffer) if end is None else end  # a line not yet ended (a CR: maybe a CRLF)
+                break
+            after = end + 2 if buffer[end : end + 2] == b"\r\n" else end + 1
+            line, raw = bytes(buffer[start:end]), bytes(buffer[start:after])
+            start = after
             if line:
                 self._line(line, raw)
                 continue
@@ -165,6 +174,7 @@ class ListAnswers:
             if not self.lists.pending:  # every list answered: the rest streams through unread
                 self.mode = Mode.THROUGH
         del buffer[:start]
+        self._scanned = max(0, self._scanned - start)
         if self.mode is Mode.THROUGH:
             out += buffer
             buffer.clear()

@@ -24,7 +24,7 @@ Two glob languages, both with ``*`` the only special character:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from broker.egress.destinations import Destination
 from broker.egress.operations.segments import SegmentGlob
@@ -34,18 +34,24 @@ MAX_NAME = 128  # MCP's own bound on a tool's or a prompt's name
 _ESCAPES = ("%2e", "%2f", "%5c", "%00")
 
 
-def name_matches(pattern: str, name: str, *, any_case: bool = False) -> bool:
-    """Whether the flat name glob ``pattern`` (``*`` any run, nothing else special) matches ``name``.
+#: A name glob made ready to match: its first piece, its middle pieces and its last piece (no ``*``: the name).
+Compiled = tuple[str, tuple[str, ...], str | None]
 
-    Linear in the name's length: the first piece is a prefix, the last a suffix, each middle piece taken at its
-    leftmost place after the one before (which leaves the most room for the rest, so nothing is lost).
-    """
-    if any_case:
-        pattern, name = pattern.lower(), name.lower()
-    first, *middle_and_last = pattern.split(ANY)
-    if not middle_and_last:
-        return name == pattern
-    *middle, last = middle_and_last
+
+def compile_name(pattern: str) -> Compiled:
+    first, *rest = pattern.split(ANY)
+    if not rest:
+        return first, (), None
+    *middle, last = rest
+    return first, tuple(middle), last
+
+
+def matches_compiled(compiled: Compiled, name: str) -> bool:
+    """Linear in the name's length: the first piece is a prefix, the last a suffix, each middle piece taken at its
+    leftmost place after the one before (which leaves the most room for the rest, so nothing is lost)."""
+    first, middle, last = compiled
+    if last is None:
+        return name == first
     if len(first) + len(last) > len(name) or not name.startswith(first) or not name.endswith(last):
         return False
     at, end = len(first), len(name) - len(last)
@@ -55,6 +61,49 @@ def name_matches(pattern: str, name: str, *, any_case: bool = False) -> bool:
             return False
         at = found + len(piece)
     return True
+
+
+@dataclass(frozen=True)
+class NameSet:
+    """Name globs made ready to match many names: exact names in a set, ``prefix*`` and ``*suffix`` each one
+    ``startswith``/``endswith`` of them all, the rest one by one."""
+
+    exact: frozenset[str]
+    prefixes: tuple[str, ...]
+    suffixes: tuple[str, ...]
+    others: tuple[Compiled, ...]
+
+    @classmethod
+    def of(cls, patterns: tuple[str, ...]) -> NameSet:
+        exact: set[str] = set()
+        prefixes: list[str] = []
+        suffixes: list[str] = []
+        others: list[Compiled] = []
+        for first, middle, last in map(compile_name, patterns):
+            if last is None:
+                exact.add(first)
+            elif not middle and not last:
+                prefixes.append(first)  # "prefix*" ("*" alone: the empty prefix)
+            elif not middle and not first:
+                suffixes.append(last)
+            else:
+                others.append((first, middle, last))
+        return cls(frozenset(exact), tuple(prefixes), tuple(suffixes), tuple(others))
+
+    def matches(self, name: str) -> bool:
+        return (
+            name in self.exact
+            or (bool(self.prefixes) and name.startswith(self.prefixes))
+            or (bool(self.suffixes) and name.endswith(self.suffixes))
+            or any(matches_compiled(c, name) for c in self.others)
+        )
+
+
+def name_matches(pattern: str, name: str, *, any_case: bool = False) -> bool:
+    """Whether the flat name glob ``pattern`` (``*`` any run, nothing else special) matches ``name``."""
+    if any_case:
+        pattern, name = pattern.lower(), name.lower()
+    return matches_compiled(compile_name(pattern), name)
 
 
 def plain_value(value: str) -> str | None:
@@ -84,17 +133,28 @@ class Names:
 
     allow: tuple[str, ...] = ()
     deny: tuple[str, ...] = ()
+    _allow: NameSet = field(init=False, repr=False, compare=False)
+    _deny: NameSet = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_allow", NameSet.of(self.allow))
+        object.__setattr__(self, "_deny", NameSet.of(tuple(p.lower() for p in self.deny)))
+
+    def allows(self, name: str) -> bool:
+        """Whether ``name`` is allowed (what ``refusal`` decides, without its words: a list's entries)."""
+        return len(name) <= MAX_NAME and not self._deny.matches(name.lower()) and self._allow.matches(name)
 
     def refusal(self, what: str, name: str) -> str | None:
         """Why ``name`` (a ``what``: tool, prompt) is refused, naming the rule's key; None when it is allowed."""
+        if self.allows(name):
+            return None
         if len(name) > MAX_NAME:
             return f"a {what} name longer than {MAX_NAME} characters"
-        denied = next((p for p in self.deny if name_matches(p, name, any_case=True)), None)
+        lowered = name.lower()
+        denied = next((p for p in self.deny if matches_compiled(compile_name(p.lower()), lowered)), None)
         if denied is not None:
             return f"{what} {name} matches {what}s.deny {denied}"
-        if not any(name_matches(p, name) for p in self.allow):
-            return f"{what} {name} is not in {what}s.allow"
-        return None
+        return f"{what} {name} is not in {what}s.allow"
 
     def to_json(self) -> dict[str, object]:
         return {"allow": list(self.allow), "deny": list(self.deny)}

@@ -51,11 +51,11 @@ VERBS = ("get", "list", "search", "merge", "delete", "update", "create", "fork")
 
 def tool_call(size: int) -> bytes:
     """A ``create_pull_request`` call of ``size`` bytes, within the rule's argument globs."""
-    arguments = {"owner": "octo-org", "repo": "widgets", "title": "Fix the build", "head": "agent/fix", "base": "agent/x"}
+    arguments: dict[str, str] = {"owner": "octo-org", "repo": "widgets", "title": "Fix", "head": "agent/fix"}
+    arguments |= {"base": "agent/x", "body": ""}
     call = {"jsonrpc": "2.0", "id": 42, "method": "tools/call", "params": {"name": "create_pull_request"}}
-    call["params"]["arguments"] = {**arguments, "body": ""}  # type: ignore[index]
-    pad = size - len(json.dumps(call, separators=(",", ":")))
-    call["params"]["arguments"]["body"] = "x" * pad  # type: ignore[index]
+    call["params"] = {"name": "create_pull_request", "arguments": arguments}
+    arguments["body"] = "x" * (size - len(json.dumps(call, separators=(",", ":"))))
     data = json.dumps(call, separators=(",", ":")).encode()
     assert len(data) == size
     return data

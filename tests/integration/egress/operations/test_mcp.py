@@ -1,6 +1,6 @@
 """``operations: mcp`` through the session's proxy, with the official SDK's client against an SDK server behind TLS.
 
-The server (``devstack.mcp_server``) takes a bearer token the client never
+The server (``devstack.mcp.server``) takes a bearer token the client never
 holds: the proxy swaps the placeholder for it. The rule is the README's
 example: read tools and ``create_pull_request`` onto ``agent/*`` bases of
 ``octo-org``, never a merge or a deletion; ``octo-org``'s resources; the

@@ -1,6 +1,6 @@
 """``operations: mcp`` from inside ``broker exec --sandbox bwrap --network allowlist``, for real.
 
-The MCP server is the official SDK's (``devstack.mcp_server``) behind TLS on
+The MCP server is the official SDK's (``devstack.mcp.server``) behind TLS on
 loopback, and takes one bearer token, which lives in OpenBao's KV engine: the
 session's ``kind: secret`` credential puts it in behind a placeholder
 (``inject: proxy``, ``Authorization: Bearer {}``), so the token never enters

@@ -44,6 +44,7 @@ FIGURES = (
     "fleetrevoke",
     "operations",
     "terminated",
+    "mcp",
     "evidence",
     "rotation",
     "longsession",

@@ -25,6 +25,8 @@ median over repeated runs, both sides of a ratio interleaved in the same run:
               with vs without operations), 1,000 requests/s with every request logged (backlog, records,
               the log's cost per record), a 50 MiB git push through the proxy vs direct over a modelled
               40 ms, 1 Gbit/s link and on loopback
+  mcp         operations.mcp: a 4 KiB tools/call's added latency through the proxy (with vs without the check),
+              a 200-tool tools/list answer filtered (JSON and SSE, in process)
   evidence    a flood of refused requests through one session's proxy (2 pipelined tunnels): records/s and the
               log's growth with one record each, and past the session's evidence budget (summed per key and minute)
   metrics     a /metrics scrape with 10,000 live sessions in a real SQLite store; span() with tracing off and on
@@ -43,7 +45,7 @@ The fleet figure starts a PostgreSQL of its own beside the stack (bench/fleets/f
 egress, dynamic, daemon, terminated, evidence, awsproxy and longsession start what they
 need themselves (bench/proxy/egress.py, bench/commands/vault_dynamic.py,
 bench/serving/daemon.py, bench/proxy/terminated.py with bench/proxy/gitpush.py and
-bench/proxy/proxychild.py, bench/proxy/evidence_flood.py, bench/proxy/aws_resign.py,
+bench/proxy/proxychild.py, bench/proxy/mcp.py, bench/proxy/evidence_flood.py, bench/proxy/aws_resign.py,
 bench/proxy/longsession.py with bench/proxy/sandbox_client.py; each also runs alone with ``python -m``). The figures
 live in rooms: ``commands`` (the broker's commands as processes), ``serving`` (``broker
 serve``), ``fleets`` (PostgreSQL), ``proxy`` (the egress proxy).
@@ -100,6 +102,7 @@ from bench.proxy.aws_resign import figure_awsproxy
 from bench.proxy.egress import figure_egress
 from bench.proxy.evidence_flood import figure_evidence
 from bench.proxy.longsession import figure_longsession
+from bench.proxy.mcp import figure_mcp
 from bench.proxy.operations import figure_operations
 from bench.proxy.rotation import figure_rotation
 from bench.proxy.terminated import figure_terminated
@@ -336,6 +339,8 @@ def main(argv: Sequence[str]) -> int:
                 steps.append(("operations", lambda: figure_operations(settings, report)))
             if "terminated" in selected:
                 steps.append(("terminated", lambda: figure_terminated(settings, report)))
+            if "mcp" in selected:
+                steps.append(("mcp", lambda: figure_mcp(settings, report)))
             if "evidence" in selected:
                 steps.append(("evidence", lambda: figure_evidence(settings, report)))
             if "rotation" in selected:

@@ -158,7 +158,7 @@ def operations_lines(operations: dict[str, Any]) -> list[str]:
         lines = ["  operations: denied (the manifest widens the rule's)"]
         return lines + [f"    - {reason}" for reason in operations["reasons"]]
     lines = [f"  operations (rule {operations['rule']}, enforced by the session's proxy):"]
-    seen: dict[str, set[str]] = {"git": set(), "github_api": set(), "http": set()}
+    seen: dict[str, set[str]] = {"git": set(), "github_api": set(), "http": set(), "mcp": set()}
 
     def applies(kind: str, hosts: list[str]) -> bool:
         fresh = not set(hosts) <= seen[kind]
@@ -181,6 +181,15 @@ def operations_lines(operations: dict[str, Any]) -> list[str]:
     for entry in operations["http"]:
         if applies("http", [entry["host"]]):
             lines.append(f"    http on {entry['host']}: {_listed(entry['methods'])} on {_listed(entry['paths'])}")
+    for entry in operations.get("mcp", []):
+        if applies("mcp", [entry["host"]]):
+            tools, prompts = entry["tools"], entry["prompts"]
+            globs = [f"{tool}({', '.join(f'{k}={v}' for k, v in a.items())})" for tool, a in tools["arguments"].items()]
+            arguments = _listed(globs)
+            lines.append(f"    mcp on {entry['host']}:")
+            lines.append(f"      tools allow {_listed(tools['allow'])}; deny {_listed(tools['deny'])}")
+            lines.append(f"      arguments {arguments}")
+            lines.append(f"      resources {_listed(entry['resources'])}; prompts allow {_listed(prompts['allow'])}")
     return lines
 
 

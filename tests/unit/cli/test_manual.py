@@ -54,9 +54,12 @@ def read_keys(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, set[str]]]:
 
     def record(self: fields_module.Fields, key: str) -> None:
         path = re.sub(r"\[\d+\]", "[]", self._path)
-        if path.endswith("operations.http"):  # an http entry's key is its HOST:PORT
+        if path.endswith(".tools.arguments"):  # tool name -> argument globs: documented as the arguments key
+            return
+        if path.endswith(("operations.http", "operations.mcp")):  # an http or mcp entry's key is its HOST:PORT
             key = "HOST:PORT"
         path = re.sub(r"operations\.http\..+", "operations.http.HOST:PORT", path)
+        path = re.sub(r"operations\.mcp\..+?:[0-9]+(?=\.|$)", "operations.mcp.HOST:PORT", path)
         seen.setdefault(path, set()).add(key)
 
     def _get(self: fields_module.Fields, key: str, required: bool) -> Any:
@@ -128,7 +131,9 @@ rules:
 OPERATIONS = """operations:
   git: {hosts: ['github.com:443'], push: ['refs/heads/agent/x'], delete: false}
   github_api: {hosts: ['github.com:443'], allow: ['GET *'], deny: [], reviews: {approve: false}, graphql_mutations: []}
-  http: {'pypi.org:443': {methods: [GET], paths: ['/x']}}"""
+  http: {'pypi.org:443': {methods: [GET], paths: ['/x']}}
+  mcp: {'api.githubcopilot.com:443': {tools: {allow: [get_*], deny: [], arguments: {get_issue: {owner: o}}},
+        resources: ['repo://o/*'], prompts: {allow: [], deny: []}}}"""
 
 
 def test_manifest_reference_lists_exactly_what_the_loader_reads(read_keys: dict[str, set[str]], tmp_path: Path) -> None:
@@ -136,7 +141,7 @@ def test_manifest_reference_lists_exactly_what_the_loader_reads(read_keys: dict[
     read_keys.clear()
     text = STACK_TASK.replace(  # every key of the manifest, operations included
         "sandbox: {",
-        f"network: {{allow: ['github.com:443', 'pypi.org:443']}}\n{OPERATIONS}\nsandbox: {{env: {{CI: 'true'}}, limits: {{memory: 1GiB, cpus: 2, pids: 512}}, ",
+        f"network: {{allow: ['github.com:443', 'pypi.org:443', 'api.githubcopilot.com:443']}}\n{OPERATIONS}\nsandbox: {{env: {{CI: 'true'}}, limits: {{memory: 1GiB, cpus: 2, pids: 512}}, ",
     )
     parse_manifest(text.encode(), loaded)
     parse_manifest(DYNAMIC_TASK.encode(), loaded)

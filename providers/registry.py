@@ -17,6 +17,7 @@ PROVIDER_TYPES: dict[str, str] = {
     "vault": "providers.vault.provider:VaultProvider",
     "aws_sts": "providers.aws.provider:AwsStsProvider",
     "github_app": "providers.github.provider:GitHubAppProvider",
+    "identity": "providers.identity.provider:IdentityProvider",
 }
 
 

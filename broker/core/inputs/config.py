@@ -9,6 +9,7 @@ Relative paths are taken relative to the config file's directory;
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import os
 import re
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from broker.audit.witness import DEFAULT_WITNESS_RETENTION, WitnessConfig, parse_witness_url
 from broker.core.inputs.directories import check_own_directory
+from broker.core.inputs.identity import IdentityConfig, parse_identity
 from broker.core.inputs.store_url import SHAPE, store_url_problem
 from broker.egress.destinations import Destination, DestinationError, parse_destination
 from broker.egress.evidence.budget import EvidenceBudget, read_evidence_budget
@@ -97,6 +99,7 @@ class Config:
     telemetry: TelemetryConfig | None = None  # ``[telemetry] otlp_endpoint``: traces to an OTLP/HTTP collector
     min_free: int = DEFAULT_MIN_FREE  # [audit] min_free, bytes (broker.audit.room)
     evidence_budget: EvidenceBudget = field(default_factory=EvidenceBudget)  # [egress] evidence_budget
+    identity: IdentityConfig | None = None  # [identity]: the broker as an OpenID Connect issuer
 
     @property
     def daemon_settings(self) -> DaemonConfig:
@@ -212,6 +215,8 @@ def parse_config(table: object, path: Path) -> Config:
     egress_ca_file, secret_refresh, policy_refresh, evidence_budget = _egress(fields, base)
     telemetry_table = fields.mapping("telemetry", required=False)
     telemetry = parse_telemetry(telemetry_table, base) if telemetry_table is not None else None
+    identity_table = fields.mapping("identity", required=False)
+    identity = parse_identity(identity_table, base, audit_key) if identity_table is not None else None
     providers: dict[str, Provider[Any]] = {}
     proxy_targets: dict[str, ProxyTarget] = {}
     table_providers = fields.mapping("providers", required=False)
@@ -237,6 +242,11 @@ def parse_config(table: object, path: Path) -> Config:
                 proxy_targets[name] = target
             instance.done()
     fields.done()
+    if identity is not None and "identity" not in providers:  # [identity] alone: manifests ask provider: identity
+        providers["identity"] = provider_class("identity").from_config(
+            "identity", Fields({}, "providers.identity", ConfigError), base
+        )
+    identity = issuer_users_checked(identity, providers)
     return Config(
         path=path,
         state_dir=state_dir,
@@ -259,7 +269,36 @@ def parse_config(table: object, path: Path) -> Config:
         telemetry=telemetry,
         min_free=min_free,
         evidence_budget=evidence_budget,
+        identity=identity,
     )
+
+
+def issuer_users_checked(identity: IdentityConfig | None, providers: dict[str, Provider[Any]]) -> IdentityConfig | None:
+    """Every instance that signs with the issuer has one; the transit key's instance (named, or the one vault
+    instance) can sign and needs none. ``identity`` with that instance named."""
+    if not providers:
+        return identity
+    from providers.capabilities import TransitSigning, UsesIssuer  # the provider base: only with providers
+
+    for name, provider in providers.items():
+        needed = provider.issuer_needed if isinstance(provider, UsesIssuer) else None
+        if needed is not None and identity is None:
+            raise ConfigError(f"providers.{name}.{needed}: needs [identity] issuer (the broker signs its tokens)")
+    if identity is None or identity.transit_key is None:
+        return identity
+    vaults = [name for name, provider in providers.items() if isinstance(provider, TransitSigning)]
+    if identity.transit_vault is None and len(vaults) != 1:
+        raise ConfigError("identity.transit_vault: name the vault instance whose transit engine holds transit_key")
+    holder = identity.transit_vault or vaults[0]
+    vault = providers.get(holder)
+    if not isinstance(vault, TransitSigning):
+        raise ConfigError(f"identity.transit_vault: {shown(holder)} is not a vault instance of this config")
+    if isinstance(vault, UsesIssuer) and vault.issuer_needed is not None:
+        raise ConfigError(
+            f"identity.transit_vault: providers.{holder} logs in with the issuer's own tokens, so it cannot hold"
+            " the issuer's key; use a vault instance that logs in otherwise (token_file, AppRole)"
+        )
+    return dataclasses.replace(identity, transit_vault=holder)
 
 
 def _proxy_target(instance: Fields, name: str, facts: ProxyFacts | None, base: Path) -> ProxyTarget | None:

@@ -18,6 +18,7 @@ PROVIDER_TYPES: dict[str, str] = {
     "aws_sts": "providers.aws.provider:AwsStsProvider",
     "github_app": "providers.github.provider:GitHubAppProvider",
     "identity": "providers.identity.provider:IdentityProvider",
+    "token_exchange": "providers.token_exchange.provider:TokenExchangeProvider",
 }
 
 

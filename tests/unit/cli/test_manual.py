@@ -24,7 +24,15 @@ CONFIG_TABLE: dict[str, Any] = {
         "vault": {"type": "vault", "addr": "http://127.0.0.1:8200", "token_file": "t"},
         "aws": {"type": "aws_sts", "region": "us-east-1"},
         "github": {"type": "github_app", "app_id": "1", "private_key_file": "k.pem"},
+        "identity": {"type": "identity", "proxy_hosts": ["api.example.com:443"], "upstream_ca_file": "ca.pem"},
+        "modelx": {
+            "type": "token_exchange",
+            "token_endpoint": "https://auth.model.example/oauth/token",
+            "audience": "https://api.model.example",
+            "proxy_hosts": ["api.model.example:443"],
+        },
     },
+    "identity": {"issuer": "https://broker.example.com", "signing_key_file": "identity.key", "algorithm": "ES256"},
     "audit": {"witness": "s3://audit-witness/broker", "min_free": "1GiB"},
     "daemon": {"socket": "/run/broker/broker.sock", "socket_group": "broker", "sweep_interval": "60s"},
     "egress": {
@@ -98,6 +106,16 @@ credentials:
 """
 
 
+IDENTITY_TASK = """
+version: 1
+task: fix-api-1
+network: {allow: ['api.model.example:443']}
+credentials:
+  - {name: api, provider: identity, audience: 'https://api.example.com'}
+  - {name: model, provider: modelx, inject: proxy, scopes: [inference]}
+"""
+
+
 OPERATIONS = """operations:
   git: {hosts: ['github.com:443'], push: ['refs/heads/agent/x'], delete: false}
   github_api: {hosts: ['github.com:443'], allow: ['GET *'], deny: [], reviews: {approve: false}, graphql_mutations: []}
@@ -114,6 +132,7 @@ def test_manifest_reference_lists_exactly_what_the_loader_reads(read_keys: dict[
     parse_manifest(text.encode(), loaded)
     parse_manifest(DYNAMIC_TASK.encode(), loaded)
     parse_manifest(SECRET_TASK.encode(), loaded)
+    parse_manifest(IDENTITY_TASK.encode(), loaded)
     expected = documented(MANIFEST)
     assert read_keys == expected
 

@@ -50,6 +50,7 @@ FIGURES = (
     "metrics",
     "awsproxy",
     "approvals",
+    "identity",
 )
 #: egress, dynamic and daemon start what they need themselves (a proxy, OpenBao + PostgreSQL, OpenBao + a daemon).
 NEEDS_STACK = {

@@ -33,6 +33,8 @@ median over repeated runs, both sides of a ratio interleaved in the same run:
   longsession 8 simulated hours (1 h = 24 s) of 5 requests/s to GitHub and to Vault, each behind 40 ms, from
               ``broker exec`` in bubblewrap: failed requests, placeholders seen, renewals, every old token revoked
   approvals   through ``broker serve``: approve-to-session, a child session against an issue, 100 pending listed
+  identity    a session token (file key, Vault transit), aws_sts via web identity vs its access key, JWKS and
+              discovery answers per second (bench/serving/identity.py)
 
 The fleet figure starts a PostgreSQL of its own beside the stack (bench/fleets/fleet.py);
 egress, dynamic, daemon, terminated, evidence, awsproxy and longsession start what they
@@ -98,6 +100,7 @@ from bench.proxy.rotation import figure_rotation
 from bench.proxy.terminated import figure_terminated
 from bench.serving.approvals import figure_approvals
 from bench.serving.daemon import figure_daemon
+from bench.serving.identity import figure_identity
 from bench.serving.metrics import figure_metrics
 from bench.serving.stack_rtt import figure_latency
 
@@ -335,6 +338,8 @@ def main(argv: Sequence[str]) -> int:
                 steps.append(("longsession", lambda: figure_longsession(settings, report)))
             if "metrics" in selected:
                 steps.append(("metrics", lambda: figure_metrics(settings, report)))
+            if "identity" in selected:
+                steps.append(("identity", lambda: figure_identity(settings, report)))
             if "awsproxy" in selected:
                 steps.append(("awsproxy", lambda: figure_awsproxy(settings, report)))
             for name, step in steps:

@@ -53,6 +53,7 @@ FIGURES = (
     "approvals",
     "oauthrefresh",
     "containers",
+    "identity",
 )
 #: egress, dynamic and daemon start what they need themselves (a proxy, OpenBao + PostgreSQL, OpenBao + a daemon).
 NEEDS_STACK = {

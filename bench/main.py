@@ -40,6 +40,8 @@ median over repeated runs, both sides of a ratio interleaved in the same run:
               lock, rounds alternating)
   containers  ``broker exec`` start to the command's first output, ``--sandbox podman`` vs ``bwrap``, alternating
               (bench/commands/container_start.py: its own OpenBao and image)
+  identity    a session token (file key, Vault transit), aws_sts via web identity vs its access key, JWKS and
+              discovery answers per second (bench/serving/identity.py)
 
 The fleet figure starts a PostgreSQL of its own beside the stack (bench/fleets/fleet.py);
 egress, dynamic, daemon, terminated, evidence, awsproxy and longsession start what they
@@ -108,6 +110,7 @@ from bench.proxy.rotation import figure_rotation
 from bench.proxy.terminated import figure_terminated
 from bench.serving.approvals import figure_approvals
 from bench.serving.daemon import figure_daemon
+from bench.serving.identity import figure_identity
 from bench.serving.metrics import figure_metrics
 from bench.serving.stack_rtt import figure_latency
 
@@ -351,6 +354,8 @@ def main(argv: Sequence[str]) -> int:
                 steps.append(("metrics", lambda: figure_metrics(settings, report)))
             if "oauthrefresh" in selected:
                 steps.append(("oauthrefresh", lambda: figure_oauth_refresh(settings, report)))
+            if "identity" in selected:
+                steps.append(("identity", lambda: figure_identity(settings, report)))
             if "awsproxy" in selected:
                 steps.append(("awsproxy", lambda: figure_awsproxy(settings, report)))
             for name, step in steps:

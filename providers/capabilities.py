@@ -32,6 +32,12 @@ nothing to register.
   writes back (Vault's KV v2: an OAuth refresh token, rotated at each use).
 * ``UsesKeptSecrets``: keeps its own secret in such an instance; the config
   hands it the instances once all are built (``broker.core.inputs.config``).
+* ``UsesIssuer``: it signs with the broker's OpenID Connect issuer
+  (``[identity]``): its credentials are session tokens, or it logs in or
+  federates with one instead of a long-lived key. The core hands it a
+  ``TokenIssuer`` when the broker opens, as it hands ``SharesLocks`` its locks.
+* ``TransitSigning``: it signs with a key that never leaves it (Vault's
+  transit engine): the issuer's key, when ``[identity] transit_key`` names it.
 """
 
 from __future__ import annotations
@@ -47,9 +53,11 @@ from typing import Any, Protocol, runtime_checkable
 from broker.vocab.checks import Check
 from broker.vocab.secret import AwsKeys, Secret
 from providers.base import Grant, MintContext, MintedCredential, ProxiedCredential, RevokeTarget
+from providers.issuer import MAX_TOKEN_LIFETIME, SignedToken, TokenIssuer, TransitKey, TransitSigning, UsesIssuer
 
 __all__ = [
     "CAPABILITIES",
+    "MAX_TOKEN_LIFETIME",
     "ChecksGrants",
     "DenyBudget",
     "DenyRecord",
@@ -62,6 +70,11 @@ __all__ = [
     "Refreshing",
     "Reserving",
     "SharesLocks",
+    "SignedToken",
+    "TokenIssuer",
+    "TransitKey",
+    "TransitSigning",
+    "UsesIssuer",
     "UsesKeptSecrets",
     "VersionedSecrets",
     "Warming",
@@ -308,4 +321,6 @@ CAPABILITIES = (
     Placeholding,
     KeepsSecrets,
     UsesKeptSecrets,
+    UsesIssuer,
+    TransitSigning,
 )

@@ -318,6 +318,11 @@ def denied(document: Any, values: Mapping[str, object]) -> None:
     _lines(values, document, [decided_line(document, "deny")])
 
 
+def published(document: Any, values: Mapping[str, object]) -> None:
+    """``broker identity jwks|discovery|revoked``: the document as the issuer publishes it."""
+    show(document)
+
+
 def exec_ended(document: Any, values: Mapping[str, object]) -> None:
     """``broker exec`` prints nothing of its own but each limit the command went past (``notes``) and how its
     session's revocation ended, when it did not end well (``revoked``: True, False for incomplete, None when the

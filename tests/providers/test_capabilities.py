@@ -24,6 +24,12 @@ TABLES: dict[str, dict[str, Any]] = {
         "refresh_token_file": "rt",
         "proxy_hosts": ["mcp.example.com:443"],
     },
+    "identity": {"type": "identity"},
+    "token_exchange": {
+        "type": "token_exchange",
+        "token_endpoint": "https://auth.model.example/oauth/token",
+        "audience": "https://api.model.example",
+    },
 }
 EXPECTED = {
     "vault": {
@@ -35,10 +41,14 @@ EXPECTED = {
         "VersionedSecrets",
         "Placeholding",
         "KeepsSecrets",
+        "UsesIssuer",
+        "TransitSigning",
     },
-    "aws_sts": {"Warming", "FindsMinted", "Reserving", "SharesLocks", "Narrowing", "Placeholding"},
+    "aws_sts": {"Warming", "FindsMinted", "Reserving", "SharesLocks", "Narrowing", "Placeholding", "UsesIssuer"},
     "github_app": {"Warming", "Narrowing", "Placeholding"},
     "oauth": {"Warming", "SharesLocks", "Placeholding", "UsesKeptSecrets"},
+    "identity": {"Narrowing", "Placeholding", "UsesIssuer"},
+    "token_exchange": {"Narrowing", "Placeholding", "UsesIssuer"},
 }
 
 

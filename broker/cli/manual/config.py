@@ -118,6 +118,7 @@ CORE_CONFIG = (
             Key("egress", "table", False, "[egress]: the session proxy's upstream trust, and its evidence budget."),
             Key("telemetry", "table", False, "[telemetry]: traces to an OpenTelemetry collector."),
             Key("sandbox", "table", False, "[sandbox.podman], [sandbox.docker]: what exec's container engine needs."),
+            Key("identity", "table", False, "[identity]: the broker as an OpenID Connect issuer."),
         ),
         "Relative paths are relative to the config file. Durations: 90s, 15m, 1h or whole seconds.",
     ),
@@ -216,6 +217,46 @@ CORE_CONFIG = (
         ),
         "The daemon reads the provider credentials; its clients need only the socket"
         " (and this file, or BROKER_SOCKET).",
+    ),
+    Section(
+        "Config: [identity]",
+        "identity",
+        (
+            Key(
+                "issuer",
+                "URL",
+                True,
+                "The issuer (iss): https, plain http only for 127.0.0.0/8, ::1 or localhost; no user, query or"
+                " fragment. Verifiers fetch ISSUER/.well-known/openid-configuration and the JWKS it names.",
+            ),
+            Key(
+                "signing_key_file",
+                "path",
+                False,
+                "The signing key and the retired public keys (JSON, 0600), created on first use.",
+                "identity.key beside audit_key",
+            ),
+            Key("algorithm", "ES256 | RS256", False, "A new file key's algorithm.", "ES256"),
+            Key(
+                "transit_key",
+                "string",
+                False,
+                "Sign with this Vault transit key instead (ecdsa-p256, or rsa-2048 and larger): it never leaves"
+                " Vault; each version stays in the JWKS until its last token ends.",
+            ),
+            Key(
+                "transit_vault",
+                "string",
+                False,
+                "The vault instance whose transit engine holds it (one that does not log in with the issuer's own"
+                " tokens).",
+                "the one vault instance",
+            ),
+            Key("transit_mount", "string", False, "Mount path of that transit engine.", "transit"),
+        ),
+        "Alone it makes the broker an issuer, with a provider instance named identity (provider: identity);"
+        " broker identity jwks, discovery, revoked and rotate-key, and broker serve's well-known routes, publish"
+        " it. A token lives at most an hour and never past its session. See docs/identity.md.",
     ),
     Section(
         "Config: [telemetry]",

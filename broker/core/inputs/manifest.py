@@ -268,10 +268,10 @@ def _parse_credential(fields: Fields, config: Config, session_ttl: int | None) -
     inject = fields.string("inject", required=False, max_len=16) or "file"
     if inject not in INJECT_MODES:
         raise fields.fail("inject", "must be file or proxy")
-    if inject == "proxy" and config.providers[provider_name].proxy is None:
+    facts = config.providers[provider_name].proxy
+    if inject == "proxy" and facts is None:
         labels = " and ".join(sorted(cls.proxy.label for cls in provider_classes() if cls.proxy is not None))
         raise fields.fail("inject", f"only {labels} credentials can be put in by the proxy")
-    facts = config.providers[provider_name].proxy
     if inject != "proxy" and facts is not None and facts.proxy_only:
         raise fields.fail(
             "inject", f"{facts.label} tokens go only by the proxy (inject: proxy), never into the sandbox"

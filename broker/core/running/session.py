@@ -32,10 +32,11 @@ Opening, in this order:
    writer;
 7. the proxy's secrets, held until the end (``Interceptor.revoke``);
 8. the renewals (``rotating``) and the refreshes (``refreshing``) of its
-   proxied credentials, behind their placeholders.
+   proxied credentials, behind their placeholders;
+9. the renewals of its projected tokens in their files (``projecting``).
 
 ``close`` tears them down in exactly the reverse order, then revokes: the
-renewals and refreshes stop first (one under way finishes, so the revocation
+renewals (the projected tokens' first) and refreshes stop first (one under way finishes, so the revocation
 sees every credential they made), the proxy drops its secrets and refuses
 before the providers revoke, the proxy stops (its last ``egress.request``
 records written) and its refusals are logged (``egress.denied``,
@@ -67,6 +68,7 @@ from broker.core.revoking import RevokeReport, revoke_locked
 from broker.core.running.allowing import RunningNetwork
 from broker.core.running.forcing import Renewal
 from broker.core.running.halting import Halt
+from broker.core.running.projecting import Projector
 from broker.core.running.refreshing import SecretRefresher
 from broker.core.running.rotating import Rotator
 from broker.core.running.session_socket import SessionSocket
@@ -215,6 +217,7 @@ class RunningSession:
             rotator = parts.enter_context(Rotator(broker, manifest, session_id, expires_at, self.interceptor, standing))
             refresher = SecretRefresher(broker, manifest, session_id, expires_at, self.interceptor, standing)
             self.renewal.attach(rotator, parts.enter_context(refresher))
+        parts.enter_context(Projector(broker, manifest, record, standing))  # its session tokens, in their files
         self.halt.attach_proxy(self.proxy, self.interceptor)
 
     def _serve_proxy(self) -> ProxyThread:

@@ -31,7 +31,15 @@ CONFIG_TABLE: dict[str, Any] = {
             "refresh_token_file": "rt",
             "proxy_hosts": ["mcp.example.com:443"],
         },
+        "identity": {"type": "identity", "proxy_hosts": ["api.example.com:443"], "upstream_ca_file": "ca.pem"},
+        "modelx": {
+            "type": "token_exchange",
+            "token_endpoint": "https://auth.model.example/oauth/token",
+            "audience": "https://api.model.example",
+            "proxy_hosts": ["api.model.example:443"],
+        },
     },
+    "identity": {"issuer": "https://broker.example.com", "signing_key_file": "identity.key", "algorithm": "ES256"},
     "audit": {"witness": "s3://audit-witness/broker", "min_free": "1GiB"},
     "daemon": {"socket": "/run/broker/broker.sock", "socket_group": "broker", "sweep_interval": "60s"},
     "egress": {
@@ -128,6 +136,16 @@ rules:
 """
 
 
+IDENTITY_TASK = """
+version: 1
+task: fix-api-1
+network: {allow: ['api.model.example:443']}
+credentials:
+  - {name: api, provider: identity, audience: 'https://api.example.com'}
+  - {name: model, provider: modelx, inject: proxy, scopes: [inference]}
+"""
+
+
 OPERATIONS = """operations:
   git: {hosts: ['github.com:443'], push: ['refs/heads/agent/x'], delete: false}
   github_api: {hosts: ['github.com:443'], allow: ['GET *'], deny: [], reviews: {approve: false}, graphql_mutations: []}
@@ -147,6 +165,7 @@ def test_manifest_reference_lists_exactly_what_the_loader_reads(read_keys: dict[
     parse_manifest(DYNAMIC_TASK.encode(), loaded)
     parse_manifest(SECRET_TASK.encode(), loaded)
     parse_manifest(OAUTH_TASK.encode(), loaded)
+    parse_manifest(IDENTITY_TASK.encode(), loaded)
     expected = documented(MANIFEST)
     assert read_keys == expected
 

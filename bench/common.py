@@ -44,12 +44,16 @@ FIGURES = (
     "fleetrevoke",
     "operations",
     "terminated",
+    "mcp",
     "evidence",
     "rotation",
     "longsession",
     "metrics",
     "awsproxy",
     "approvals",
+    "oauthrefresh",
+    "containers",
+    "identity",
 )
 #: egress, dynamic and daemon start what they need themselves (a proxy, OpenBao + PostgreSQL, OpenBao + a daemon).
 NEEDS_STACK = {

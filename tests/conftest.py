@@ -12,4 +12,5 @@ pytest_plugins = [
     "tests.fixtures.vault_engines",
     "tests.fixtures.install",
     "tests.fixtures.otlp",
+    "tests.fixtures.oauth",
 ]

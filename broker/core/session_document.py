@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from broker.host.limits import NO_LIMITS, Limits
+
 
 @dataclass(frozen=True)
 class IssuedCredential:
@@ -61,6 +63,7 @@ class SessionDocument:
     env: Mapping[str, str]
     host: str | None = None  # a fleet's store: the host holding the directory (only it touches it)
     parent: str | None = None  # a delegated session: the session it was delegated from (revoked with it)
+    limits: Limits = NO_LIMITS  # what its sandbox may use (the manifest's sandbox.limits within its rules')
 
     def to_json(self) -> dict[str, Any]:
         document: dict[str, Any] = {
@@ -76,6 +79,8 @@ class SessionDocument:
             document["host"] = self.host
         if self.parent is not None:
             document["parent"] = self.parent
+        if not self.limits.empty:
+            document["limits"] = self.limits.to_json()
         return document
 
     def file_content(self) -> bytes:
@@ -96,6 +101,7 @@ class SessionDocument:
             env=dict(data["env"]),
             host=str(host) if host is not None else None,
             parent=str(parent) if parent is not None else None,
+            limits=Limits.from_json(data.get("limits")),
         )
 
     def renewed(self, expiry: Mapping[str, str]) -> SessionDocument:

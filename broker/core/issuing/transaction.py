@@ -193,6 +193,7 @@ class Issuing(Minting):
             env=env,
             host=broker.config.host if broker.store.shared else None,  # only this host touches the directory
             parent=self.delegated.parent.id if self.delegated is not None else None,
+            limits=self.decision.limits,
         )
 
     def lineage(self) -> dict[str, str]:

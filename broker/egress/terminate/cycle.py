@@ -51,6 +51,7 @@ from broker.egress.injectors.interface import (
     answer_screen,
 )
 from broker.egress.operations import Answer, BodyCheck, Decision
+from broker.egress.operations.decision import AnswerRewrite
 from broker.egress.terminate.answers import send_answer, send_continue, text_answer
 from broker.egress.terminate.framing import Framing, declared, framed
 from broker.egress.terminate.guards import checked_headers
@@ -93,6 +94,7 @@ class Cycle:
         self.sink = sink
         self.limits = gate.limits
         self.forwarding = False
+        self.rewrite: AnswerRewrite | None = None  # what the answer goes through, when the operations ask
 
     async def run(self) -> bool:
         try:
@@ -123,6 +125,7 @@ class Cycle:
                 send_continue(self.conn, self.writer)
                 step, held = await self._hold(step)
             self.evidence.decided(step)
+            self.rewrite = step.rewrite if step is not None else None
             if step is not None and not step.allowed:
                 assert step.answer is not None
                 return await self._refuse(step.answer)
@@ -232,8 +235,9 @@ class Cycle:
     def _passage(self, headers: list[Header]) -> tuple[Passage | Answer, list[Header]]:
         """The credential step: the first injector of the host that takes the request, or the request as it is."""
         mine = self.interceptor.injectors(self.site.host, self.site.port)
-        # No compression where a secret goes: the answer's body is checked for it (``Masker``).
-        kept = [(k, v) for k, v in headers if k not in HOP_BY_HOP and not (mine and k == b"accept-encoding")]
+        # No compression where a secret goes, nor where the answer is rewritten: the answer's body is read.
+        plain = bool(mine) or self.rewrite is not None
+        kept = [(k, v) for k, v in headers if k not in HOP_BY_HOP and not (plain and k == b"accept-encoding")]
         head = RequestHead(self.request.method, self.request.target, tuple(kept))
         for injector in mine:
             try:
@@ -281,7 +285,10 @@ class Cycle:
         screen = answer_screen(passage)
         guard = self.interceptor.answer_guard(self.site.host, self.site.port)
         client = (self.conn, self.writer)
-        answer = Relay(client, self.evidence, self.limits, masker, keep=self.site.keep, guard=guard, screen=screen)
+        answer = Relay(
+            client, self.evidence, self.limits, masker, keep=self.site.keep, guard=guard, screen=screen,
+            rewrite=self.rewrite,
+        )  # fmt: skip
         if self.conn.their_state is h11.SEND_BODY:
             held = held + self._buffered()  # what came with the head goes with it, in one write
         if not self._has_body or self.conn.their_state is not h11.SEND_BODY:

@@ -44,6 +44,7 @@ FIGURES = (
     "fleetrevoke",
     "operations",
     "terminated",
+    "mcp",
     "evidence",
     "rotation",
     "longsession",
@@ -51,6 +52,9 @@ FIGURES = (
     "awsproxy",
     "approvals",
     "gateway",
+    "oauthrefresh",
+    "containers",
+    "identity",
 )
 #: egress, dynamic and daemon start what they need themselves (a proxy, OpenBao + PostgreSQL, OpenBao + a daemon).
 NEEDS_STACK = {

@@ -25,22 +25,33 @@ median over repeated runs, both sides of a ratio interleaved in the same run:
               with vs without operations), 1,000 requests/s with every request logged (backlog, records,
               the log's cost per record), a 50 MiB git push through the proxy vs direct over a modelled
               40 ms, 1 Gbit/s link and on loopback
+  mcp         operations.mcp: a 4 KiB tools/call's added latency through the proxy (with vs without the check),
+              a 200-tool tools/list answer filtered (JSON and SSE, in process)
   evidence    a flood of refused requests through one session's proxy (2 pipelined tunnels): records/s and the
               log's growth with one record each, and past the session's evidence budget (summed per key and minute)
   metrics     a /metrics scrape with 10,000 live sessions in a real SQLite store; span() with tracing off and on
-  awsproxy    SigV4 through the proxy: verify + re-sign added per small AWS request, a 256 MiB put_object
-              (aws-chunked) through the proxy vs direct on loopback and over the modelled link, the proxy's RSS
+  awsproxy    SigV4 through the proxy: verify + re-sign added per small AWS request, the proxy's CPU per small
+              request (terminated and re-signed), a 256 MiB put_object (aws-chunked) through the proxy vs direct
+              on loopback and over the modelled link, the proxy's RSS
   longsession 8 simulated hours (1 h = 24 s) of 5 requests/s to GitHub and to Vault, each behind 40 ms, from
               ``broker exec`` in bubblewrap: failed requests, placeholders seen, renewals, every old token revoked
   approvals   through ``broker serve``: approve-to-session, a child session against an issue, 100 pending listed
   gateway     ``broker serve``'s gateway: RSS holding 1,000 live sessions, the latency and CPU it adds per keep-alive
               request through a terminated host (against the per-session proxy and direct), 100 sessions at once
+  oauthrefresh  20 broker processes sharing one OAuth refresh token, all renewing at each expiry against a rotating
+              authorisation server: races, reuse detections, refreshes per expiry (and the same without the host's
+              lock, rounds alternating)
+  containers  ``broker exec`` start to the command's first output, ``--sandbox podman`` vs ``bwrap``, alternating
+              (bench/commands/container_start.py: its own OpenBao and image)
+  identity    a session token (file key, Vault transit), aws_sts via web identity vs its access key, JWKS and
+              discovery answers per second (bench/serving/identity.py)
 
 The fleet figure starts a PostgreSQL of its own beside the stack (bench/fleets/fleet.py);
 egress, dynamic, daemon, terminated, evidence, awsproxy and longsession start what they
 need themselves (bench/proxy/egress.py, bench/commands/vault_dynamic.py,
 bench/serving/daemon.py, bench/proxy/terminated.py with bench/proxy/gitpush.py and
-bench/proxy/proxychild.py, bench/proxy/evidence_flood.py, bench/proxy/aws_resign.py,
+bench/proxy/proxychild.py, bench/proxy/mcp.py, bench/proxy/evidence_flood.py, bench/proxy/aws_resign.py with
+bench/proxy/aws_sides.py,
 bench/proxy/longsession.py with bench/proxy/sandbox_client.py; each also runs alone with ``python -m``). The figures
 live in rooms: ``commands`` (the broker's commands as processes), ``serving`` (``broker
 serve``), ``fleets`` (PostgreSQL), ``proxy`` (the egress proxy).
@@ -69,8 +80,10 @@ from pathlib import Path
 from bench.commands.audit import figure_audit
 from bench.commands.cold import figure_cold
 from bench.commands.concurrency import figure_concurrent
+from bench.commands.container_start import figure_containers
 from bench.commands.cycles import figure_cycles
 from bench.commands.memory import figure_memory
+from bench.commands.oauth_refresh import figure_oauth_refresh
 from bench.commands.sweep import figure_sweep
 from bench.commands.vault_dynamic import figure_dynamic
 from bench.common import (
@@ -95,12 +108,14 @@ from bench.proxy.aws_resign import figure_awsproxy
 from bench.proxy.egress import figure_egress
 from bench.proxy.evidence_flood import figure_evidence
 from bench.proxy.longsession import figure_longsession
+from bench.proxy.mcp import figure_mcp
 from bench.proxy.operations import figure_operations
 from bench.proxy.rotation import figure_rotation
 from bench.proxy.terminated import figure_terminated
 from bench.serving.approvals import figure_approvals
 from bench.serving.daemon import figure_daemon
 from bench.serving.gateway import figure_gateway
+from bench.serving.identity import figure_identity
 from bench.serving.metrics import figure_metrics
 from bench.serving.stack_rtt import figure_latency
 
@@ -320,6 +335,8 @@ def main(argv: Sequence[str]) -> int:
                 steps.append(("daemon", lambda: figure_daemon(settings, report)))
             if "approvals" in selected:
                 steps.append(("approvals", lambda: figure_approvals(settings, report)))
+            if "containers" in selected:
+                steps.append(("containers", lambda: figure_containers(settings, report)))
             if "latency" in selected:
                 steps.append(("latency", lambda: figure_latency(settings, report, need(stack))))
             if "fleet" in selected:
@@ -330,6 +347,8 @@ def main(argv: Sequence[str]) -> int:
                 steps.append(("operations", lambda: figure_operations(settings, report)))
             if "terminated" in selected:
                 steps.append(("terminated", lambda: figure_terminated(settings, report)))
+            if "mcp" in selected:
+                steps.append(("mcp", lambda: figure_mcp(settings, report)))
             if "evidence" in selected:
                 steps.append(("evidence", lambda: figure_evidence(settings, report)))
             if "rotation" in selected:
@@ -338,6 +357,10 @@ def main(argv: Sequence[str]) -> int:
                 steps.append(("longsession", lambda: figure_longsession(settings, report)))
             if "metrics" in selected:
                 steps.append(("metrics", lambda: figure_metrics(settings, report)))
+            if "oauthrefresh" in selected:
+                steps.append(("oauthrefresh", lambda: figure_oauth_refresh(settings, report)))
+            if "identity" in selected:
+                steps.append(("identity", lambda: figure_identity(settings, report)))
             if "awsproxy" in selected:
                 steps.append(("awsproxy", lambda: figure_awsproxy(settings, report)))
             if "gateway" in selected:

@@ -86,16 +86,18 @@ def create_role(endpoint_url: str, name: str = ROLE_NAME, **identity: str) -> di
 
 
 def start_moto_presigned(port: int, sts_lifetime: int | None = None) -> MotoServer:
-    """``start_moto`` with presigned S3 URLs checked and served under IAM authentication (``PresignedAsHeaders``);
+    """``start_moto`` with presigned S3 URLs checked and served under IAM authentication (``PresignedAsHeaders``) and
+    web identity tokens checked as AWS checks them (``devstack.identity.aws_front``);
     with ``sts_lifetime``, AssumeRole sessions that end after that many seconds (``devstack.aws_iam.ShortSessions``)."""
     from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
     from werkzeug.serving import make_server
 
     from devstack.aws_iam import ShortSessions, cap_sts_lifetime, evaluate_source_identity
+    from devstack.identity.aws_front import WebIdentityFront
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     app: Callable[[Environ, StartResponse], Iterable[bytes]]
-    app = PresignedAsHeaders(DomainDispatcherApplication(create_backend_app))
+    app = WebIdentityFront(PresignedAsHeaders(DomainDispatcherApplication(create_backend_app)), ACCOUNT)
     if sts_lifetime is not None:
         cap_sts_lifetime(sts_lifetime)
         evaluate_source_identity()

@@ -48,6 +48,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from devstack.aws import ACCOUNT, REGION, Environ, StartResponse
+from devstack.identity.aws_trust import trust_issuer
 from devstack.net import free_port, wait_http
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -93,8 +94,16 @@ def _statement(actions: list[str], **extra: Any) -> str:
     return json.dumps({"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": actions, **extra}]})
 
 
-def start_iam_moto(sts_lifetime: int | None = None, *, deny_policy: bool = False, chained: bool = False) -> IamMoto:
-    """A moto process on a free loopback port, the identities above made, then IAM authentication on."""
+def start_iam_moto(
+    sts_lifetime: int | None = None,
+    *,
+    deny_policy: bool = False,
+    chained: bool = False,
+    issuer: str | None = None,
+    broker_subject: str | None = None,
+) -> IamMoto:
+    """A moto process on a free loopback port, the identities above made, then IAM authentication on; with
+    ``issuer``, that issuer an IAM OIDC provider and the roles trusting it (``devstack.identity.aws_trust``)."""
     port = free_port()
     argv = [sys.executable, "-m", "devstack.aws", str(port), "--presigned"]
     if sts_lifetime is not None:
@@ -120,6 +129,8 @@ def start_iam_moto(sts_lifetime: int | None = None, *, deny_policy: bool = False
         iam.put_role_policy(RoleName=ROLE, PolicyName="work", PolicyDocument=_statement(allowed, Resource="*"))
         if chained:
             _chain(iam)
+        if issuer is not None:
+            trust_issuer(iam, issuer, broker_subject, DENY_ACTIONS)
         _client("s3", url, **SETUP_IDENTITY).create_bucket(Bucket=BUCKET)
         _post(f"{url}/moto-api/reset-auth", b"0")  # INITIAL_NO_AUTH_ACTION_COUNT = 0: every request is checked now
     except BaseException:

@@ -160,3 +160,54 @@ def stop_openbao(server: OpenBao) -> None:
         server.process.wait(timeout=10)
     except subprocess.TimeoutExpired:
         server.process.kill()
+
+
+# -- the broker's issuer at OpenBao: the jwt auth method bound to it, its key in transit ---------------------
+
+
+def jwt_auth(
+    server: OpenBao,
+    issuer: str,
+    *,
+    jwks_url: str | None = None,
+    pubkeys: list[str] | None = None,
+    subject: str,
+    audience: str = "vault",
+    leeway: int | None = None,
+) -> tuple[str, str]:
+    """A jwt auth method (at a mount of its own) verifying ``issuer``'s tokens with the keys at ``jwks_url`` (or the
+    PEM ``pubkeys``), and a role for ``subject``, bound to ``audience``, holding the broker's policy and ci-read.
+    ``leeway``: the role's clock_skew_leeway (seconds; OpenBao's default otherwise). (mount, role)."""
+    root = server.client()
+    mount = f"jwt-{uuid.uuid4().hex[:8]}"
+    root.sys.enable_auth_method("jwt", path=mount)
+    keys: dict[str, Any] = {"jwks_url": jwks_url} if jwks_url is not None else {"jwt_validation_pubkeys": pubkeys}
+    root.auth.jwt.configure(bound_issuer=issuer, path=mount, **keys)
+    root.sys.create_or_update_policy("broker", BROKER_POLICY)
+    reader = f"{mount}-config"  # broker doctor reads the method's keys and bound issuer
+    root.sys.create_or_update_policy(reader, f'path "auth/{mount}/config" {{ capabilities = ["read"] }}')
+    role = "broker"
+    settings: dict[str, Any] = {"clock_skew_leeway": leeway} if leeway is not None else {}
+    root.auth.jwt.create_role(
+        role,
+        role_type="jwt",
+        allowed_redirect_uris=[],
+        user_claim="sub",
+        bound_subject=subject,
+        bound_audiences=[audience],
+        token_policies=["broker", "ci-read", reader],
+        token_ttl="20m",
+        path=mount,
+        **settings,
+    )
+    return mount, role
+
+
+def transit_key(server: OpenBao, key_type: str = "ecdsa-p256") -> str:
+    """A transit key of ``key_type`` (the engine enabled at ``transit`` when it is not), named uniquely."""
+    root = server.client()
+    if "transit/" not in root.sys.list_mounted_secrets_engines()["data"]:
+        root.sys.enable_secrets_engine("transit", path="transit")
+    name = f"issuer-{uuid.uuid4().hex[:8]}"
+    root.secrets.transit.create_key(name, key_type=key_type)
+    return name

@@ -113,6 +113,10 @@ class MintContext:
     #: revocations share a budget keeps part of it for the sessions the policy issues.
     delegated: bool = False
     proxied: bool = False  # inject: proxy: the secret stays in the session's proxy (AWS: a Deny of new credentials)
+    #: Who the session is, for a provider whose credential names it (a token of the broker's issuer carries them).
+    rule: str = ""  # the policy rule that granted the credential
+    sandbox_uid: int | None = None  # the uid the sandbox runs as
+    parent: str | None = None  # a child session's parent session
 
 
 @dataclass(frozen=True)
@@ -194,6 +198,9 @@ class ProxyFacts:
     #: The client signs each request itself (AWS SigV4): the proxy verifies the signature with the placeholder
     #: keys and re-signs with the real ones (``broker.egress.injectors.sigv4``) instead of swapping a header.
     resigns: bool = False
+    #: Its credentials go only by the proxy (an OAuth access token, an exchanged token): a manifest asking for
+    #: their files (``inject: file``) is refused.
+    proxy_only: bool = False
 
 
 class RevokeOutcome(enum.StrEnum):
@@ -252,6 +259,12 @@ class Provider(ABC, Generic[RequestT]):
     revokes_with_kept_secret: ClassVar[bool] = False
     #: How the egress proxy puts its secrets in; None: its credentials cannot be ``inject: proxy``.
     proxy: ClassVar[ProxyFacts | None] = None
+    #: A running exec renews its file-delivered credentials before they end, in place (a projected token: the
+    #: sandbox reads the file again); others are renewed there only behind the proxy (``inject: proxy``).
+    projected: ClassVar[bool] = False
+    #: Its credentials are tokens of the broker's issuer: once their session is revoked, each one's ``jti`` (in its
+    #: ``reference``) is listed at ``/.well-known/revoked`` until it ends.
+    revoked_by_jti: ClassVar[bool] = False
     #: Names a manifest's ``sandbox.env`` may not set: the ones its credentials set, or that would redirect them.
     reserved_env: ClassVar[frozenset[str]] = frozenset()
     #: Variables its clients read for the CAs they trust (pointed at a proxied session's CA bundle too).

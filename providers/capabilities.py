@@ -28,6 +28,16 @@ nothing to register.
   ``Provider.proxy``): it hands the core their files with placeholders in them
   and the secret the proxy puts in, so no module of the core knows where its
   files hold a secret (``broker.core.credential.proxied`` makes the injector).
+* ``KeepsSecrets``: keeps a secret another instance of the config reads and
+  writes back (Vault's KV v2: an OAuth refresh token, rotated at each use).
+* ``UsesKeptSecrets``: keeps its own secret in such an instance; the config
+  hands it the instances once all are built (``broker.core.inputs.config``).
+* ``UsesIssuer``: it signs with the broker's OpenID Connect issuer
+  (``[identity]``): its credentials are session tokens, or it logs in or
+  federates with one instead of a long-lived key. The core hands it a
+  ``TokenIssuer`` when the broker opens, as it hands ``SharesLocks`` its locks.
+* ``TransitSigning``: it signs with a key that never leaves it (Vault's
+  transit engine): the issuer's key, when ``[identity] transit_key`` names it.
 """
 
 from __future__ import annotations
@@ -43,19 +53,29 @@ from typing import Any, Protocol, runtime_checkable
 from broker.vocab.checks import Check
 from broker.vocab.secret import AwsKeys, Secret
 from providers.base import Grant, MintContext, MintedCredential, ProxiedCredential, RevokeTarget
+from providers.issuer import MAX_TOKEN_LIFETIME, SignedToken, TokenIssuer, TransitKey, TransitSigning, UsesIssuer
 
 __all__ = [
     "CAPABILITIES",
+    "MAX_TOKEN_LIFETIME",
     "ChecksGrants",
     "DenyBudget",
     "DenyRecord",
     "FindsMinted",
     "FleetState",
+    "KeepsSecrets",
+    "KeptSecret",
     "Narrowing",
     "Placeholding",
     "Refreshing",
     "Reserving",
     "SharesLocks",
+    "SignedToken",
+    "TokenIssuer",
+    "TransitKey",
+    "TransitSigning",
+    "UsesIssuer",
+    "UsesKeptSecrets",
     "VersionedSecrets",
     "Warming",
 ]
@@ -257,6 +277,37 @@ class Placeholding(Protocol):
         read from the credential alone (no call)."""
 
 
+@dataclass(frozen=True)
+class KeptSecret:
+    """A secret as its keeper holds it, and the version it read (what a write back must still find there)."""
+
+    value: Secret
+    version: int
+
+
+@runtime_checkable
+class KeepsSecrets(Protocol):
+    """Keeps secrets another provider instance reads and rewrites (Vault's KV v2 engine, ``secret_mount``)."""
+
+    def read_kept(self, path: str, field: str) -> KeptSecret:
+        """The field's value and the secret's current version; ``ProviderError`` when it cannot be read, or the
+        field is missing, empty or not one line of printable text."""
+
+    def write_kept(self, path: str, field: str, value: Secret, version: int) -> bool:
+        """Write ``value`` into the field (the secret's other fields kept) if the secret is still at ``version``
+        (check-and-set); False when another writer got there first (theirs stays). ``ProviderError`` when it
+        cannot be written."""
+
+
+@runtime_checkable
+class UsesKeptSecrets(Protocol):
+    """Keeps a secret of its own in another instance of the config (an OAuth refresh token in Vault's KV)."""
+
+    def use_keepers(self, instances: Mapping[str, object]) -> None:
+        """Take the instance it names from the config's ``instances`` (called once all are built); a
+        ``ConfigError`` naming its key when that is not one of the config's ``KeepsSecrets`` instances."""
+
+
 #: Every capability, in the order this module describes them.
 CAPABILITIES = (
     Warming,
@@ -268,4 +319,8 @@ CAPABILITIES = (
     Narrowing,
     VersionedSecrets,
     Placeholding,
+    KeepsSecrets,
+    UsesKeptSecrets,
+    UsesIssuer,
+    TransitSigning,
 )

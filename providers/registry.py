@@ -17,6 +17,9 @@ PROVIDER_TYPES: dict[str, str] = {
     "vault": "providers.vault.provider:VaultProvider",
     "aws_sts": "providers.aws.provider:AwsStsProvider",
     "github_app": "providers.github.provider:GitHubAppProvider",
+    "oauth": "providers.oauth.provider:OAuthProvider",
+    "identity": "providers.identity.provider:IdentityProvider",
+    "token_exchange": "providers.token_exchange.provider:TokenExchangeProvider",
 }
 
 

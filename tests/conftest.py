@@ -13,4 +13,5 @@ pytest_plugins = [
     "tests.fixtures.install",
     "tests.fixtures.otlp",
     "tests.fixtures.gateway",
+    "tests.fixtures.oauth",
 ]

@@ -15,6 +15,7 @@ import json
 import sys
 
 from broker.vocab.durations import format_duration
+from broker.vocab.sizes import format_size
 
 TYPE_CHECKING = False  # typing itself is not imported at run time: the thin client prints through this module
 if TYPE_CHECKING:
@@ -128,7 +129,22 @@ def decision_lines(decision: dict[str, Any]) -> list[str]:
     operations = decision.get("operations")
     if operations:
         lines += operations_lines(operations)
+    limits = decision.get("limits")
+    if limits:
+        lines += limits_lines(limits)
     return lines
+
+
+def limits_lines(limits: dict[str, Any]) -> list[str]:
+    """The sandbox's limits (``sandbox.limits`` within its rules'), or why the manifest's are denied."""
+    if limits["reasons"]:
+        return ["  sandbox limits: denied", *(f"    - {reason}" for reason in limits["reasons"])]
+    values = ", ".join(
+        f"{key} {format_size(limits[key]) if key == 'memory' else limits[key]}"
+        for key in ("memory", "cpus", "pids")
+        if key in limits
+    )
+    return [f"  sandbox limits: {values}"]
 
 
 def _listed(items: list[str]) -> str:
@@ -142,7 +158,7 @@ def operations_lines(operations: dict[str, Any]) -> list[str]:
         lines = ["  operations: denied (the manifest widens the rule's)"]
         return lines + [f"    - {reason}" for reason in operations["reasons"]]
     lines = [f"  operations (rule {operations['rule']}, enforced by the session's proxy):"]
-    seen: dict[str, set[str]] = {"git": set(), "github_api": set(), "http": set()}
+    seen: dict[str, set[str]] = {"git": set(), "github_api": set(), "http": set(), "mcp": set()}
 
     def applies(kind: str, hosts: list[str]) -> bool:
         fresh = not set(hosts) <= seen[kind]
@@ -165,6 +181,15 @@ def operations_lines(operations: dict[str, Any]) -> list[str]:
     for entry in operations["http"]:
         if applies("http", [entry["host"]]):
             lines.append(f"    http on {entry['host']}: {_listed(entry['methods'])} on {_listed(entry['paths'])}")
+    for entry in operations.get("mcp", []):
+        if applies("mcp", [entry["host"]]):
+            tools, prompts = entry["tools"], entry["prompts"]
+            globs = [f"{tool}({', '.join(f'{k}={v}' for k, v in a.items())})" for tool, a in tools["arguments"].items()]
+            arguments = _listed(globs)
+            lines.append(f"    mcp on {entry['host']}:")
+            lines.append(f"      tools allow {_listed(tools['allow'])}; deny {_listed(tools['deny'])}")
+            lines.append(f"      arguments {arguments}")
+            lines.append(f"      resources {_listed(entry['resources'])}; prompts allow {_listed(prompts['allow'])}")
     return lines
 
 
@@ -293,9 +318,17 @@ def denied(document: Any, values: Mapping[str, object]) -> None:
     _lines(values, document, [decided_line(document, "deny")])
 
 
+def published(document: Any, values: Mapping[str, object]) -> None:
+    """``broker identity jwks|discovery|revoked``: the document as the issuer publishes it."""
+    show(document)
+
+
 def exec_ended(document: Any, values: Mapping[str, object]) -> None:
-    """``broker exec`` prints nothing of its own but how its session's revocation ended, when it did not end well
-    (``revoked``: True, False for incomplete, None when the daemon went away first)."""
+    """``broker exec`` prints nothing of its own but each limit the command went past (``notes``) and how its
+    session's revocation ended, when it did not end well (``revoked``: True, False for incomplete, None when the
+    daemon went away first)."""
+    for note in document.get("notes") or ():
+        sys.stderr.write(f"broker: {note}\n")
     session, revoked = document["session"], document["revoked"]
     if revoked is None:
         message = f"session {session}: the broker daemon went away; broker sweep revokes it"

@@ -82,3 +82,9 @@ def check(command: Command, args: dict[str, object], socket: str) -> int:
     if answer.status == 403:
         raise PolicyDenied(str(answer.document.get("error", "denied by policy")))
     return checked(answer).exit_code
+
+
+def published(command: Command, args: dict[str, object], socket: str) -> int:
+    """``identity jwks|discovery|revoked``: the document the daemon publishes at the command's one route."""
+    render(command, checked(call(socket, "GET", command.routes[0].path)).document, args)
+    return 0

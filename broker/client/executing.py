@@ -11,7 +11,10 @@ command (revoked from outside, expired, the daemon stopped or gone) the hold
 answers early: the proxy refuses already, and the command gets SIGTERM, then
 SIGKILL after a grace period, as direct ``exec`` stops it. The sandbox is the same bubblewrap
 command line as direct ``exec`` (``broker.host.sandbox``), with the
-forwarder in front of the command when there is a proxy.
+forwarder in front of the command when there is a proxy, or the same
+container (``broker.host.containers``: the engine's options are the daemon's
+config, handed over in its answer), in the session's cgroup when the
+session has limits (the daemon checked this host can enforce them).
 """
 
 from __future__ import annotations
@@ -29,9 +32,11 @@ from broker.client.answers import checked
 from broker.client.asking import manifest, render, session_id
 from broker.commands.declaring import Command
 from broker.daemon.transport import Answer, Connection
-from broker.egress.proxy.bridge import forwarder_argv
+from broker.egress.proxy.bridge import forwarder_argv, relay_argv
+from broker.host.containers.engine import EngineOptions
+from broker.host.limits import Limits, limit_notes
 from broker.host.sandbox import EGRESS_SOCKET, check_sandbox_available
-from broker.host.spawning import Launch, launch, stop
+from broker.host.spawning import Ended, Launch, launch, stop
 from broker.vocab.durations import wait_seconds
 from broker.vocab.errors import BrokerError, UsageError
 
@@ -44,12 +49,13 @@ def run_exec(table_entry: Command, args: dict[str, Any], socket: str) -> int:
     command = list(args["command"])
     if not command:
         raise UsageError("exec needs a command: broker exec --task FILE -- CMD ARGS...")
-    check_sandbox_available(args["sandbox"], args["network"])  # before anything is minted, as direct exec does
+    check_sandbox_available(args["sandbox"], args["network"], args["image"])  # before anything is minted, as direct
     workspace = str(Path(args["workspace"]).resolve()) if args["workspace"] else None
     body = {
         "manifest": document,
         "sandbox": args["sandbox"],
         "network": args["network"],
+        "image": args["image"],
         "workspace": workspace or (os.getcwd() if args["sandbox"] == "none" else None),
         "parent_env": {name: os.environ[name] for name in PASSED_TO_DAEMON if name in os.environ},
     }
@@ -64,11 +70,13 @@ def run_exec(table_entry: Command, args: dict[str, Any], socket: str) -> int:
         started = checked(answer)
         session = str(started.document["session"]["session"])
         holder = _Holder(connection, session)
-        status = _run(started.document, command, args, workspace, holder.attach)
+        ended = _run(started.document, command, args, workspace, holder.attach)
         report = holder.finish()
     revoked = None if report is None else not report.exit_code
-    render(table_entry, {"session": session, "revoked": revoked}, args)
-    return status
+    limits = Limits.from_json(started.document["session"].get("limits"))
+    notes = list(limit_notes(ended.past, ended.status, limits))
+    render(table_entry, {"session": session, "revoked": revoked, "notes": notes}, args)
+    return ended.status
 
 
 def _await(socket: str, answer: Answer, wait: float | None) -> str:
@@ -130,8 +138,10 @@ def _run(
     args: dict[str, Any],
     workspace: str | None,
     attach: Callable[[subprocess.Popen[bytes]], None],
-) -> int:
+) -> Ended:
     document = started["session"]
+    socket, sandbox = started["egress_socket"], started["sandbox"]
+    owner = (int(sandbox["uid"]), int(sandbox["gid"]))
     what = Launch(
         command=tuple(command),
         sandbox=args["sandbox"],
@@ -143,7 +153,14 @@ def _run(
         workspace=workspace,
         network=args["network"],
         read_only=tuple(args["read_only"]),
-        egress_socket=started["egress_socket"],
+        egress_socket=socket,
         forwarder=tuple(forwarder_argv(EGRESS_SOCKET, [])),
+        relay=tuple(relay_argv(str(Path(socket).parent), owner)) if socket else (),
+        session=str(document["session"]),
+        limits=Limits.from_json(document.get("limits")),
+        image=args["image"],
+        engine=EngineOptions.from_json(started.get("engine"), args["sandbox"]),
+        read_only_root=bool(started.get("read_only_root", True)),
+        parent_env=os.environ,
     )
     return launch(what, started=attach)

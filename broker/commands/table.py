@@ -94,7 +94,22 @@ def _approvals(method: str, path: str, answer: str) -> Route:
     return Route(method, path, f"{ENDPOINTS}.approvals:{answer}")
 
 
+def _published(word: str, path: str, summary: str, example: str) -> Command:
+    """``identity jwks|discovery|revoked``: a document the issuer publishes, printed as JSON; the daemon answers it
+    at its well-known path, as any listener serving the issuer does (``broker.core.identity.wellknown``)."""
+    return Command(
+        ("identity", word),
+        f"{IDENTITY}:{word}",
+        f"{summary}\n\nExample: broker identity {word}{example}",
+        daemon=True,
+        routes=(Route("GET", path, f"{ENDPOINTS}.identity:published"),),
+        call=f"{CALLS}:published",
+        render=f"{RENDER}:published",
+    )
+
+
 SESSIONS = "broker.cli.sessions"
+IDENTITY = "broker.cli.ops.identity"
 ENDPOINTS = "broker.daemon.endpoints"  # the daemon's functions answering each route
 CALLS = "broker.client.calls"  # the thin client's one-request calls
 RENDER = "broker.cli.render"
@@ -210,7 +225,8 @@ COMMANDS = (
         f"{SESSIONS}.executing:run",
         "Issue, run CMD with only its scoped credentials, revoke when it ends; exit with CMD's status.\n\n"
         "CMD gets a clean environment: PATH, HOME, LANG, TERM, the session's hints and the manifest's sandbox.env.\n"
-        "Example: broker exec --task task.yaml --sandbox bwrap --workspace ./repo -- make test",
+        "Example: broker exec --task task.yaml --sandbox bwrap --workspace ./repo -- make test\n"
+        "Example: broker exec --task task.yaml --sandbox podman --image localhost/agent:1 -- make test",
         (
             Option(
                 "command", kind=REST, required=True, metavar="-- CMD ARGS...", help="The command to run (after --)."
@@ -220,10 +236,11 @@ COMMANDS = (
                 "sandbox",
                 "--sandbox",
                 kind=CHOICE,
-                choices=("none", "bwrap"),
+                choices=("none", "bwrap", "podman", "docker"),
                 default="bwrap",
-                help="Run CMD in bubblewrap, or on the host.",
+                help="Run CMD in bubblewrap, in a container of --image (rootful podman or docker), or on the host.",
             ),
+            Option("image", "--image", help="The container's image, one the engine has (exec never pulls)."),
             Option(
                 "network",
                 "--network",
@@ -246,6 +263,33 @@ COMMANDS = (
         call="broker.client.executing:run_exec",
         render=f"{RENDER}:exec_ended",
         interspersed=False,
+    ),
+    _published(
+        "jwks",
+        "/.well-known/jwks.json",
+        "Print the issuer's JSON Web Key Set: the key that signs now, and each retired one until its last token ends.",
+        " > jwks.json   (to upload where a provider takes keys, not a URL)",
+    ),
+    _published(
+        "discovery",
+        "/.well-known/openid-configuration",
+        "Print the issuer's OpenID Connect discovery document (host it at ISSUER/.well-known/openid-configuration).",
+        "",
+    ),
+    _published(
+        "revoked",
+        "/.well-known/revoked",
+        "Print the jti of each token still alive whose session was revoked (verifiers read /.well-known/revoked).",
+        "",
+    ),
+    Command(
+        ("identity", "rotate-key"),
+        f"{IDENTITY}:rotate_key",
+        "Make a new issuer signing key; the old one stays in the JWKS until the last token it signed ends (1 h).\n\n"
+        "With [identity] transit_key, a new version of the Vault transit key. Verifiers that fetch the JWKS need\n"
+        "nothing; where keys were uploaded, upload broker identity jwks again now.\n"
+        "Example: broker identity rotate-key",
+        (_json("Print the old and new key ids as JSON."),),
     ),
     _network("allow", "Let a running session reach HOST:PORT now, if its rule's network covers it (exit 3 if not)."),
     _network("disallow", "Refuse HOST:PORT to every connection a running session opens from now on."),
@@ -329,4 +373,5 @@ GROUPS = (
     Group("session", "Change a running session's egress allow-list."),
     Group("policy", "Check manifests against the policy; lint policy files."),
     Group("audit", "Verify and read the issuance log."),
+    Group("identity", "The broker as an OpenID Connect issuer: its keys, discovery document and revoked tokens."),
 )

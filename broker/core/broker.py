@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from broker.audit.keys import AuditKeys, load_or_create_keys
 from broker.audit.log import AppendLog, IssuanceLog
 from broker.audit.witness import FlushResult, flush, note_checkpoint
+from broker.core.identity.issuer import Issuer
 from broker.core.inputs.config import Config
 from broker.core.store import ensure_state_dir, open_config_store, state_room
 from broker.core.store.interface import SessionStore
@@ -32,7 +33,7 @@ from broker.vocab.globs import any_match
 from broker.vocab.holding import Lock
 from broker.vocab.session_ids import check_session_id
 from broker.vocab.time import utcnow
-from providers.capabilities import SharesLocks, Warming
+from providers.capabilities import SharesLocks, UsesIssuer, Warming
 
 if TYPE_CHECKING:
     from broker.audit.room import LogRoom
@@ -79,6 +80,15 @@ class Requester:
         return any_match((pattern,), self.name)
 
 
+def hand_issuer(config: Config, issuer: Issuer | None) -> None:
+    """Each provider that signs with the issuer gets it (the config refused one that needs it without it)."""
+    if issuer is None:
+        return
+    for provider in config.providers.values():
+        if isinstance(provider, UsesIssuer):
+            provider.use_issuer(issuer)
+
+
 def preload_providers(broker: Broker, names: set[str], *, minting: bool = True) -> None:
     """Import the SDKs of these providers in this thread, before worker threads use them (or wait for the
     warm-up that imports them: ``broker.core.warming``)."""
@@ -104,6 +114,8 @@ class Broker:
     _policy_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False, compare=False)
     #: The log's room on state_dir's file system (``broker.audit.room``); None in a fleet.
     room: LogRoom | None = None
+    #: The broker as an OpenID Connect issuer (``[identity]``); None without one.
+    issuer: Issuer | None = None
 
     @classmethod
     def open(cls, config: Config, store: SessionStore | None = None, *, teardown: bool = False) -> Broker:
@@ -123,14 +135,11 @@ class Broker:
             provider.use_lock_dir(lock_dir(config.state_dir))
             if fleet is not None:
                 provider.use_fleet(fleet)
-        return cls(
-            config=config,
-            store=store,
-            log=store.issuance_log(keys) or IssuanceLog(config.state_dir, keys),
-            keys=keys,
-            requester=Requester.current(),
-            room=room,
-        )
+        log = store.issuance_log(keys) or IssuanceLog(config.state_dir, keys)
+        requester = Requester.current()
+        issuer = Issuer.of(config, log, str(requester)) if config.identity is not None else None
+        hand_issuer(config, issuer)
+        return cls(config=config, store=store, log=log, keys=keys, requester=requester, room=room, issuer=issuer)
 
     def ready_to_issue(self) -> None:
         """Before a new issue decides anything: room for it on the log's file system (``[audit] min_free``), and a

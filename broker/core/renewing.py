@@ -20,11 +20,11 @@ with no exec of the session on this host it refuses (exit 2).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from broker.core.broker import Broker
 from broker.core.credential.mint import Minting
-from broker.core.credential.revoke import revoke_credential
+from broker.core.credential.replacing import replace_in_files
 from broker.core.inputs.manifest import Manifest, parse_manifest
 from broker.core.inputs.policy import decide
 from broker.core.running.documenting import refresh_document
@@ -108,21 +108,9 @@ def _renew(broker: Broker, session: SessionRecord, manifest: Manifest) -> list[R
     minting = Minting(broker, manifest, decision, session.id, session.expires_at, parent=session.parent)
     generation = 1 + sum(1 for c in broker.store.credentials(session.id) if "~" in c.name)
     for old in due:
-        retired = f"{old.name}~{generation}"
-        broker.store.retire_credential(session.id, old.name, retired)
-        broker.keepsafe.rename(session.id, old.name, retired)
-        request = requests[old.name]
-        credential = minting.mint(request, minting.context(request, ttl_cap=remaining, generation=generation))
-        minting.record(request, credential, renewal_of=retired)
-        directory.unseal()
-        try:
-            directory.write_credential(request.name, credential.files)
-        finally:
-            directory.seal()
+        done = replace_in_files(minting, directory, requests[old.name], old, generation=generation, remaining=remaining)
         generation += 1
-        retired_record = replace(old, name=retired)
-        outcome = revoke_credential(broker, session.id, session.task, retired_record, broker.clock(), reason="renewed")
         assert old.expires_at is not None
-        renewals.append(Renewal(old.name, iso(old.expires_at), iso(credential.expires_at), outcome))
+        renewals.append(Renewal(old.name, iso(old.expires_at), iso(done.credential.expires_at), done.outcome))
     refresh_document(broker, session, {r.name: r.new_expires_at for r in renewals})
     return renewals

@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from broker.host.limits import NO_LIMITS, Limits
+
 
 @dataclass(frozen=True)
 class IssuedCredential:
@@ -62,6 +64,7 @@ class SessionDocument:
     host: str | None = None  # a fleet's store: the host holding the directory (only it touches it)
     parent: str | None = None  # a delegated session: the session it was delegated from (revoked with it)
     proxy_url: str | None = None  # a gateway's session: its proxy, user and no secret (that is proxy/credential)
+    limits: Limits = NO_LIMITS  # what its sandbox may use (the manifest's sandbox.limits within its rules')
 
     def to_json(self) -> dict[str, Any]:
         document: dict[str, Any] = {
@@ -79,6 +82,8 @@ class SessionDocument:
             document["parent"] = self.parent
         if self.proxy_url is not None:
             document["proxy_url"] = self.proxy_url
+        if not self.limits.empty:
+            document["limits"] = self.limits.to_json()
         return document
 
     def file_content(self) -> bytes:
@@ -100,6 +105,7 @@ class SessionDocument:
             host=str(host) if host is not None else None,
             parent=str(parent) if parent is not None else None,
             proxy_url=str(proxy_url) if proxy_url is not None else None,
+            limits=Limits.from_json(data.get("limits")),
         )
 
     def renewed(self, expiry: Mapping[str, str]) -> SessionDocument:

@@ -8,7 +8,10 @@ is working on are skipped (their session lock is held). In order:
    of, remove the directory);
 2. sessions left ``revoking``: finish the revocation;
 3. ``active`` sessions past ``expires_at``: revoke, logged ``session.expired``;
-   credentials of live sessions past their own ``expires_at``: revoke;
+   credentials of live sessions past their own ``expires_at``: revoke; an
+   exec's session whose broker is gone: revoke, then remove what its sandbox
+   left (a container, which does not die with its broker as bubblewrap does,
+   and the session's cgroup);
 4. ended sessions with ``pending`` credentials: retry;
 5. directories and tmpfs mounts under ``runtime_dir`` that belong to no live
    session, and kept revocation secrets nobody needs any more. Only what is
@@ -47,8 +50,10 @@ from broker.core.revoking import RevokeReport, revoke_locked, revoke_session
 from broker.core.store.interface import LIVE_SESSION_STATES, CredentialState, SessionRecord, SessionState
 from broker.core.store.locks import remove_session_lock, sweep_lock, try_lock
 from broker.core.store.rows import MalformedRow
+from broker.host.containers.engine import remove_session_containers
 from broker.host.egress_socket import EGRESS_DIR, remove_session_socket, stale_sessions
 from broker.host.keepsafe import KEEP_DIR
+from broker.host.limits import remove_session_cgroup
 from broker.host.sessiondir import is_broker_session_dir, remove_session_path
 from broker.vocab.holding import holding
 from broker.vocab.session_ids import is_session_id
@@ -142,6 +147,7 @@ def _sweep_session(broker: Broker, session: SessionRecord, now: Any, report: Swe
         elif current.state == SessionState.ACTIVE and current.exec_bound:  # its `broker exec` is gone (lock was free)
             result = revoke_locked(broker, current, reason="exec broker gone")
             report.recovered.append(current.id)
+            _remove_sandbox(current.id)
         elif current.state == SessionState.ACTIVE and current.expires_at <= now:
             result = revoke_locked(broker, current, reason="expired")
             report.expired.append(current.id)
@@ -159,6 +165,14 @@ def _sweep_session(broker: Broker, session: SessionRecord, now: Any, report: Swe
             remove_session_lock(broker.config.state_dir, current.id)
     finally:
         lock.release()
+
+
+def _remove_sandbox(session_id: str) -> None:
+    """What a killed exec's sandbox left running (bubblewrap dies with its broker; a container does not): its
+    container, and its cgroup with any process in it. Only root made them."""
+    if os.geteuid() == 0:
+        remove_session_containers(session_id)
+        remove_session_cgroup(session_id)
 
 
 def _finish_asked(broker: Broker, session_id: str) -> bool:

@@ -38,7 +38,8 @@ from broker.core.revoking import RevokeReport
 from broker.core.running.session import ProxyPlan, RunningSession, RunPlan
 from broker.daemon.access import owned_session
 from broker.daemon.peer import Peer
-from broker.host.sandbox import check_network_enforceable
+from broker.host.containers.engine import ENGINES, IMAGE, NO_OPTIONS
+from broker.host.sandbox import check_network_enforceable, limits_check
 from broker.vocab.errors import BadInput
 
 WAKE = 0.5  # how often a hold looks at the session's expiry and the daemon's stop
@@ -78,8 +79,13 @@ class Holds:
         if mode == "allowlist":
             # A launcher that is not root binds the socket into its own sandbox: it passes through the
             # directory, which stays the daemon's (it can swap nothing there); bwrap run by root needs no way in.
-            proxy = ProxyPlan(_socket_owner(peer, manifest), passable=peer.uid not in (0, os.geteuid()))
-        plan = RunPlan(_sandbox_peer(peer, manifest), proxy, approved=approved_request(broker, peer, body))
+            # A container's forwarder, a host process serving as the sandbox user, passes through to the socket too.
+            passable = peer.uid not in (0, os.geteuid()) or options.sandbox in ENGINES
+            proxy = ProxyPlan(_socket_owner(peer, manifest), passable=passable)
+        enforce = limits_check(options.sandbox, root=peer.uid == 0)  # the client runs the sandbox, on this host
+        plan = RunPlan(
+            _sandbox_peer(peer, manifest), proxy, approved=approved_request(broker, peer, body), enforce=enforce
+        )
         session = RunningSession(broker, manifest, plan).open()
         with self._mutex:
             self._held[session.id] = session
@@ -91,6 +97,8 @@ class Holds:
             "sandbox": {"uid": manifest.sandbox.uid, "gid": manifest.sandbox.gid},
             "network": mode,
             "egress_socket": str(session.egress_socket) if session.egress_socket is not None else None,
+            "read_only_root": manifest.sandbox.read_only_root,
+            "engine": broker.config.engines.get(options.sandbox, NO_OPTIONS).to_json(),
         }
 
     def hold(self, broker: Broker, session: RunningSession, link: Link, stopping: threading.Event) -> RevokeReport:
@@ -133,9 +141,11 @@ def _request(broker: Broker, peer: Peer, body: Any) -> tuple[Manifest, ExecOptio
         raise BadInput("exec needs a JSON object with the manifest under 'manifest'")
     document = json.dumps(body["manifest"]).encode()
     manifest = parse_manifest(document, broker.config, as_json=True, identity=(peer.uid, peer.gid))
-    sandbox, network = body.get("sandbox", "bwrap"), body.get("network")
-    if sandbox not in ("bwrap", "none") or network not in (None, "none", "host", "allowlist"):
-        raise BadInput("exec: sandbox is bwrap or none, network none, host or allowlist")
+    sandbox, network, image = body.get("sandbox", "bwrap"), body.get("network"), body.get("image")
+    if sandbox not in ("bwrap", "none", *ENGINES) or network not in (None, "none", "host", "allowlist"):
+        raise BadInput("exec: sandbox is bwrap, podman, docker or none, network none, host or allowlist")
+    if image is not None and not (isinstance(image, str) and IMAGE.fullmatch(image)):
+        raise BadInput("exec: image is an image reference")
     workspace = body.get("workspace")
     if workspace is not None and not isinstance(workspace, str):
         raise BadInput("exec: workspace is a path")
@@ -144,7 +154,8 @@ def _request(broker: Broker, peer: Peer, body: Any) -> tuple[Manifest, ExecOptio
         isinstance(parent_env, dict) and all(isinstance(v, str) for v in parent_env.values())
     ):
         raise BadInput("exec: parent_env maps names to strings")
-    return manifest, ExecOptions(command=(), sandbox=sandbox, network=network, workspace=_path(workspace))
+    options = ExecOptions(command=(), sandbox=sandbox, network=network, workspace=_path(workspace), image=image)
+    return manifest, options
 
 
 def _path(value: str | None) -> Path | None:

@@ -30,10 +30,13 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
+from broker.host.containers.engine import ENGINES, check_image
+from broker.host.containers.relay import unshare_path
+from broker.host.limits import CONTAINER_KEYS, Limits, check_enforceable
 from broker.vocab.errors import BadInput
 
 WORKSPACE = "/workspace"
@@ -67,20 +70,53 @@ def bwrap_path() -> str | None:
 
 
 def check_network_enforceable(sandbox: str, network: str | None) -> None:
-    """An allow-list only a network namespace can enforce: refused without bubblewrap."""
-    if network == "allowlist" and sandbox != "bwrap":
-        raise BadInput("--network allowlist needs --sandbox bwrap: only a network namespace can enforce it")
+    """An allow-list only a network namespace can enforce: refused without bubblewrap or podman."""
+    if network != "allowlist" or sandbox in ("bwrap", "podman"):
+        return
+    if sandbox == "docker":
+        raise BadInput(
+            "--network allowlist with --sandbox docker: docker cannot join the network namespace the broker makes"
+            " for the proxy; use --sandbox podman or bwrap"
+        )
+    raise BadInput("--network allowlist needs --sandbox bwrap or podman: only a network namespace can enforce it")
 
 
-def check_sandbox_available(sandbox: str, network: str | None) -> None:
+def check_sandbox_available(
+    sandbox: str, network: str | None, image: str | None = None, parent_env: Mapping[str, str] | None = None
+) -> None:
     """Refuse before minting anything when the sandbox cannot be built here (direct ``exec`` and its client alike)."""
     check_network_enforceable(sandbox, network)
+    if sandbox in ENGINES:
+        if os.geteuid() != 0:
+            raise BadInput(f"--sandbox {sandbox} runs the engine rootful: run exec as root, or use --sandbox bwrap")
+        check_image(sandbox, image, os.environ if parent_env is None else parent_env)
+        if network == "allowlist" and unshare_path() is None:
+            raise BadInput("unshare is missing (Debian/Ubuntu: apt-get install util-linux)")
+        return
+    if image is not None:
+        raise BadInput("--image is for --sandbox podman or docker")
     if sandbox != "bwrap":
         return
     if bwrap_path() is None:
         raise BadInput("bubblewrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)")
     if os.geteuid() == 0 and not os.path.exists(SETPRIV):
         raise BadInput(f"{SETPRIV} is missing (Debian/Ubuntu: apt-get install util-linux)")
+
+
+def limits_check(sandbox: str, *, root: bool) -> Callable[[Limits], None]:
+    """What refuses a session's limits when this sandbox, run by this launcher, cannot enforce them here (called with
+    the decision's limits, before anything is minted)."""
+
+    def check(limits: Limits) -> None:
+        if limits.empty:
+            return
+        if sandbox not in ("bwrap", *ENGINES):
+            raise BadInput("sandbox.limits need a sandbox to enforce them: --sandbox bwrap, podman or docker")
+        if not root:
+            raise BadInput("sandbox.limits need a root launcher (root makes the session's cgroup); run exec as root")
+        check_enforceable(limits.only(CONTAINER_KEYS) if sandbox in ENGINES else limits)
+
+    return check
 
 
 def _parents(dest: str) -> list[str]:

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from providers.aws.errors import AwsErrors
+from providers.aws.web_identity import WebIdentity, broker_credentials, unsigned_creator
 from providers.warm import botocore_pool, open_connections
 
 if TYPE_CHECKING:
@@ -44,8 +45,12 @@ class AwsClients:
         endpoint_url: str | None = None,
         profile: str | None = None,
         timeout: int = 10,
+        web_identity: WebIdentity | None = None,
     ) -> None:
         self.name = name
+        #: ``web_identity = true``: sessions assumed with the issuer's tokens; the broker's own keys, if any, are
+        #: its role's (``providers.aws.web_identity``), never found on the host.
+        self.web_identity = web_identity
         self.region = region
         self.endpoint_url = endpoint_url
         self.profile = profile
@@ -72,6 +77,9 @@ class AwsClients:
                 import botocore.session
 
                 self._session = botocore.session.Session(profile=self.profile)
+                if self.web_identity is not None:
+                    creator = unsigned_creator(self.region, self.endpoint_url)
+                    broker_credentials(self._session, self.web_identity, self.name, creator)
             return self._session.create_client(
                 service, region_name=self.region, endpoint_url=self.endpoint_url, config=config
             )

@@ -29,6 +29,28 @@ MANUAL = ProviderManual(
         ),
         Key("timeout", "seconds", False, "HTTP timeout.", "10"),
         Key(
+            "web_identity",
+            "boolean",
+            False,
+            "true: each session's role is assumed with AssumeRoleWithWebIdentity and a token of the broker's issuer"
+            " ([identity]); no AWS key on the host (no profile).",
+            "false",
+        ),
+        Key(
+            "web_identity_audience",
+            "string",
+            False,
+            "The tokens' aud (the OIDC provider's client id).",
+            "sts.amazonaws.com",
+        ),
+        Key(
+            "broker_role_arn",
+            "ARN",
+            False,
+            "web_identity: the role the broker's own IAM calls are made as (GetRole, the deny policy), assumed with"
+            ' a token naming the broker; required unless revoke = "expire".',
+        ),
+        Key(
             "proxy_sts_actions",
             "list",
             False,

@@ -13,7 +13,7 @@ same question again, on a connection of its own: it bought no guarantee.) The se
 name is known before AssumeRole and stored with the ``minting`` state, so a
 broker killed before the answer leaves ``sweep`` enough to deny the session.
 Revocation with ``revoke = "deny-policy"`` adds the session to the role's
-``BrokerRevokedSessions`` inline policy (layout in ``providers.aws.deny``);
+``BrokerRevokedSessions`` inline policy (layout in ``providers.aws.deny_policy.layout``);
 before any AssumeRole the core has the provider reserve room there. An
 ``inject: proxy`` credential (``MintContext.proxied``) is assumed with a
 session policy that denies minting credentials
@@ -23,33 +23,33 @@ answers with credentials, which the config may not list).
 
 The provider holds its collaborators: ``clients`` (the botocore clients,
 ``providers.aws.clients``), ``roles`` (GetRole answers, ``providers.aws.roles``),
-``locks`` (who waits for whom on a role, ``providers.aws.locks``),
-``reservations`` (the deny budget, ``providers.aws.budget``) and ``denies``
-(the deny-policy writes, ``providers.aws.revoke``). botocore is imported on
+``locks`` (who waits for whom on a role, ``providers.aws.deny_policy.locks``),
+``reservations`` (the deny budget, ``providers.aws.deny_policy.budget``) and ``denies``
+(the deny-policy writes, ``providers.aws.deny_policy.writes``). botocore is imported on
 first use; manifest and grant parsing live in ``providers.aws.request``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import re
 from collections.abc import Callable, Collection, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from broker.vocab.checks import Check
 from broker.vocab.errors import ProviderError
 from broker.vocab.fields import Fields
-from broker.vocab.secret import Secret
-from providers.aws.budget import Reservations
+from providers.aws.assumed import Asked, assumed_credential
 from providers.aws.clients import AwsClients
 from providers.aws.clients import aware as _aware
-from providers.aws.deny import entries_for
-from providers.aws.files import aws_placeholders, aws_proxy_secret, config_file, credentials_file
+from providers.aws.deny_policy.budget import Reservations
+from providers.aws.deny_policy.layout import entries_for
+from providers.aws.deny_policy.locks import RoleLocks
+from providers.aws.deny_policy.writes import DenyPolicies
+from providers.aws.files import aws_placeholders, aws_proxy_secret
 from providers.aws.health import health_checks
-from providers.aws.locks import RoleLocks
 from providers.aws.names import generation_names, generation_of
 from providers.aws.request import (
     AWS_MAX_TTL,
@@ -61,32 +61,26 @@ from providers.aws.request import (
     compile_aws_grant,
     parse_aws_request,
 )
-from providers.aws.revoke import DenyPolicies
 from providers.aws.roles import Roles
+from providers.aws.settings import DEFAULT_STS_ACTIONS, sts_actions, web_identity
+from providers.aws.web_identity import assume, time_refusal, web_identity_checks
 from providers.base import (
     MintContext,
     MintedCredential,
-    MintRejected,
     Provider,
     ProxyFacts,
     RevokeOutcome,
     RevokeTarget,
 )
-from providers.capabilities import DenyBudget, FleetState
+from providers.capabilities import DenyBudget, FleetState, TokenIssuer
 from providers.warm import Sdk
 
 REGION = re.compile(r"[a-z]{2}(-[a-z0-9]+){1,3}", re.ASCII)
 ENDPOINT = re.compile(r"https?://[A-Za-z0-9.\-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~/-]*)?", re.ASCII)
 PROFILE = re.compile(r"[\w+=,.@-]{1,64}", re.ASCII)
 SESSION_NAME = re.compile(r"[\w+=,.@-]{2,64}", re.ASCII)
-SECRET_TEXT = re.compile(r"[\x21-\x7e]{1,65536}", re.ASCII)  # no whitespace: nothing can break the INI file
 TAG_VALUE = re.compile(r"[\w.:/=+@ -]{0,256}", re.ASCII)
 REVOKE_MODES = ("deny-policy", "expire")
-#: ``proxy_sts_actions``: what the proxy re-signs on STS for inject: proxy (``broker.egress.injectors.sigv4.actions``).
-DEFAULT_STS_ACTIONS = ("GetCallerIdentity",)
-#: STS actions that answer with credentials or a token good elsewhere: the proxy never re-signs them.
-CREDENTIAL_ACTION = re.compile(r"assume.*|get.*(?:token|credentials?)", re.IGNORECASE)
-ACTION_NAME = re.compile(r"[A-Za-z][A-Za-z0-9]{0,127}", re.ASCII)
 
 
 class AwsStsProvider(Provider[AwsStsRequest]):
@@ -140,20 +134,22 @@ class AwsStsProvider(Provider[AwsStsRequest]):
         revoke = fields.string("revoke", required=False, max_len=32) or "deny-policy"
         if revoke not in REVOKE_MODES:
             raise fields.fail("revoke", f"must be one of {', '.join(REVOKE_MODES)}")
+        profile = fields.string("profile", required=False, pattern=PROFILE, max_len=64)
         clients = AwsClients(
             name,
             region=fields.req_string("region", pattern=REGION, max_len=32, hint="e.g. us-east-1"),
             endpoint_url=fields.string(
                 "endpoint_url", required=False, pattern=ENDPOINT, max_len=512, hint="http(s)://host[:port]"
             ),
-            profile=fields.string("profile", required=False, pattern=PROFILE, max_len=64),
+            profile=profile,
             timeout=fields.integer("timeout", minimum=1, maximum=300) or 10,
+            web_identity=web_identity(fields, name, revoke, profile),
         )
         return cls(
             clients,
             revoke=revoke,
             shared_role_writers=fields.boolean("shared_role_writers", False),
-            proxy_sts_actions=_sts_actions(fields),
+            proxy_sts_actions=sts_actions(fields),
         )
 
     @classmethod
@@ -163,6 +159,12 @@ class AwsStsProvider(Provider[AwsStsRequest]):
     @classmethod
     def compile_grant(cls, fields: Fields, *, provider: str, max_ttl: int | None) -> AwsStsGrant:
         return compile_aws_grant(fields, provider=provider, max_ttl=max_ttl)
+
+    @property
+    def reads_roles(self) -> bool:
+        """Whether the broker has an AWS identity of its own to read roles with (not: web identity, no role)."""
+        web = self.clients.web_identity
+        return web is None or web.broker_role_arn is not None
 
     # -- capabilities ----------------------------------------------------------------------
 
@@ -187,7 +189,7 @@ class AwsStsProvider(Provider[AwsStsRequest]):
         live: Callable[[], Sequence[RevokeTarget]],
         now: datetime,
     ) -> contextlib.AbstractContextManager[None] | None:
-        """Room in each role's deny policy (``providers.aws.budget``); none needed without ``deny-policy``."""
+        """Room in each role's deny policy (``providers.aws.deny_policy.budget``); none without ``deny-policy``."""
         if self.revoke_mode != "deny-policy" or not wanted:
             return None
         return self.reservations.reserve(wanted, live, _aware(now))
@@ -199,6 +201,15 @@ class AwsStsProvider(Provider[AwsStsRequest]):
     def deny_budgets(self, roles: Collection[str], live: Sequence[RevokeTarget], now: datetime) -> list[DenyBudget]:
         return self.reservations.budgets(roles, live, _aware(now))
 
+    @property
+    def issuer_needed(self) -> str | None:
+        """``web_identity = true``: sessions (and the broker's role) assumed with the issuer's tokens."""
+        return "web_identity" if self.clients.web_identity is not None else None
+
+    def use_issuer(self, issuer: TokenIssuer) -> None:
+        if self.clients.web_identity is not None:
+            self.clients.web_identity.issuer = issuer
+
     def proxy_actions(self) -> dict[str, frozenset[str]]:
         """The STS actions the proxy re-signs for this instance's proxied credentials (``proxy_sts_actions``)."""
         return {"sts": self.proxy_sts_actions}
@@ -208,8 +219,16 @@ class AwsStsProvider(Provider[AwsStsRequest]):
         return (f"sts.{self.clients.region}.amazonaws.com:443", f"s3.{self.clients.region}.amazonaws.com:443")
 
     def health(self) -> list[Check]:
-        """``GetCallerIdentity`` with the broker's own identity, and the clock; mints nothing."""
-        return health_checks(self.clients)
+        """``GetCallerIdentity`` with the broker's own identity, and the clock; with ``web_identity``, the issuer's
+        keys as AWS fetches them, and no identity check without a broker role (it has none). Mints nothing."""
+        web = self.clients.web_identity
+        if web is None:
+            return health_checks(self.clients)
+        checks = web_identity_checks(self.name, web, self.clients.timeout)
+        if web.broker_role_arn is None:
+            detail = "none of the broker's own: each session's role is assumed with its web identity token"
+            return [*checks, Check("identity", True, detail)]
+        return checks + health_checks(self.clients)  # its GetCallerIdentity is the broker role's test login
 
     def close(self) -> None:
         self.clients.close()
@@ -220,8 +239,11 @@ class AwsStsProvider(Provider[AwsStsRequest]):
         session_name, source_identity = generation_names(context.session_id, request.name, context.generation)
         if not SESSION_NAME.fullmatch(session_name) or not SESSION_NAME.fullmatch(source_identity):
             raise ProviderError(f"aws {self.name}: session id {context.session_id!r} is unusable", retryable=False)
-        role = self.roles.remembered(request.role_name, request.role_arn)
-        if context.ttl > role["MaxSessionDuration"]:
+        web = self.clients.web_identity
+        # Without an identity of its own (web identity, no broker role) the broker reads no role: AWS enforces
+        # MaxSessionDuration, and the answer is checked against the session name alone.
+        role = self.roles.remembered(request.role_name, request.role_arn) if self.reads_roles else None
+        if role is not None and context.ttl > role["MaxSessionDuration"]:
             raise ProviderError(
                 f"aws {self.name}: ttl {context.ttl}s exceeds the MaxSessionDuration"
                 f" {role['MaxSessionDuration']}s of role {request.role_name}",
@@ -245,60 +267,21 @@ class AwsStsProvider(Provider[AwsStsRequest]):
             params["Policy"] = policy
         if request.policy_arns:
             params["PolicyArns"] = [{"arn": arn} for arn in request.policy_arns]
-        with self.clients.errors("AssumeRole"):
-            response = self.clients.client("sts").assume_role(**params)
-        credentials = response.get("Credentials") or {}
-        assumed = response.get("AssumedRoleUser") or {}
-        assumed_role_id = str(assumed.get("AssumedRoleId", ""))
-        expected_id = f"{role['RoleId']}:{session_name}"
-        account = request.role_arn.split(":")[4]
-        partition = request.role_arn.split(":")[1]
-        expected_arn = f"arn:{partition}:sts::{account}:assumed-role/{request.role_name}/{session_name}"
-        expiration = credentials.get("Expiration")
-        secret = Secret(str(credentials.get("SecretAccessKey", "")))
-        token = Secret(str(credentials.get("SessionToken", "")))
-        access_key_id = str(credentials.get("AccessKeyId", ""))
-        problem = ""
-        if assumed_role_id != expected_id or assumed.get("Arn") != expected_arn or not isinstance(expiration, datetime):
-            problem = "AssumeRole answered with an unexpected session"
-        elif not all(SECRET_TEXT.fullmatch(v) for v in (access_key_id, secret.reveal(), token.reveal())):
-            problem = "AssumeRole returned malformed credentials"
-        digest = hashlib.sha256(policy.encode()).hexdigest() if policy else ""
-        reference = {
-            "access_key_id": access_key_id,
-            "assumed_role_id": assumed_role_id,
-            "role_arn": request.role_arn,
-            "role_id": str(role["RoleId"]),
-            "role_session_name": session_name,
-            "source_identity": source_identity,
-            "policy_digest": f"sha256:{digest}" if digest else "",
-        }
-        if problem:  # the session exists at AWS: the core denies it by the name the broker chose
-            ends = _aware(expiration) if isinstance(expiration, datetime) else None
-            rejected = MintedCredential(
-                reference={**reference, "assumed_role_id": expected_id},
-                secret=secret,
-                files={},
-                expires_at=ends or datetime.now(UTC) + timedelta(seconds=context.ttl),
-                scope=request.scope(),
-            )
-            raise MintRejected(f"aws {self.name}: {problem}; the session was not handed out", rejected)
-        assert isinstance(expiration, datetime)
-        return MintedCredential(
-            reference=reference,
-            secret=secret,
-            files={
-                "credentials": credentials_file(access_key_id, secret, token),
-                "config": config_file(self.clients.region, self.clients.endpoint_url),
-            },
-            expires_at=min(_aware(expiration), _aware(context.session_expires_at)),
-            scope=request.scope(),
-            env={
-                "AWS_SHARED_CREDENTIALS_FILE": str(context.mount_dir / "credentials"),
-                "AWS_CONFIG_FILE": str(context.mount_dir / "config"),
-                "AWS_REGION": self.clients.region,
-            },
-        )
+        action, jti = ("AssumeRole", "") if web is None else ("AssumeRoleWithWebIdentity", "")
+        try:
+            with self.clients.errors(action):
+                if web is None:
+                    response = self.clients.client("sts").assume_role(**params)
+                else:
+                    response, jti = assume(self.clients.client("sts"), self.name, web, params, context)
+        except ProviderError as exc:
+            refused = time_refusal(self.name, exc) if web is not None else None
+            if refused is not None:
+                raise refused from None
+            raise
+        asked = Asked(request, session_name, source_identity, policy, action, jti)
+        known = str(role["RoleId"]) if role is not None else None
+        return assumed_credential(self.name, self.clients, asked, known, response, context)
 
     def planned_reference(self, request: AwsStsRequest, context: MintContext) -> dict[str, str]:
         """The role and the session name: enough to deny a session whose AssumeRole answer never arrived."""
@@ -364,24 +347,3 @@ class AwsStsProvider(Provider[AwsStsRequest]):
         wanted = entries_for(user_id, ref.get("source_identity", ""), expires_at)
         self.denies.update(role_name, wanted, now, check=same_role)
         return RevokeOutcome.REVOKED
-
-
-def _sts_actions(fields: Fields) -> frozenset[str]:
-    """``proxy_sts_actions``: the STS actions the proxy re-signs for this instance's ``inject: proxy``
-    credentials; listing one that answers with credentials is an error naming it."""
-    listed = fields.string_list(
-        "proxy_sts_actions",
-        required=False,
-        pattern=ACTION_NAME,
-        min_items=0,
-        max_items=32,
-        max_len=128,
-        hint="an STS action name, e.g. GetCallerIdentity",
-    )
-    if listed is None:
-        return frozenset(DEFAULT_STS_ACTIONS)
-    for index, action in enumerate(listed):
-        if CREDENTIAL_ACTION.fullmatch(action):
-            message = f"{action} answers with new credentials; the proxy never re-signs it"
-            raise fields.fail(f"proxy_sts_actions[{index}]", message)
-    return frozenset(listed)

@@ -1,8 +1,9 @@
 """The broker's own session with one Vault: its login, its client, and the token calls every kind makes.
 
-``VaultSession`` logs in once (a token file, or AppRole), keeps the client
+``VaultSession`` logs in once (a token file, AppRole, or a token of the
+broker's own issuer: ``providers.vault.jwt``), keeps the client
 and its kept-alive connections for as long as the provider lives, renews an
-AppRole login for a long-lived broker, and makes the calls both the session
+AppRole or jwt login for a long-lived broker, and makes the calls both the session
 tokens and the dynamic secrets' lease holders need: create an orphan
 (through ``token_role``, an ``orphan=true`` role, or ``create-orphan``: a
 child would inherit the broker's entity), look up and revoke by accessor,
@@ -20,10 +21,13 @@ from typing import TYPE_CHECKING, Any
 
 from broker.vocab.errors import ConfigError, ProviderError
 from broker.vocab.secret import Secret, read_secret_file
+from providers.vault.jwt import JwtLogin, login
 from providers.warm import with_connection
 
 if TYPE_CHECKING:
     import hvac
+
+    from providers.capabilities import TokenIssuer
 
 
 class VaultSession:
@@ -40,6 +44,7 @@ class VaultSession:
         namespace: str | None,
         token_role: str | None,
         timeout: int,
+        jwt: JwtLogin | None = None,
     ) -> None:
         self.name = name
         self.addr = addr.rstrip("/")
@@ -49,6 +54,8 @@ class VaultSession:
         self.namespace = namespace
         self.token_role = token_role
         self.timeout = timeout
+        self.jwt = jwt  # auth = "jwt": a login with a token of the broker's issuer (``issuer``, handed over)
+        self.issuer: TokenIssuer | None = None
         self._client: hvac.Client | None = None
         self._lock = threading.Lock()
 
@@ -73,6 +80,9 @@ class VaultSession:
             token = read_secret_file(self.token_file, f"providers.{self.name}.token_file")
             client.token = token.reveal()
             return client
+        if self.jwt is not None:
+            login(client, self.name, self.jwt, self.issuer)
+            return client
         assert self.approle is not None
         role_id = read_secret_file(self.approle[0], f"providers.{self.name}.approle_role_id_file")
         secret_id = read_secret_file(self.approle[1], f"providers.{self.name}.approle_secret_id_file")
@@ -83,10 +93,10 @@ class VaultSession:
         return client
 
     def refresh(self, within: int) -> None:
-        """Renew the AppRole login while Vault lets it live long enough; otherwise log in again on next use."""
+        """Renew the AppRole or jwt login while Vault lets it live long enough; otherwise log in again on next use."""
         with self._lock:
             client = self._client
-        if client is None or self.approle is None:  # a token_file token is the operator's to keep alive
+        if client is None or (self.approle is None and self.jwt is None):  # a token_file token is the operator's
             return
         try:
             left = int(client.auth.token.renew_self()["auth"]["lease_duration"])

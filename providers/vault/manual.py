@@ -19,6 +19,22 @@ MANUAL = ProviderManual(
         Key("approle_role_id_file", "path", False, "AppRole role id file, with approle_secret_id_file."),
         Key("approle_secret_id_file", "path", False, "AppRole secret id file (mode 0600)."),
         Key("approle_mount", "string", False, "Mount path of the AppRole auth method.", "approle"),
+        Key(
+            "auth",
+            "token | approle | jwt",
+            False,
+            "jwt: log in with a token of the broker's issuer ([identity]): no Vault token file at all.",
+            "from the files given",
+        ),
+        Key("jwt_role", "string", False, 'auth = "jwt": the role at the jwt auth method, bound to the issuer.'),
+        Key("jwt_mount", "string", False, 'auth = "jwt": mount path of the jwt auth method.', "jwt"),
+        Key(
+            "jwt_audience",
+            "string",
+            False,
+            "auth = \"jwt\": the login token's aud (the role's bound_audiences).",
+            "vault",
+        ),
         Key("namespace", "string", False, "Vault Enterprise / OpenBao namespace."),
         Key(
             "token_role",

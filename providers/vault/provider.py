@@ -28,6 +28,7 @@ from urllib.parse import urlsplit
 from broker.vocab.checks import Check
 from broker.vocab.errors import BrokerError, ConfigError, ProviderError
 from broker.vocab.fields import Fields
+from broker.vocab.secret import Secret
 from providers.base import (
     CredentialRequest,
     Grant,
@@ -39,13 +40,17 @@ from providers.base import (
     RevokeOutcome,
     RevokeTarget,
 )
+from providers.capabilities import KeptSecret, TokenIssuer, TransitKey
 from providers.clock import clock_check
 from providers.placeholders import token_placeholders, token_secret
 from providers.urls import is_loopback_host
+from providers.vault import transit
 from providers.vault.client import VaultSession
 from providers.vault.dynamic import DYNAMIC_KINDS, DynamicRequest
 from providers.vault.health import dynamic_checks
 from providers.vault.identity import entity_check, minted_problems
+from providers.vault.jwt import JwtLogin, jwt_checks
+from providers.vault.kept import read_kept, write_kept
 from providers.vault.leases import Engines
 from providers.vault.narrowing import vault_narrower
 from providers.vault.request import (
@@ -65,6 +70,7 @@ if TYPE_CHECKING:
     import hvac
 
 
+AUTH_METHODS = ("token", "approle", "jwt")
 ADDR = re.compile(r"https?://([A-Za-z0-9.\-]+|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?/?")
 _UNSEEN = "it cannot be looked up (the broker needs update on auth/token/lookup-accessor)"
 
@@ -72,7 +78,8 @@ _UNSEEN = "it cannot be looked up (the broker needs update on auth/token/lookup-
 class VaultProvider(Provider[AnyVaultRequest]):
     """Capabilities: ``Warming``, ``FindsMinted`` (a search of token metadata), ``ChecksGrants``, ``Refreshing``,
     ``Narrowing`` (what a delegated session may ask of a parent's credential), ``VersionedSecrets`` (``kind:
-    secret``), ``Placeholding`` (a token's or a ``kind: secret``'s placeholder in its files)."""
+    secret``), ``Placeholding`` (a token's or a ``kind: secret``'s placeholder in its files), ``KeepsSecrets``
+    (a KV field another instance reads and writes back: an OAuth refresh token)."""
 
     type_name = "vault"
     narrower = staticmethod(vault_narrower)
@@ -112,8 +119,12 @@ class VaultProvider(Provider[AnyVaultRequest]):
         token_file = fields.string("token_file", required=False, max_len=4096)
         role_id = fields.string("approle_role_id_file", required=False, max_len=4096)
         secret_id = fields.string("approle_secret_id_file", required=False, max_len=4096)
-        if (token_file is None) == (role_id is None and secret_id is None):
-            raise ConfigError(f"providers.{name}: set token_file, or approle_role_id_file and approle_secret_id_file")
+        jwt = _jwt_login(fields, name, given=(token_file, role_id, secret_id))
+        if jwt is None and (token_file is None) == (role_id is None and secret_id is None):
+            raise ConfigError(
+                f"providers.{name}: set token_file, or approle_role_id_file and approle_secret_id_file,"
+                ' or auth = "jwt" with jwt_role'
+            )
         if (role_id is None) != (secret_id is None):
             raise ConfigError(f"providers.{name}: approle_role_id_file and approle_secret_id_file go together")
         approle = None
@@ -128,6 +139,7 @@ class VaultProvider(Provider[AnyVaultRequest]):
             namespace=fields.string("namespace", required=False, pattern=POLICY_NAME),
             token_role=fields.string("token_role", required=False, pattern=POLICY_NAME),
             timeout=fields.integer("timeout", minimum=1, maximum=300) or 10,
+            jwt=jwt,
         )
         return cls(vault, Engines.configured(vault, **dynamic_config(fields)))
 
@@ -138,6 +150,25 @@ class VaultProvider(Provider[AnyVaultRequest]):
     @classmethod
     def compile_grant(cls, fields: Fields, *, provider: str, max_ttl: int | None) -> VaultGrant:
         return compile_vault_grant(fields, provider=provider, max_ttl=max_ttl)
+
+    # -- the broker's issuer: a jwt login, the issuer's key in transit ----------------------
+
+    @property
+    def issuer_needed(self) -> str | None:
+        """``auth = "jwt"`` logs in with a token of the broker's issuer (``UsesIssuer``)."""
+        return "auth" if self.vault.jwt is not None else None
+
+    def use_issuer(self, issuer: TokenIssuer) -> None:
+        self.vault.issuer = issuer
+
+    def transit_key(self, mount: str, name: str) -> TransitKey:
+        return transit.read_key(self.vault, mount, name)
+
+    def transit_sign(self, mount: str, name: str, version: int, data: bytes, *, rsa: bool) -> bytes:
+        return transit.sign(self.vault, mount, name, version, data, rsa=rsa)
+
+    def transit_rotate(self, mount: str, name: str) -> None:
+        transit.rotate(self.vault, mount, name)
 
     # -- provider calls ------------------------------------------------------------------
 
@@ -179,6 +210,12 @@ class VaultProvider(Provider[AnyVaultRequest]):
                 minted,
             )
         return minted
+
+    def read_kept(self, path: str, field: str) -> KeptSecret:
+        return read_kept(self.engines, path, field)
+
+    def write_kept(self, path: str, field: str, value: Secret, version: int) -> bool:
+        return write_kept(self.engines, path, field, value, version)
 
     def version_of(self, reference: Mapping[str, str]) -> str | None:
         """The KV version a ``kind: secret`` was read at (``VersionedSecrets``); None for the kinds that expire."""
@@ -240,6 +277,12 @@ class VaultProvider(Provider[AnyVaultRequest]):
         from hvac.adapters import RawAdapter
 
         fix = f"check addr and the broker's token or AppRole files in [providers.{self.name}]"
+        jwt = self.vault.jwt
+        if jwt is not None:
+            fix = (
+                f"check jwt_role in [providers.{self.name}], and that auth/{jwt.mount} verifies with the broker's"
+                " keys (broker identity jwks) and is bound to its issuer"
+            )
         try:
             client = self.vault.client()
             with self.vault.errors("token lookup-self"):
@@ -254,6 +297,8 @@ class VaultProvider(Provider[AnyVaultRequest]):
         results = [Check("login", True, f"token valid at {self.vault.addr} (policies {policies}; {lifetime})")]
         results.append(self._capabilities_check(client))
         results.append(self._entity_check(client, data))
+        if jwt is not None and self.vault.issuer is not None:  # the login above was the test login
+            results += jwt_checks(client, self.name, jwt, self.vault.issuer, self.vault.timeout)
         clock = clock_check(raw.headers.get("Date"), received, f"vault {self.vault.addr}")
         return results + ([clock] if clock else [])
 
@@ -296,3 +341,27 @@ class VaultProvider(Provider[AnyVaultRequest]):
 
     def close(self) -> None:
         self.vault.close()
+
+
+def _jwt_login(fields: Fields, name: str, *, given: tuple[str | None, ...]) -> JwtLogin | None:
+    """``auth = "jwt"`` with ``jwt_role`` (``jwt_mount``, ``jwt_audience``); None for a token file or AppRole."""
+    auth = fields.string("auth", required=False, max_len=16)
+    if auth is not None and auth not in AUTH_METHODS:
+        raise fields.fail("auth", f"must be one of {', '.join(AUTH_METHODS)}")
+    role = fields.string("jwt_role", required=False, pattern=POLICY_NAME)
+    mount = fields.string("jwt_mount", required=False, pattern=POLICY_NAME)
+    audience = fields.string("jwt_audience", required=False, max_len=256)
+    if auth != "jwt":
+        for key, value in (("jwt_role", role), ("jwt_mount", mount), ("jwt_audience", audience)):
+            if value is not None:
+                raise fields.fail(key, 'only with auth = "jwt"')
+        if (auth == "token" and given[0] is None) or (auth == "approle" and given[1:] == (None, None)):
+            files = "token_file" if auth == "token" else "approle_role_id_file and approle_secret_id_file"
+            raise fields.fail("auth", f"{auth} needs {files}")
+        return None
+    if any(value is not None for value in given):
+        message = 'auth = "jwt" logs in with the broker\'s own token: no token or AppRole file'
+        raise ConfigError(f"providers.{name}: {message}")
+    if role is None:
+        raise fields.fail("jwt_role", 'required with auth = "jwt" (the role at auth/jwt bound to the broker\'s issuer)')
+    return JwtLogin(role, mount or "jwt", audience or "vault")

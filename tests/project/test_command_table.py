@@ -25,7 +25,7 @@ def test_the_daemon_answers_the_commands_it_always_answered() -> None:
     names = {command.name for command in ANSWERED}
     assert names == {
         "issue", "revoke", "status", "renew", "exec", "session allow", "session disallow", "approvals", "approve",
-        "deny", "policy check",
+        "deny", "policy check", "identity jwks", "identity discovery", "identity revoked",
     }  # fmt: skip
 
 

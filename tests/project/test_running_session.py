@@ -15,7 +15,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 RUNNING_SESSION = "broker/core/running/session.py"
 #: The parts of a running session (docs/architecture.md, "A running exec session").
-PARTS = ("Halt", "Standing", "ControlSocket", "RunningNetwork", "Rotator", "SecretRefresher", "EvidenceWriter")
+PARTS = (
+    "Halt",
+    "Standing",
+    "ControlSocket",
+    "RunningNetwork",
+    "Rotator",
+    "SecretRefresher",
+    "Projector",
+    "EvidenceWriter",
+)
 
 
 def builders() -> dict[str, set[str]]:

@@ -17,11 +17,38 @@ TABLES: dict[str, dict[str, Any]] = {
     "vault": {"type": "vault", "addr": "http://127.0.0.1:8200", "token_file": "t"},
     "aws_sts": {"type": "aws_sts", "region": "us-east-1"},
     "github_app": {"type": "github_app", "app_id": "1", "private_key_file": "k.pem"},
+    "oauth": {
+        "type": "oauth",
+        "token_url": "https://auth.example.com/token",
+        "client_id": "broker",
+        "refresh_token_file": "rt",
+        "proxy_hosts": ["mcp.example.com:443"],
+    },
+    "identity": {"type": "identity"},
+    "token_exchange": {
+        "type": "token_exchange",
+        "token_endpoint": "https://auth.model.example/oauth/token",
+        "audience": "https://api.model.example",
+    },
 }
 EXPECTED = {
-    "vault": {"Warming", "FindsMinted", "ChecksGrants", "Refreshing", "Narrowing", "VersionedSecrets", "Placeholding"},
-    "aws_sts": {"Warming", "FindsMinted", "Reserving", "SharesLocks", "Narrowing", "Placeholding"},
+    "vault": {
+        "Warming",
+        "FindsMinted",
+        "ChecksGrants",
+        "Refreshing",
+        "Narrowing",
+        "VersionedSecrets",
+        "Placeholding",
+        "KeepsSecrets",
+        "UsesIssuer",
+        "TransitSigning",
+    },
+    "aws_sts": {"Warming", "FindsMinted", "Reserving", "SharesLocks", "Narrowing", "Placeholding", "UsesIssuer"},
     "github_app": {"Warming", "Narrowing", "Placeholding"},
+    "oauth": {"Warming", "SharesLocks", "Placeholding", "UsesKeptSecrets"},
+    "identity": {"Narrowing", "Placeholding", "UsesIssuer"},
+    "token_exchange": {"Narrowing", "Placeholding", "UsesIssuer"},
 }
 
 

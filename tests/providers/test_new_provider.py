@@ -97,4 +97,4 @@ def test_its_keys_and_example_reach_the_reference_and_broker_init(registered: No
     assert "| `labels` | list | no |  | memory: the labels a token may carry. |" in reference
     config = render_config(Path("/etc/broker"), Path("/var/lib/broker"), Path("/run/broker"))
     assert '# [providers.memory]\n# type = "memory"\n' in config
-    assert "table's name (vault, aws, github, memory)" in config
+    assert "table's name (vault, aws, github, oauth, modelx, memory)" in config

@@ -11,6 +11,37 @@ from broker.vocab.manual import Key, Section
 
 DURATION = "duration"
 
+ENGINE_KEYS = (
+    Key(
+        "runtime",
+        "name or path",
+        False,
+        "The engine's --runtime for every run (runc on a host crun fails on).",
+        "its own",
+    ),
+    Key(
+        "ulimits",
+        "list",
+        False,
+        "--ulimit NAME=SOFT[:HARD] for every run (nofile=4096:4096), where the engine's defaults exceed the host's"
+        " hard limits.",
+        "none",
+    ),
+    Key(
+        "extra_args",
+        "list",
+        False,
+        "More of the engine's run options, each --NAME=VALUE with NAME one of annotation, hostname, init-path, label,"
+        " log-driver, log-opt, security-opt (a seccomp or apparmor profile, an SELinux type or level: never"
+        " unconfined) or shm-size; nothing that adds a capability, a device, a mount, a network or another user.",
+        "none",
+    ),
+)
+ENGINE_NOTE = (
+    "broker exec --sandbox podman|docker --image IMAGE runs the engine's CLI as root: the container as the manifest's"
+    " sandbox user, --cap-drop=ALL, no-new-privileges, a read-only root, --pull=never, --init."
+)
+
 CORE_CONFIG = (
     Section(
         "Config: top level",
@@ -87,6 +118,8 @@ CORE_CONFIG = (
             Key("egress", "table", False, "[egress]: the session proxy's upstream trust, and its evidence budget."),
             Key("telemetry", "table", False, "[telemetry]: traces to an OpenTelemetry collector."),
             Key("gateway", "table", False, "[gateway]: broker serve's one egress proxy for many sessions."),
+            Key("sandbox", "table", False, "[sandbox.podman], [sandbox.docker]: what exec's container engine needs."),
+            Key("identity", "table", False, "[identity]: the broker as an OpenID Connect issuer."),
         ),
         "Relative paths are relative to the config file. Durations: 90s, 15m, 1h or whole seconds.",
     ),
@@ -237,6 +270,46 @@ CORE_CONFIG = (
         " and revokes them when broker serve stops. See docs/gateway.md.",
     ),
     Section(
+        "Config: [identity]",
+        "identity",
+        (
+            Key(
+                "issuer",
+                "URL",
+                True,
+                "The issuer (iss): https, plain http only for 127.0.0.0/8, ::1 or localhost; no user, query or"
+                " fragment. Verifiers fetch ISSUER/.well-known/openid-configuration and the JWKS it names.",
+            ),
+            Key(
+                "signing_key_file",
+                "path",
+                False,
+                "The signing key and the retired public keys (JSON, 0600), created on first use.",
+                "identity.key beside audit_key",
+            ),
+            Key("algorithm", "ES256 | RS256", False, "A new file key's algorithm.", "ES256"),
+            Key(
+                "transit_key",
+                "string",
+                False,
+                "Sign with this Vault transit key instead (ecdsa-p256, or rsa-2048 and larger): it never leaves"
+                " Vault; each version stays in the JWKS until its last token ends.",
+            ),
+            Key(
+                "transit_vault",
+                "string",
+                False,
+                "The vault instance whose transit engine holds it (one that does not log in with the issuer's own"
+                " tokens).",
+                "the one vault instance",
+            ),
+            Key("transit_mount", "string", False, "Mount path of that transit engine.", "transit"),
+        ),
+        "Alone it makes the broker an issuer, with a provider instance named identity (provider: identity);"
+        " broker identity jwks, discovery, revoked and rotate-key, and broker serve's well-known routes, publish"
+        " it. A token lives at most an hour and never past its session. See docs/identity.md.",
+    ),
+    Section(
         "Config: [telemetry]",
         "telemetry",
         (
@@ -250,4 +323,14 @@ CORE_CONFIG = (
         " broker[otel] (the OpenTelemetry SDK and its OTLP/HTTP exporter), imported only when otlp_endpoint is set."
         " Span attributes are ids (session, task, credential, provider, rule), never secrets.",
     ),
+    Section(
+        "Config: [sandbox]",
+        "sandbox",
+        (
+            Key("podman", "table", False, "[sandbox.podman]: every rootful podman run of broker exec.", "none"),
+            Key("docker", "table", False, "[sandbox.docker]: every rootful docker run of broker exec.", "none"),
+        ),
+    ),
+    Section("Config: [sandbox.podman]", "sandbox.podman", ENGINE_KEYS, ENGINE_NOTE),
+    Section("Config: [sandbox.docker]", "sandbox.docker", ENGINE_KEYS, ENGINE_NOTE),
 )

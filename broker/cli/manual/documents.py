@@ -19,6 +19,11 @@ def operations_sections(title: str, path: str) -> tuple[Section, ...]:
     )
 
 
+LIMIT_KEYS = (
+    Key("memory", "size", False, "Memory, no swap beyond it: 256MiB, 4GiB (at least 4MiB).", "not limited"),
+    Key("cpus", "number", False, "CPUs' worth of time: 2, 0.5 (thousandths at most; up to 1024).", "not limited"),
+    Key("pids", "integer", False, "Processes and threads at once (8 to 4194304).", "not limited"),
+)
 DESTINATION = "HOST:PORT, *.SUFFIX:PORT (two labels or more), IP:PORT or [IPv6]:PORT"
 
 CORE_MANIFEST = (
@@ -44,7 +49,25 @@ CORE_MANIFEST = (
             Key("gid", "integer", False, "Group of the files.", "the caller"),
             Key("env", "table", False, "Extra non-secret variables for broker exec (secret-looking names refused)."),
             Key("mount_path", "path", False, "Where the launcher mounts the session directory.", "/run/secrets"),
+            Key("limits", "table", False, "What the sandbox may use (broker exec, every sandbox kind).", "the rule's"),
+            Key(
+                "read_only_root",
+                "boolean",
+                False,
+                "A container's root file system is read-only (bubblewrap's always is); false: writable.",
+                "true",
+            ),
         ),
+    ),
+    Section(
+        "Manifest: sandbox.limits",
+        "sandbox.limits",
+        LIMIT_KEYS,
+        "At least one key. Each at most the smallest value any rule the session draws on gives it (its limits),"
+        " else denied (exit 3 naming the key); a key left out takes that value. Never dropped: under a rule without"
+        " limits they are the session's all the same, and an exec whose host cannot enforce them refuses (exit 2)"
+        " before anything is minted. Past memory the OOM killer ends a process (exec reports it, exit 137), past"
+        " pids a fork fails with EAGAIN.",
     ),
     Section(
         "Manifest: network",
@@ -116,6 +139,7 @@ CORE_POLICY = (
                 " policy checks finding a wider manifest too. Past it: HTTP 429, exit 3.",
                 "256",
             ),
+            Key("limits", "table", False, "The ceiling of its sessions' sandbox.limits (see rules[].limits).", "none"),
             Key("grants", "list", True, "What the rule allows, per provider instance."),
         ),
         "Deny by default: every credential must be covered by a grant of a rule matching task and requester.",
@@ -134,6 +158,13 @@ CORE_POLICY = (
             ),
             Key("timeout", DURATION, False, "To decide, and then to collect the approved session (at most 7d).", "15m"),
         ),
+    ),
+    Section(
+        "Policy file: rules[].limits",
+        "rules[].limits",
+        LIMIT_KEYS,
+        "The same keys as a manifest's sandbox.limits: a manifest above them is denied (exit 3), a manifest without"
+        " a key gets it. A session drawing on several rules gets the smallest of each.",
     ),
     Section(
         "Policy file: rules[].grants[]",

@@ -22,6 +22,7 @@ def run(
     command: list[str],
     task: str,
     sandbox: str,
+    image: str | None,
     network: str | None,
     workspace: Path | None,
     read_only: list[str],
@@ -35,6 +36,7 @@ def run(
         network=network,
         workspace=workspace,
         read_only=tuple(read_only),
+        image=image,
     )
     config = invocation.load_config()
     manifest = load_manifest(task, config)
@@ -45,5 +47,5 @@ def run(
             pending_notice(broker, pending, seconds, False)
 
         result = execute(broker, manifest, options, wait=seconds, on_pending=notice)
-    exec_ended({"session": result.session, "revoked": result.revoke.complete}, {})
+    exec_ended({"session": result.session, "revoked": result.revoke.complete, "notes": list(result.notes)}, {})
     return result.status

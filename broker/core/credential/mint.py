@@ -56,7 +56,8 @@ class Minting:
 
     def context(self, request: CredentialRequest, *, ttl_cap: int | None = None, generation: int = 0) -> MintContext:
         """What the provider is told about the session it mints ``request`` for; ``ttl_cap`` shortens its TTL."""
-        ttl = self.decision.credential(request.name).ttl
+        decided = self.decision.credential(request.name)
+        ttl = decided.ttl
         assert ttl is not None
         if ttl_cap is not None:
             ttl = min(ttl, ttl_cap)
@@ -70,6 +71,9 @@ class Minting:
             generation=generation,
             delegated=self.parent is not None,
             proxied=request.name in self.manifest.proxied,
+            rule=decided.rule or "",
+            sandbox_uid=self.manifest.sandbox.uid,
+            parent=self.parent,
         )
 
     def mint(self, request: CredentialRequest, context: MintContext) -> MintedCredential:

@@ -48,7 +48,8 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path, PurePosixPath
 
-from broker.core.inputs.config import Config, ProxyTarget
+from broker.core.inputs.config import Config
+from broker.core.inputs.instances import ProxyTarget
 from broker.core.inputs.manifest import Manifest
 from broker.core.inputs.policy import Decision
 from broker.egress.destinations import Destination, DestinationError, allowed, parse_destination

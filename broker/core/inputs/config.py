@@ -18,24 +18,24 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from broker.audit.witness import DEFAULT_WITNESS_RETENTION, WitnessConfig, parse_witness_url
-from broker.core.inputs.directories import check_own_directory
+from broker.core.inputs.directories import check_own_directory, resolve_path
+from broker.core.inputs.identity import IdentityConfig, parse_identity
+from broker.core.inputs.instances import ProxyTarget, build_instances
 from broker.core.inputs.listening import GatewayConfig, listen_address, read_gateway
 from broker.core.inputs.store_url import SHAPE, store_url_problem
-from broker.egress.destinations import Destination, DestinationError, parse_destination
 from broker.egress.evidence.budget import EvidenceBudget, read_evidence_budget
+from broker.host.containers.engine import EngineOptions, read_engines
 from broker.telemetry.settings import TelemetryConfig, parse_telemetry
 from broker.vocab.errors import ConfigError
 from broker.vocab.fields import Fields, shown
 from broker.vocab.files import read_regular_file, shown_path
-from providers.registry import known_types, provider_class
 
 if TYPE_CHECKING:
-    from providers.base import Provider, ProxyFacts
+    from providers.base import Provider
 
 DEFAULT_CONFIG_PATH = Path("/etc/broker/broker.toml")
 CONFIG_ENV = "BROKER_CONFIG"
 MAX_CONFIG_BYTES = 256 * 1024
-INSTANCE_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
 HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 MOUNT_MODES = ("auto", "always", "never")
 
@@ -50,16 +50,6 @@ DEFAULT_SECRET_REFRESH = 60
 DEFAULT_POLICY_REFRESH = 60
 MAX_FLEET_REVOKE_WAIT = 60
 DEFAULT_MIN_FREE = 1 << 30  # [audit] min_free: the free room state_dir needs for a new issue
-
-
-@dataclass(frozen=True)
-class ProxyTarget:
-    """``proxy_hosts`` and ``upstream_ca_file`` of one provider instance: where the proxy puts its secret in,
-    and how (the facts its provider type declares)."""
-
-    hosts: tuple[Destination, ...]
-    facts: ProxyFacts
-    upstream_ca_file: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -98,6 +88,8 @@ class Config:
     min_free: int = DEFAULT_MIN_FREE  # [audit] min_free, bytes (broker.audit.room)
     evidence_budget: EvidenceBudget = field(default_factory=EvidenceBudget)  # [egress] evidence_budget
     gateway: GatewayConfig | None = None  # [gateway]: broker serve's one proxy for many sessions
+    engines: dict[str, EngineOptions] = field(default_factory=dict)  # [sandbox.podman], [sandbox.docker]
+    identity: IdentityConfig | None = None  # [identity]: the broker as an OpenID Connect issuer
 
     @property
     def daemon_settings(self) -> DaemonConfig:
@@ -138,11 +130,6 @@ def _store(fields: Fields, base: Path) -> StoreConfig | None:
 def _default_host() -> str:
     name = socket.gethostname()[:64]
     return name if HOST_NAME.fullmatch(name) else "localhost"
-
-
-def resolve_path(base: Path, value: str) -> Path:
-    path = Path(value)
-    return path if path.is_absolute() else (base / path)
 
 
 def config_path(explicit: str | None) -> Path:
@@ -217,30 +204,10 @@ def parse_config(table: object, path: Path) -> Config:
     egress_ca_file, secret_refresh, policy_refresh, evidence_budget = _egress(fields, base)
     telemetry_table = fields.mapping("telemetry", required=False)
     telemetry = parse_telemetry(telemetry_table, base) if telemetry_table is not None else None
-    providers: dict[str, Provider[Any]] = {}
-    proxy_targets: dict[str, ProxyTarget] = {}
-    table_providers = fields.mapping("providers", required=False)
-    if table_providers is not None:
-        for name, _ in table_providers.items():
-            if not INSTANCE_NAME.fullmatch(name):
-                raise ConfigError(f"providers.{shown(name)}: instance names are lower-case letters, digits, _ and -")
-            instance = table_providers.mapping(name)
-            assert instance is not None
-            type_name = instance.req_string("type")
-            try:
-                cls = provider_class(type_name)
-            except KeyError:
-                raise ConfigError(
-                    f"providers.{name}.type: unknown provider type {type_name[:40]!r}"
-                    f" (known: {', '.join(known_types())})"
-                ) from None
-            target = _proxy_target(instance, name, cls.proxy, base)
-            providers[name] = cls.from_config(name, instance, base)
-            if target is None and cls.proxy is not None and (defaults := providers[name].default_proxy_hosts()):
-                target = ProxyTarget(tuple(parse_destination(host) for host in defaults), cls.proxy)  # AWS's
-            if target is not None:
-                proxy_targets[name] = target
-            instance.done()
+    engines = read_engines(fields.mapping("sandbox", required=False))
+    identity_table = fields.mapping("identity", required=False)
+    identity = parse_identity(identity_table, base, audit_key) if identity_table is not None else None
+    providers, proxy_targets, identity = build_instances(fields.mapping("providers", required=False), identity, base)
     fields.done()
     return Config(
         path=path,
@@ -265,28 +232,9 @@ def parse_config(table: object, path: Path) -> Config:
         min_free=min_free,
         evidence_budget=evidence_budget,
         gateway=gateway,
+        engines=engines,
+        identity=identity,
     )
-
-
-def _proxy_target(instance: Fields, name: str, facts: ProxyFacts | None, base: Path) -> ProxyTarget | None:
-    if facts is None:
-        return None  # any proxy_hosts is an unknown key for the types the proxy cannot put in
-    hosts = instance.string_list("proxy_hosts", required=False, max_items=16)
-    ca_file = instance.string("upstream_ca_file", required=False, max_len=4096)
-    if hosts is None:
-        if ca_file is not None:
-            raise ConfigError(f"providers.{name}.upstream_ca_file: only used with proxy_hosts")
-        return None
-    destinations = []
-    for index, text in enumerate(hosts):
-        try:
-            destination = parse_destination(text)
-        except DestinationError as exc:
-            raise ConfigError(f"providers.{name}.proxy_hosts[{index}]: {exc}") from None
-        if destination.wildcard:
-            raise ConfigError(f"providers.{name}.proxy_hosts[{index}]: name each host; a wildcard is not allowed")
-        destinations.append(destination)
-    return ProxyTarget(tuple(destinations), facts, resolve_path(base, ca_file) if ca_file is not None else None)
 
 
 def _egress(fields: Fields, base: Path) -> tuple[Path | None, int, int, EvidenceBudget]:

@@ -43,3 +43,8 @@ def _home_directories() -> set[Path]:
     """The home directories of root and of every user account (uid 1000 and up, but not nobody)."""
     accounts = [e for e in pwd.getpwall() if e.pw_uid == 0 or FIRST_USER_UID <= e.pw_uid < NOBODY_UID]
     return {Path(e.pw_dir).resolve() for e in accounts if e.pw_dir.startswith("/") and e.pw_dir != "/nonexistent"}
+
+
+def resolve_path(base: Path, value: str) -> Path:
+    path = Path(value)
+    return path if path.is_absolute() else (base / path)

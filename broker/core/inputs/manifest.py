@@ -15,10 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
 from broker.core.inputs.config import Config
+from broker.core.inputs.limits import read_limits
 from broker.core.inputs.strictdata import TaskFile, read_task_file
 from broker.egress.allowlist.lists import read_network_section
 from broker.egress.destinations import Destination, DestinationError, allowed, parse_destination
 from broker.egress.operations import NO_OPERATIONS, Operations, check_network, read_operations
+from broker.host.limits import NO_LIMITS, Limits
 from broker.host.sandbox import BROKER_DIR
 from broker.vocab.errors import ManifestError
 from broker.vocab.fields import Fields, shown
@@ -68,6 +70,8 @@ class Sandbox:
     gid: int
     mount_path: PurePosixPath
     env: tuple[tuple[str, str], ...] = ()
+    limits: Limits = NO_LIMITS  # sandbox.limits: capped by the rules' (broker.core.inputs.limits)
+    read_only_root: bool = True  # a container's root file system (bubblewrap's is always read-only)
 
 
 @dataclass(frozen=True)
@@ -148,6 +152,8 @@ def _parse_sandbox(fields: Fields | None, identity: tuple[int, int]) -> Sandbox:
     uid = fields.integer("uid", minimum=0, maximum=MAX_ID)
     gid = fields.integer("gid", minimum=0, maximum=MAX_ID)
     env = _parse_env(fields.mapping("env", required=False))
+    limits = read_limits(fields.mapping("limits", required=False))
+    read_only_root = fields.boolean("read_only_root", True)
     mount = fields.string("mount_path", required=False, max_len=512)
     mount_path = DEFAULT_MOUNT_PATH
     if mount is not None:
@@ -164,6 +170,8 @@ def _parse_sandbox(fields: Fields | None, identity: tuple[int, int]) -> Sandbox:
         gid=identity[1] if gid is None else gid,
         mount_path=mount_path,
         env=env,
+        limits=limits,
+        read_only_root=read_only_root,
     )
 
 
@@ -260,9 +268,14 @@ def _parse_credential(fields: Fields, config: Config, session_ttl: int | None) -
     inject = fields.string("inject", required=False, max_len=16) or "file"
     if inject not in INJECT_MODES:
         raise fields.fail("inject", "must be file or proxy")
-    if inject == "proxy" and config.providers[provider_name].proxy is None:
+    facts = config.providers[provider_name].proxy
+    if inject == "proxy" and facts is None:
         labels = " and ".join(sorted(cls.proxy.label for cls in provider_classes() if cls.proxy is not None))
         raise fields.fail("inject", f"only {labels} credentials can be put in by the proxy")
+    if inject != "proxy" and facts is not None and facts.proxy_only:
+        raise fields.fail(
+            "inject", f"{facts.label} tokens go only by the proxy (inject: proxy), never into the sandbox"
+        )
     if ttl is not None and session_ttl is not None and ttl > session_ttl:
         raise fields.fail("ttl", "longer than the session's ttl")
     provider_cls = type(config.providers[provider_name])

@@ -15,11 +15,13 @@ from typing import TYPE_CHECKING
 
 from broker.core.inputs.approval import ApprovalNeed, Delegation
 from broker.core.inputs.config import Config
+from broker.core.inputs.limits import capped
 from broker.core.inputs.manifest import Manifest
 from broker.core.inputs.rules import Rule, compile_rule
 from broker.core.inputs.strictdata import parse_document
 from broker.egress.allowlist.lists import NO_NETWORK, NetworkDecision, decide_network
 from broker.egress.operations import NO_OPERATIONS, Operations, narrowed
+from broker.host.limits import NO_LIMITS, Limits
 from broker.vocab.errors import PolicyFileError
 from broker.vocab.fields import Fields
 from broker.vocab.files import read_regular_file
@@ -70,6 +72,8 @@ class Decision:
     operations_reasons: tuple[str, ...] = ()  # each key by which the manifest widens them
     approval: ApprovalNeed | None = None  # minted only once a person approved (broker.core.approvals)
     delegation: Delegation = field(default_factory=Delegation)  # its rules' smallest (depth 0: no children)
+    limits: Limits = NO_LIMITS  # the sandbox's: the manifest's within its rules' (broker.core.inputs.limits)
+    limits_reasons: tuple[str, ...] = ()  # each sandbox.limits key above a rule's
 
     @property
     def reasons(self) -> tuple[str, ...]:
@@ -78,6 +82,7 @@ class Decision:
             *credentials,
             *(f"network: {reason}" for reason in self.network.reasons),
             *self.operations_reasons,
+            *self.limits_reasons,
         )
 
     def denial_message(self, prefix: str = "denied by policy") -> str:
@@ -107,7 +112,12 @@ class Decision:
             **({"operations": self._operations_json()} if self._has_operations() else {}),
             **({"approval": self.approval.to_json()} if self.approval is not None and self.allowed else {}),
             **(self.delegation.to_json() if self.delegation.depth and self.allowed else {}),
+            **({"limits": self._limits_json()} if not self.limits.empty or self.limits_reasons else {}),
         }
+
+    def _limits_json(self) -> dict[str, object]:
+        """The sandbox's limits (memory in bytes, cpus, pids), and each key by which the manifest is above a rule's."""
+        return {**self.limits.to_json(), "reasons": list(self.limits_reasons)}
 
     def _has_operations(self) -> bool:
         return not self.operations.empty or bool(self.operations_reasons)
@@ -216,8 +226,9 @@ def decide(
     asked = manifest.operations
     limiting = next((r for r in rules if r.id == network.rule), None) if network.allowed else None
     operations, widening = (NO_OPERATIONS, ()) if not limiting else narrowed(limiting.id, limiting.operations, asked)
-    allowed = all(d.allowed for d in final) and network.allowed and not widening
     drawn = {rule.id: rule for rule in (*used_rules, *(r for r in rules if r.id == network.rule))}
+    limits, over = capped(manifest.sandbox.limits, ((rule.id, rule.limits) for rule in drawn.values()))
+    allowed = all(d.allowed for d in final) and network.allowed and not widening and not over
     needs = tuple((rule.id, rule.approval) for rule in drawn.values() if rule.approval is not None)
     delegation = Delegation.smallest(rule.delegation for rule in drawn.values())
     approval = ApprovalNeed(needs) if needs else None
@@ -232,6 +243,8 @@ def decide(
         widening,
         approval,
         delegation,
+        limits,
+        over,
     )
 
 

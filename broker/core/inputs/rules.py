@@ -4,7 +4,8 @@ A rule names the tasks and requesters it applies to, the sandbox identities
 its sessions may run as (``sandbox_uids`` and ``sandbox_gids``: single ids
 and inclusive ``"A-B"`` ranges; a rule that lists none allows no session at
 all), its grants (each compiled by its provider type), its network and the
-operations on it (``broker.egress``), and what a person or a child session
+operations on it (``broker.egress``), the ceiling of its sessions' resource
+limits (``limits``: ``broker.core.inputs.limits``), and what a person or a child session
 may do under it (``broker.core.inputs.approval``). The policy's files and
 its decision are ``broker.core.inputs.policy``.
 """
@@ -17,9 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 from broker.core.inputs.approval import ApprovalRule, Delegation, read_approval, read_delegation
 from broker.core.inputs.config import Config
+from broker.core.inputs.limits import read_limits
 from broker.egress.allowlist.lists import read_destinations
 from broker.egress.destinations import Destination
 from broker.egress.operations import NO_OPERATIONS, Operations, check_network, read_operations
+from broker.host.limits import NO_LIMITS, Limits
 from broker.vocab.fields import Fields, shown
 from broker.vocab.globs import any_match
 from providers.base import Grant
@@ -91,6 +94,7 @@ class Rule:
     operations: Operations = NO_OPERATIONS  # what a session may do on its hosts (``broker.egress.operations``)
     approval: ApprovalRule | None = None  # a person decides each session (broker.core.approvals)
     delegation: Delegation = field(default_factory=Delegation)  # the children its exec sessions may ask for
+    limits: Limits = NO_LIMITS  # the ceiling of its sessions' sandbox.limits (broker.core.inputs.limits)
 
     @property
     def allows_no_sandbox(self) -> bool:
@@ -134,6 +138,7 @@ def compile_rule(fields: Fields, config: Config, source: str) -> Rule:
     check_network(fields, operations, network)
     approval = read_approval(fields)
     delegation = read_delegation(fields)
+    limits = read_limits(fields.mapping("limits", required=False))
     fields.done()
     assert tasks is not None
     return Rule(
@@ -151,6 +156,7 @@ def compile_rule(fields: Fields, config: Config, source: str) -> Rule:
         operations,
         approval,
         delegation,
+        limits,
     )
 
 

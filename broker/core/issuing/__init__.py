@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from broker.core.approvals.digest import digest_of, same_digest
@@ -49,6 +49,7 @@ if TYPE_CHECKING:  # an Interception is handed in by a caller running the proxy,
 
     from broker.core.credential.proxied import Interception
     from broker.core.delegation.coverage import Delegated
+    from broker.host.limits import Limits
 
 LOG = logging.getLogger("broker.issue")
 
@@ -79,6 +80,7 @@ def issuing(
     approved: ApprovalRecord | None = None,
     delegated: Delegated | None = None,
     delegation: DelegationSocket | None = None,
+    enforce: Callable[[Limits], None] | None = None,
 ) -> Iterator[SessionDocument]:
     """Issue a session for ``manifest``; the block receives its document and commits it by ending cleanly.
 
@@ -88,6 +90,7 @@ def issuing(
     credentials and the effective operations (``broker.core.credential.proxied``).
     A decision that needs an approval raises ``AwaitingApproval`` once the
     request is stored, unless it is the ``approved`` request's own (same digest).
+    ``enforce`` (an exec's sandbox) refuses limits its host cannot enforce, before anything is minted.
     """
     _require_proxy(manifest, interception)
     broker.ready_to_issue()  # room on the log's disk, and a log that takes records, before anything is decided
@@ -98,6 +101,8 @@ def issuing(
     if interception is not None:
         interception.limit(decision)
     _check_sandbox_owner(manifest)
+    if enforce is not None:
+        enforce(decision.limits)
     if approved is not None:
         _still_as_approved(broker, manifest, decision, approved)
     elif decision.approval is not None and delegated is None:
@@ -123,9 +128,10 @@ def issue(
     *,
     approved: ApprovalRecord | None = None,
     delegation: DelegationSocket | None = None,
+    enforce: Callable[[Limits], None] | None = None,
 ) -> SessionDocument:
     """Issue and commit at once, for a caller with nothing to deliver while the session can be rolled back."""
-    with issuing(broker, manifest, interception, approved=approved, delegation=delegation) as session:
+    with issuing(broker, manifest, interception, approved=approved, delegation=delegation, enforce=enforce) as session:
         return session
 
 

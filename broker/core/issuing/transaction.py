@@ -197,6 +197,7 @@ class Issuing(Minting):
             host=broker.config.host if broker.store.shared else None,  # only this host touches the directory
             parent=self.delegated.parent.id if self.delegated is not None else None,
             proxy_url=proxy_url,
+            limits=self.decision.limits,
         )
 
     def lineage(self) -> dict[str, str]:

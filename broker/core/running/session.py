@@ -32,7 +32,8 @@ Opening, in this order:
    writer;
 7. the proxy's secrets, held until the end (``Interceptor.revoke``);
 8. the renewals (``rotating``) and the refreshes (``refreshing``) of its
-   proxied credentials, behind their placeholders.
+   proxied credentials, behind their placeholders;
+9. the renewals of its projected tokens in their files (``projecting``).
 
 A session a gateway holds (``RunPlan.shared``: ``broker.core.running.shared``)
 is opened the same way, its parts built on what the gateway's sessions share
@@ -44,7 +45,7 @@ exec``) and no command: it ends when revoked (``Halt`` tells the holder), at
 its expiry (a timer), or when the daemon stops.
 
 ``close`` tears them down in exactly the reverse order, then revokes: the
-renewals and refreshes stop first (one under way finishes, so the revocation
+renewals (the projected tokens' first) and refreshes stop first (one under way finishes, so the revocation
 sees every credential they made), the proxy drops its secrets and refuses
 before the providers revoke, the proxy stops (its last ``egress.request``
 records written) and its refusals are logged (``egress.denied``,
@@ -76,6 +77,7 @@ from broker.core.revoking import RevokeReport, revoke_locked
 from broker.core.running.allowing import RunningNetwork
 from broker.core.running.forcing import Renewal
 from broker.core.running.halting import Halt
+from broker.core.running.projecting import Projector
 from broker.core.running.refreshing import SecretRefresher
 from broker.core.running.rotating import Rotator
 from broker.core.running.session_socket import SessionSocket
@@ -98,6 +100,8 @@ from broker.vocab.holding import Lock
 if TYPE_CHECKING:
     import subprocess
 
+    from broker.host.limits import Limits
+
 
 @dataclass(frozen=True)
 class ProxyPlan:
@@ -113,8 +117,9 @@ class ProxyPlan:
 class RunPlan:
     """What a running session is opened with, besides the broker and the manifest: who connects to its
     ``broker.sock`` from inside the sandbox (``inside``), its proxy (None: no proxy), and its approval: the approved
-    request it resumes, or how long to wait for one (None: its rule's timeout; 0: not at all, exit 8); ``shared``:
-    a gateway holds it, its parts built on what the gateway's sessions share (its proxy the gateway)."""
+    request it resumes, or how long to wait for one (None: its rule's timeout; 0: not at all, exit 8); the
+    sandbox's check that it can enforce the session's limits (``enforce``), made before anything is minted;
+    ``shared``: a gateway holds it, its parts built on what the gateway's sessions share (its proxy the gateway)."""
 
     inside: tuple[int, int]
     proxy: ProxyPlan | None = None
@@ -122,6 +127,7 @@ class RunPlan:
     approved: ApprovalRecord | None = None
     wait: float | None = 0.0
     on_pending: Callable[[AwaitingApproval], None] | None = None
+    enforce: Callable[[Limits], None] | None = None  # the sandbox's: refuses limits its host cannot enforce
 
 
 class RunningSession:
@@ -193,14 +199,18 @@ class RunningSession:
     def _issue(self, delegation: DelegationSocket | None) -> SessionDocument:
         broker, manifest, plan = self.broker, self.manifest, self.plan
         try:
-            return issue(broker, manifest, self.interception, approved=plan.approved, delegation=delegation)
+            return issue(
+                broker, manifest, self.interception, approved=plan.approved, delegation=delegation, enforce=plan.enforce
+            )
         except AwaitingApproval as pending:
             if plan.wait == 0 or plan.approved is not None:
                 raise
             if plan.on_pending is not None:
                 plan.on_pending(pending)
             approved = settle(broker, pending.request, wait=plan.wait)
-            return issue(broker, manifest, self.interception, approved=approved, delegation=delegation)
+            return issue(
+                broker, manifest, self.interception, approved=approved, delegation=delegation, enforce=plan.enforce
+            )
 
     def _start(self, delegation: DelegationSocket | None) -> None:
         broker, manifest, session_id, parts, shared = self.broker, self.manifest, self.id, self._parts, self.plan.shared
@@ -232,6 +242,7 @@ class RunningSession:
                 broker, manifest, session_id, expires_at, self.interceptor, standing, None, timers
             )
             self.renewal.attach(parts.enter_context(rotator), parts.enter_context(refresher))
+        parts.enter_context(Projector(broker, manifest, record, standing))  # its session tokens, in their files
         self.halt.attach_proxy(self.proxy, self.interceptor)
         if shared is not None:  # no command ends it: its holder does, at its end at the latest
             left = (record.expires_at - broker.clock()).total_seconds()

@@ -3,7 +3,9 @@
 The checks, in order: the config parses (when it does not, that is the only
 check), the policy files lint, runtime_dir can hold secrets, state_dir is
 writable with ``[audit] min_free`` free for new issues, the signing and
-fingerprint keys are present and private, then each provider instance's own
+fingerprint keys are present and private, the issuer's key signs (``[identity]``: the
+providers that sign with it are handed the issuer first; the tokens the checks
+sign are logged once the installation has a log), then each provider instance's own
 ``health`` checks (login, permissions, clock) with the broker's own
 identity and, once it logs in, what the policy's grants on it need
 (``grant_health``: Vault's dynamic kinds ask a probe lease holder, 60 s
@@ -27,6 +29,8 @@ from typing import Any
 
 from broker.audit.keys import MIGRATE_HINT, load_fingerprint_keys, load_signing_keys
 from broker.audit.witness import object_lock_enabled
+from broker.core.broker import Broker, hand_issuer
+from broker.core.identity.issuer import Issuer, check_issuer_key
 from broker.core.inputs.config import Config, load_config
 from broker.core.inputs.policy import load_policy
 from broker.core.setup.install import POLICY_EXAMPLE_NAME
@@ -69,6 +73,7 @@ def run_doctor(path: Path, more: Callable[[Config], list[Check]] | None = None) 
         where = "run broker init, or point --config / BROKER_CONFIG at the config file"
         fix = where if not os.path.lexists(path) else "correct it (broker init --dir DIR writes a commented example)"
         return DoctorReport(path, (Check("config", False, exc.message, fix),))
+    opened: Broker | None = None
     try:
         checks = [
             check_config(config),
@@ -79,11 +84,19 @@ def run_doctor(path: Path, more: Callable[[Config], list[Check]] | None = None) 
             check_fingerprint_key(config),
             *shared_store_checks(config),
             *check_witness(config),
+        ]
+        if config.identity is not None:
+            opened, issuer = _issuer(config, checks)
+            checks.append(check_identity(issuer))
+        checks += [
             *check_providers(config),
             *check_deny_budgets(config),
             *(more(config) if more is not None else []),
         ]
     finally:
+        if opened is not None:
+            with contextlib.suppress(Exception):
+                opened.close()  # its checkpoint signs the tokens the checks logged
         for provider in config.providers.values():
             with contextlib.suppress(Exception):
                 provider.close()
@@ -245,6 +258,31 @@ def check_witness(config: Config) -> list[Check]:
         Check("witness.lag", not behind, detail, "" if not behind else "restore access; broker sweep retries")
     )
     return checks
+
+
+def _issuer(config: Config, checks: list[Check]) -> tuple[Broker | None, Issuer]:
+    """The issuer, handed to the providers that sign with it: logging to the installation's log when it has one
+    (a broker opened on it, nothing created), else logging nothing (nothing was ever issued here)."""
+    ready = all(check.ok for check in checks if check.name in ("state_dir", "audit_key", "fingerprint_key"))
+    opened = None
+    if ready and has_store(config):
+        with contextlib.suppress(BrokerError):
+            opened = Broker.open(config)
+    issuer = opened.issuer if opened is not None and opened.issuer is not None else Issuer.of(config, None, "doctor")
+    hand_issuer(config, issuer)
+    return opened, issuer
+
+
+def check_identity(issuer: Issuer) -> Check:
+    """The issuer's key is there and signs (made on first use when absent: the first token makes it, not this)."""
+    path = issuer.settings.signing_key_file
+    if issuer.settings.transit_key is None and not os.path.lexists(path):
+        return Check("identity.key", True, f"{issuer.issuer}: {path} is made (0600) when the first token is signed")
+    try:
+        detail = check_issuer_key(issuer)
+    except BrokerError as exc:
+        return Check("identity.key", False, exc.message, "see the error; broker identity rotate-key makes a new key")
+    return Check("identity.key", True, f"{issuer.issuer} signs with {detail}")
 
 
 def check_providers(config: Config) -> list[Check]:

@@ -83,6 +83,13 @@ max_ttl = "12h"
 # must itself be on tmpfs.
 # mount_tmpfs = "auto"
 
+# The broker as an OpenID Connect issuer (docs/identity.md): session tokens
+# (provider: identity), AWS web identity, Vault's jwt login, token exchange.
+# [identity]
+# issuer = "https://broker.example.com"   # https: verifiers fetch its keys there
+# signing_key_file = "identity.key"       # beside audit_key, created 0600 on first use; or:
+# transit_key = "broker-issuer"           # a Vault transit key (ecdsa-p256) that never leaves Vault
+
 # Providers. Uncomment a table, fill it in, then run `broker doctor`. The
 # table's name ({instances}) is the instance name that manifests and
 # policies use; several instances of one type may exist under other names.

@@ -12,7 +12,9 @@ it arrived (request line and headers in their order and case; for an
 ``inject: proxy`` credential it holds the placeholder, never the secret) and
 of the request body as it arrived (``body_complete`` says whether the whole
 body arrived, or the hash covers its start). ``failure`` says why an allowed
-request got no answer from upstream. Text from the request is cut to one
+request got no answer from upstream. The operations kind that decided may
+add fields of its own (``Decision.details``: an MCP call's method, tool and
+the SHA-256 of its arguments). Text from the request is cut to one
 printable line.
 """
 
@@ -58,6 +60,7 @@ class Evidence:
         self.reason = ""
         self.credential: str | None = None
         self.failure: str | None = None
+        self.details: dict[str, Any] = {}
 
     def body(self, data: bytes) -> None:
         self._body.update(data)
@@ -74,6 +77,7 @@ class Evidence:
             decision.kind.value,
             decision.reason,
         )
+        self.details = dict(decision.details)
 
     def refused(self, reason: str) -> None:
         """Refused by something other than the operations check (a guard, an injector, the session's end)."""
@@ -103,4 +107,5 @@ class Evidence:
             "body_sha256": self._body.hexdigest(),
             "body_complete": self.body_complete,
             "failure": self.failure,
+            **self.details,
         }

@@ -60,7 +60,7 @@ class EvidenceWriter:
         room: LogRoom | None = None,
         max_pending: int = 4096,
         max_batch: int = 1024,
-        linger: float = 0.01,
+        linger: float = 0.05,
         pump: EvidencePump | None = None,
     ) -> None:
         self.session, self.task, self.requester = session, task, requester
@@ -86,6 +86,8 @@ class EvidenceWriter:
 
     async def room(self) -> None:
         """Wait until fewer than ``max_pending`` records wait to be written."""
+        if self._pending < self.max_pending:  # the same momentary look as under the lock, without taking it
+            return
         if self._space is None:
             self._loop = asyncio.get_running_loop()
             self._space = asyncio.Event()

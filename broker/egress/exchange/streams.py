@@ -65,6 +65,7 @@ async def read_head(conn: h11.Connection, reader: asyncio.StreamReader, limits: 
             return event
         if received >= limits.max_head_bytes:
             raise Refused(400, f"the request head is larger than {limits.max_head_bytes} bytes")
-        data = await asyncio.wait_for(reader.read(limits.max_head_bytes - received + 1), timeout)
+        async with asyncio.timeout(timeout):  # not wait_for: no task per read, once per request on a kept tunnel
+            data = await reader.read(limits.max_head_bytes - received + 1)
         received += len(data)
         conn.receive_data(data)

@@ -49,7 +49,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Protocol, cast, runtime_checkable
 
 from broker.egress.operations import Answer
 
@@ -124,6 +124,19 @@ class Screening(Protocol):
     """A passage whose answer is read through a screen (see the module docstring)."""
 
     def answer_screen(self) -> AnswerScreen | None: ...
+
+
+_SCREENING: dict[type, bool] = {}  # whether a passage class screens (a runtime protocol check walks its members)
+
+
+def answer_screen(passage: Passage) -> AnswerScreen | None:
+    """The screen ``passage``'s answer is read through (``Screening``), or None; the protocol is checked once per
+    passage class, not on every request."""
+    kind = type(passage)
+    screening = _SCREENING.get(kind)
+    if screening is None:
+        screening = _SCREENING[kind] = isinstance(passage, Screening)
+    return cast(Screening, passage).answer_screen() if screening else None
 
 
 class Injector(Protocol):

@@ -7,7 +7,8 @@ is a ``Decision`` or, when the body decides, a ``BodyCheck`` to feed the body
 to (a push's command list, a GraphQL document, a review). For the host the
 first section of each kind that names it applies: a smart-HTTP request to a
 ``git`` host goes to ``git``; any other request to ``github_api`` or
-``http``; a request no section takes is refused.
+``http``; a request no section takes is refused. An ``mcp`` host has no other
+section: its requests go to ``broker.egress.operations.mcp.check``.
 """
 
 from __future__ import annotations
@@ -17,12 +18,17 @@ from collections.abc import Iterable
 from broker.egress.operations.decision import BodyCheck, Decision, Kind, allowed, refused_github, refused_text
 from broker.egress.operations.git import GitRequest, check_git, classify
 from broker.egress.operations.github import check_api
+from broker.egress.operations.mcp.check import check_mcp
 from broker.egress.operations.model import HttpOperations, Operations
 from broker.egress.operations.routes import METHOD, RouteError, query_of, request_paths
 
 
 def _text(value: bytes | str) -> str:
     return value.decode("latin-1") if isinstance(value, bytes) else value
+
+
+def _bytes(value: bytes | str) -> bytes:
+    return value if isinstance(value, bytes) else value.encode("latin-1")
 
 
 def _encoding(headers: Iterable[tuple[bytes | str, bytes | str]]) -> str:
@@ -55,6 +61,9 @@ class OperationsChecker:
     ) -> Decision | BodyCheck:
         """The decision on a request's head, or the ``BodyCheck`` that decides on its body."""
         rule = self.rule
+        mcp = next((s for s in self.operations.mcp if s.applies(host, port)), None)
+        if mcp is not None:
+            return check_mcp(mcp, rule, _text(method), ((_bytes(k), _bytes(v)) for k, v in headers))
         git = next((s for s in self.operations.git if s.applies(host, port)), None)
         api = next((s for s in self.operations.github_api if s.applies(host, port)), None)
         http = next((s for s in self.operations.http if s.applies(host, port)), None)

@@ -9,6 +9,11 @@ status report for a refused push (built in ``git``), plain text otherwise.
 A request whose answer depends on its body gets a ``BodyCheck`` instead: the
 proxy holds the body while it feeds it in, and forwards what it held (then the
 rest) once a ``Decision`` comes back allowed.
+
+An allowed ``Decision`` may carry an ``AnswerRewrite``: the answer then goes
+through it on its way back (MCP: a ``tools/list`` answer without the tools
+the session may not call), held within the rewrite's own bound; and
+``details``, the fields its kind adds to the ``egress.request`` record.
 """
 
 from __future__ import annotations
@@ -16,7 +21,8 @@ from __future__ import annotations
 import enum
 import json
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Protocol
 
 DOCUMENTATION_URL = (
@@ -32,6 +38,7 @@ class Kind(enum.Enum):
     GIT = "git"
     GITHUB_API = "github_api"
     HTTP = "http"
+    MCP = "mcp"
     NONE = "none"  # no section names the host: operations do not limit it
 
 
@@ -57,6 +64,8 @@ class Decision:
     reason: str
     kind: Kind
     answer: Answer | None = None  # on a refusal: what to send instead of forwarding
+    rewrite: AnswerRewrite | None = field(default=None, compare=False)  # allowed: what the answer goes through
+    details: Mapping[str, object] = field(default_factory=dict, compare=False)  # the kind's own record fields
 
     def to_json(self) -> dict[str, object]:
         """The fields of the evidence record."""
@@ -66,6 +75,24 @@ class Decision:
             "operations": self.kind.value,
             "reason": self.reason,
         }
+
+
+class AnswerRefused(Exception):
+    """An answer an ``AnswerRewrite`` cannot pass on (one line; the proxy answers 502 or cuts the answer off)."""
+
+
+class AnswerRewrite(Protocol):
+    """What an answer goes through before the client gets it; state for one answer."""
+
+    def head(self, status: int, headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+        """The answer's headers as the client gets them (a rewritten body's ``Content-Length`` dropped), or
+        ``AnswerRefused``; headers are lower-case names."""
+
+    def feed(self, data: bytes) -> bytes:
+        """The next piece of the body; what goes to the client now (``AnswerRefused`` past the rewrite's bound)."""
+
+    def end(self) -> bytes:
+        """The body ended: what is left to send."""
 
 
 class BodyCheck(Protocol):

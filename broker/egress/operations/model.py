@@ -1,9 +1,10 @@
 """The values of ``operations``: what a session may do on the hosts a rule (narrowed by a manifest) names.
 
-Three kinds of section. ``git``: git smart HTTP on its hosts (fetches pass,
+Four kinds of section. ``git``: git smart HTTP on its hosts (fetches pass,
 pushes only to refs under ``push``, deletions only with ``delete``).
 ``github_api``: REST routes (deny before allow) and GraphQL mutations.
-``http``: one host's methods and path globs.
+``http``: one host's methods and path globs. ``mcp``: one MCP server's tools,
+resources and prompts (``broker.egress.operations.mcp``).
 
 A session's ``Operations`` holds tuples of sections; for a request the first
 section of a kind whose hosts match is the one that applies (a manifest's
@@ -16,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from broker.egress.destinations import Destination
+from broker.egress.operations.mcp.model import McpOperations
 from broker.egress.operations.routes import Route
 from broker.egress.operations.segments import SegmentGlob
 
@@ -79,25 +81,28 @@ class Operations:
     git: tuple[GitOperations, ...] = ()
     github_api: tuple[GithubApiOperations, ...] = ()
     http: tuple[HttpOperations, ...] = ()
+    mcp: tuple[McpOperations, ...] = ()
 
     @property
     def empty(self) -> bool:
-        return not (self.git or self.github_api or self.http)
+        return not (self.git or self.github_api or self.http or self.mcp)
 
     def hosts(self) -> tuple[Destination, ...]:
         """Every host any section names (the hosts whose TLS the proxy terminates), each once, in order."""
         seen: list[Destination] = []
         for hosts in (*(s.hosts for s in self.git), *(s.hosts for s in self.github_api)):
             seen.extend(h for h in hosts if h not in seen)
-        seen.extend(e.host for e in self.http if e.host not in seen)
+        single: list[Destination] = [e.host for e in self.http] + [e.host for e in self.mcp]
+        seen.extend(h for h in dict.fromkeys(single) if h not in seen)
         return tuple(seen)
 
     def limits(self, host: str, port: int) -> bool:
         """Whether any section names ``host``:``port``."""
-        sections: tuple[GitOperations | GithubApiOperations | HttpOperations, ...] = (
+        sections: tuple[GitOperations | GithubApiOperations | HttpOperations | McpOperations, ...] = (
             *self.git,
             *self.github_api,
             *self.http,
+            *self.mcp,
         )
         return any(s.applies(host, port) for s in sections)
 
@@ -107,6 +112,7 @@ class Operations:
             "git": [s.to_json() for s in self.git],
             "github_api": [s.to_json() for s in self.github_api],
             "http": [e.to_json() for e in self.http],
+            "mcp": [e.to_json() for e in self.mcp],
         }
 
 

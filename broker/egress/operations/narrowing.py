@@ -14,8 +14,10 @@ manifest section names:
   ``segments.SegmentGlob.within``), ``delete`` and ``reviews.approve`` not
   true where the rule's are false, every ``allow`` route within one of the
   rule's, every GraphQL mutation listed by the rule, every ``http`` method and
-  path among the rule's. The rule's ``deny`` routes always stay: they are
-  added to the manifest's.
+  path among the rule's, every ``mcp`` tool, prompt and resource glob within
+  the rule's (``broker.egress.operations.mcp.narrowing``). The rule's ``deny``
+  routes always stay: they are added to the manifest's (and an ``mcp``
+  entry's ``deny`` globs and ``arguments`` rules likewise).
 
 The effective operations are the manifest's sections first, then the rule's
 (the first section of a kind naming a host applies), so a host the manifest
@@ -28,15 +30,17 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from broker.egress.destinations import Destination
+from broker.egress.operations.mcp.model import McpOperations
+from broker.egress.operations.mcp.narrowing import narrow_mcp
 from broker.egress.operations.model import NO_OPERATIONS, GithubApiOperations, GitOperations, HttpOperations, Operations
 from broker.egress.operations.parsing import overlap
 from broker.vocab.errors import PolicyDenied
 
-Section = GitOperations | GithubApiOperations | HttpOperations
+Section = GitOperations | GithubApiOperations | HttpOperations | McpOperations
 
 
 def _hosts(section: Section) -> tuple[Destination, ...]:
-    return (section.host,) if isinstance(section, HttpOperations) else section.hosts
+    return (section.host,) if isinstance(section, HttpOperations | McpOperations) else section.hosts
 
 
 def _listed(items: Sequence[object]) -> str:
@@ -47,7 +51,7 @@ class _Narrowing:
     def __init__(self, granted: Operations) -> None:
         self.granted = granted
         self.problems: list[str] = []
-        sections: list[Section] = [*granted.git, *granted.github_api, *granted.http]
+        sections: list[Section] = [*granted.git, *granted.github_api, *granted.http, *granted.mcp]
         self.limited = [host for section in sections for host in _hosts(section)]
 
     def targets(self, key: str, kind: str, hosts: Sequence[Destination], sections: Sequence[Section]) -> list[Section]:
@@ -57,7 +61,7 @@ class _Narrowing:
             if not any(overlap(limited, host) for limited in self.limited):
                 continue
             section = next((s for s in sections if any(h.covers(host) for h in _hosts(s))), None)
-            where = f"{key}.hosts[{index}]" if kind != "http" else key
+            where = f"{key}.hosts[{index}]" if kind not in ("http", "mcp") else key
             if section is None:
                 self.problems.append(f"{where}: the rule limits {host} and not with {kind} there")
             elif section not in found:
@@ -111,6 +115,13 @@ class _Narrowing:
                     )
         return asked
 
+    def mcp(self, asked: McpOperations) -> McpOperations:
+        """The manifest's entry with its rule's limits added (``broker.egress.operations.mcp.narrowing``)."""
+        for rule in self.targets(f"operations.mcp.{asked.host}", "mcp", (asked.host,), self.granted.mcp):
+            assert isinstance(rule, McpOperations)
+            asked = narrow_mcp(asked, rule, self.problems)
+        return asked
+
 
 def narrow(rule: str, granted: Operations, asked: Operations) -> Operations:
     """The effective operations of ``asked`` (a manifest's) under ``granted`` (its rule's), or ``PolicyDenied``."""
@@ -120,6 +131,7 @@ def narrow(rule: str, granted: Operations, asked: Operations) -> Operations:
     git = tuple(narrowing.git(section) for section in asked.git)
     api = tuple(narrowing.api(section) for section in asked.github_api)
     http = tuple(narrowing.http(entry) for entry in asked.http)
+    mcp = tuple(narrowing.mcp(entry) for entry in asked.mcp)
     if narrowing.problems:
         problems = tuple(narrowing.problems)
         raise PolicyDenied(f"the manifest's operations widen rule {rule}: {problems[0]}", problems)
@@ -127,6 +139,7 @@ def narrow(rule: str, granted: Operations, asked: Operations) -> Operations:
         git=git + granted.git,
         github_api=api + granted.github_api,
         http=http + granted.http,
+        mcp=mcp + granted.mcp,
     )
 
 

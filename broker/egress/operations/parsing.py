@@ -10,7 +10,9 @@ methods.
 
 A host is limited either by ``github_api`` or by ``http``, not both (two
 answers for one request would be one too many); ``git`` may share a host with
-either (git's smart-HTTP requests go to ``git``, the others to the other).
+either (git's smart-HTTP requests go to ``git``, the others to the other). An
+``mcp`` host (``broker.egress.operations.mcp.parsing``) shares with no other
+section.
 
 ``SECTIONS`` at the end is the same keys as the reference documents them
 (``docs/reference.md``, at a rule's ``operations`` and at a manifest's); its
@@ -22,6 +24,9 @@ from __future__ import annotations
 import re
 
 from broker.egress.destinations import Destination, DestinationError, parse_destination
+from broker.egress.operations.mcp.model import McpOperations
+from broker.egress.operations.mcp.parsing import KEYS as MCP_KEYS
+from broker.egress.operations.mcp.parsing import read_mcp
 from broker.egress.operations.model import (
     NO_OPERATIONS,
     GithubApiOperations,
@@ -46,9 +51,11 @@ def read_operations(fields: Fields | None) -> Operations:
     git = _read_git(fields.mapping("git", required=False))
     api = _read_api(fields.mapping("github_api", required=False))
     http = _read_http(fields.mapping("http", required=False))
+    mcp = read_mcp(fields.mapping("mcp", required=False))
     fields.done()
     _refuse_overlaps(fields, api, http)
-    return Operations(git=git, github_api=api, http=http)
+    _refuse_mcp_overlaps(fields, Operations(git=git, github_api=api, http=http), mcp)
+    return Operations(git=git, github_api=api, http=http, mcp=mcp)
 
 
 def overlap(one: Destination, other: Destination) -> bool:
@@ -66,6 +73,7 @@ def check_network(
     for api in operations.github_api:
         named.extend((f"operations.github_api.hosts[{i}]", h) for i, h in enumerate(api.hosts))
     named.extend((f"operations.http.{entry.host}", entry.host) for entry in operations.http)
+    named.extend((f"operations.mcp.{entry.host}", entry.host) for entry in operations.mcp)
     for key, host in named:
         if not any(entry.covers(host) for entry in network):
             raise fields.fail(key, f"{host} has no matching entry in {network_key}")
@@ -180,6 +188,15 @@ def _refuse_overlaps(fields: Fields, api: tuple[GithubApiOperations, ...], http:
                 )
 
 
+def _refuse_mcp_overlaps(fields: Fields, others: Operations, mcp: tuple[McpOperations, ...]) -> None:
+    for entry in mcp:
+        clash = next((h for h in others.hosts() if overlap(h, entry.host)), None)
+        if clash is not None:
+            raise fields.fail(
+                f"mcp.{entry.host}", f"overlaps {clash}, which another section limits: an MCP host has mcp alone"
+            )
+
+
 # -- the keys above as the reference documents them ----------------------------------------------
 
 #: name, kind, required, description, default
@@ -202,6 +219,7 @@ SECTIONS: tuple[tuple[str, str, tuple[KeyText, ...], str], ...] = (
             ("git", "table", False, "git smart HTTP on its hosts: fetches pass, pushes only to push refs.", ""),
             ("github_api", "table", False, "GitHub REST and GraphQL on its hosts: routes, approvals, mutations.", ""),
             ("http", "table", False, f"{HOST} -> methods and paths, for any other host.", ""),
+            ("mcp", "table", False, f"{HOST} -> the tools, resources and prompts of an MCP server.", ""),
         ),
         INTRO,
     ),
@@ -248,4 +266,5 @@ SECTIONS: tuple[tuple[str, str, tuple[KeyText, ...], str], ...] = (
         ),
         "",
     ),
+    *((f"operations{suffix}", suffix, keys, intro) for suffix, keys, intro in MCP_KEYS),
 )

@@ -48,9 +48,10 @@ from broker.egress.injectors.interface import (
     InjectionRefused,
     Passage,
     RequestHead,
-    Screening,
+    answer_screen,
 )
 from broker.egress.operations import Answer, BodyCheck, Decision
+from broker.egress.operations.decision import AnswerRewrite
 from broker.egress.terminate.answers import send_answer, send_continue, text_answer
 from broker.egress.terminate.framing import Framing, declared, framed
 from broker.egress.terminate.guards import checked_headers
@@ -87,10 +88,13 @@ class Cycle:
         self.gate, self.interceptor, self.site, self.link = gate, interceptor, site, link
         self.conn, self.reader, self.writer = streams
         self.request = request
+        self.headers = list(request.headers)  # listed once: every step reads the head's (name, value) pairs
+        self.framing: Framing | None = None  # the body's one framing, once ``declared`` found it
         self.evidence = evidence
         self.sink = sink
         self.limits = gate.limits
         self.forwarding = False
+        self.rewrite: AnswerRewrite | None = None  # what the answer goes through, when the operations ask
 
     async def run(self) -> bool:
         try:
@@ -103,15 +107,15 @@ class Cycle:
         host, port = self.site.host, self.site.port
         try:
             if self.interceptor.revoked:  # the host's own refusal (AWS: its SDKs' XML error), else a line of text
-                head = RequestHead(self.request.method, self.request.target, tuple(self.request.headers))
+                head = RequestHead(self.request.method, self.request.target, tuple(self.headers))
                 answer = self.interceptor.revoked_answer(host, port, head) or text_answer(403, REVOKED)
                 self.evidence.refused(REVOKED)
                 self._answer(answer)
                 return False
             if self.sink is not None and (why := self.sink.refusing()) is not None:
                 raise Refused(503, why)  # the log cannot take the record, or the session's evidence is used up
-            declared(self.request.headers, self.request.http_version)  # one framing of the body, or 400
-            headers = checked_headers(self.request, host, port)  # the tunnel's own host, or 400
+            self.framing = declared(self.headers, self.request.http_version)  # one framing of the body, or 400
+            headers = checked_headers(self.request.target, self.headers, host, port)  # the tunnel's own host, or 400
             guard = self.interceptor.answer_guard(host, port)
             if guard is not None:
                 headers = guard.without_stripped(headers)
@@ -121,6 +125,7 @@ class Cycle:
                 send_continue(self.conn, self.writer)
                 step, held = await self._hold(step)
             self.evidence.decided(step)
+            self.rewrite = step.rewrite if step is not None else None
             if step is not None and not step.allowed:
                 assert step.answer is not None
                 return await self._refuse(step.answer)
@@ -159,13 +164,35 @@ class Cycle:
 
     async def _body_event(self) -> h11.Data | h11.EndOfMessage:
         event = await next_event(self.conn, self.reader, self.limits.idle_timeout, self.limits.body_chunk)
+        self._body_seen(event)
+        assert isinstance(event, h11.Data | h11.EndOfMessage)
+        return event
+
+    def _buffered(self) -> list[bytes]:
+        """The body's pieces h11 holds already, read with the head (a small request arrives whole): taken without
+        waiting, so they go upstream with the head, in one write, and a request all here needs no second task."""
+        pieces: list[bytes] = []
+        while self.conn.their_state is h11.SEND_BODY:
+            event = self.conn.next_event()
+            if event is h11.NEED_DATA:
+                break
+            self._body_seen(event)
+            if isinstance(event, h11.Data):
+                pieces.append(event.data)
+        return pieces
+
+    def _body_seen(self, event: object) -> None:
+        """A body event the client sent, on its record; ``Refused`` (400) for one that ends the connection."""
         if isinstance(event, h11.Data):
             self.evidence.body(event.data)
-            return event
-        if isinstance(event, h11.EndOfMessage):
+        elif isinstance(event, h11.EndOfMessage):
             self.evidence.body_complete = True
-            return event
-        raise Refused(400, "the client closed the connection inside the request body")
+        else:
+            raise Refused(400, "the client closed the connection inside the request body")
+
+    @property
+    def _has_body(self) -> bool:
+        return self.framing is not None and self.framing.length != 0  # checked on arrival
 
     async def _hold(self, check: BodyCheck) -> tuple[Decision, list[bytes]]:
         """Read and hold the body until ``check`` decides (it refuses past its bound, so memory stays bounded)."""
@@ -208,8 +235,9 @@ class Cycle:
     def _passage(self, headers: list[Header]) -> tuple[Passage | Answer, list[Header]]:
         """The credential step: the first injector of the host that takes the request, or the request as it is."""
         mine = self.interceptor.injectors(self.site.host, self.site.port)
-        # No compression where a secret goes: the answer's body is checked for it (``Masker``).
-        kept = [(k, v) for k, v in headers if k not in HOP_BY_HOP and not (mine and k == b"accept-encoding")]
+        # No compression where a secret goes, nor where the answer is rewritten: the answer's body is read.
+        plain = bool(mine) or self.rewrite is not None
+        kept = [(k, v) for k, v in headers if k not in HOP_BY_HOP and not (plain and k == b"accept-encoding")]
         head = RequestHead(self.request.method, self.request.target, tuple(kept))
         for injector in mine:
             try:
@@ -237,7 +265,7 @@ class Cycle:
             swapped = passage.head.headers if passage.head is not None else ()
             masker = self.interceptor.masker(self.site.host, self.site.port, kept, swapped)
             self.forwarding = True
-            retry = isinstance(passage, HeadOnly) and not _has_body(self.request)
+            retry = isinstance(passage, HeadOnly) and not self._has_body
             for attempt in (1, 2):
                 reused = await self.link.ensure()
                 try:
@@ -254,11 +282,16 @@ class Cycle:
         link = self.link
         assert link.conn is not None and link.writer is not None and link.reader is not None
         send_continue(self.conn, self.writer)
-        screen = passage.answer_screen() if isinstance(passage, Screening) else None
+        screen = answer_screen(passage)
         guard = self.interceptor.answer_guard(self.site.host, self.site.port)
         client = (self.conn, self.writer)
-        answer = Relay(client, self.evidence, self.limits, masker, keep=self.site.keep, guard=guard, screen=screen)
-        if not _has_body(self.request) or self.conn.their_state is not h11.SEND_BODY:
+        answer = Relay(
+            client, self.evidence, self.limits, masker, keep=self.site.keep, guard=guard, screen=screen,
+            rewrite=self.rewrite,
+        )  # fmt: skip
+        if self.conn.their_state is h11.SEND_BODY:
+            held = held + self._buffered()  # what came with the head goes with it, in one write
+        if not self._has_body or self.conn.their_state is not h11.SEND_BODY:
             try:  # the whole request is here: send it, then read the answer (no second task needed)
                 await self._pump(passage, held, link.conn, link.writer)
                 await answer.run(link.conn, link.reader, stale_ok)
@@ -327,10 +360,6 @@ class Cycle:
 def _request(head: RequestHead) -> h11.Request:
     """The request upstream: ``head`` framed by the proxy (the framing its headers declare, written anew)."""
     return h11.Request(method=head.method, target=head.target, headers=framed(head.headers, declared(head.headers)))
-
-
-def _has_body(request: h11.Request) -> bool:
-    return declared(request.headers, request.http_version) not in (None, Framing(0))  # checked on arrival
 
 
 def _kind(refused: InjectionRefused) -> Refusal:

@@ -113,37 +113,50 @@ def parse_host_header(value: bytes) -> tuple[str, int] | None:
         return None
 
 
-def checked_headers(request: h11.Request, host: str, port: int) -> list[Header]:
-    """The headers of a request inside the tunnel to ``host``:``port``, its one ``Host`` in canonical form.
+def checked_headers(target: bytes, headers: Sequence[Header], host: str, port: int) -> list[Header]:
+    """The headers of a request inside the tunnel to ``host``:``port`` (``target``: its request line's, ``headers``:
+    names in lower case, as h11 gives them), its one ``Host`` in canonical form.
 
     ``Refused`` (400) when the target is not origin-form, when there is not exactly one ``Host`` naming this
     authority, when a header names a host for a front to route by, or another method or path to run.
     """
     authority = tunnel_authority(host, port)
-    if not request.target.startswith(b"/"):
+    if not target.startswith(b"/"):
         raise Refused(400, "a request inside the tunnel names a path (/...), not a URL", Refusal.TARGET)
-    named = [value for name, value in request.headers if name == b"host"]
+    named: list[bytes] = []
+    kept: list[Header] = [(b"host", authority)]
+    routing: list[bytes] = []
+    override: list[bytes] = []
+    for name, value in headers:  # one pass over the head: its Host, and any routing or override header
+        if name == b"host":
+            named.append(value)
+            continue
+        kept.append((name, value))
+        spelled = name.lower().replace(b"_", b"-")
+        if spelled in ROUTING_HEADERS:
+            routing.append(name)
+        elif spelled in OVERRIDE_HEADERS:
+            override.append(name)
     if len(named) != 1 or parse_host_header(named[0]) != (host, port):
         raise Refused(
             400,
             f"a request inside this tunnel carries exactly one Host header, {authority.decode()}",
             Refusal.HOST,
         )
-    routing = _named(request.headers, ROUTING_HEADERS)
     if routing:
-        raise Refused(400, f"a request inside the tunnel names no other host ({routing})", Refusal.HOST)
-    override = _named(request.headers, OVERRIDE_HEADERS)
+        raise Refused(400, f"a request inside the tunnel names no other host ({_first(routing)})", Refusal.HOST)
     if override:
         raise Refused(
-            400, f"a request runs the method and path of its request line: {override} is refused", Refusal.OVERRIDE
+            400,
+            f"a request runs the method and path of its request line: {_first(override)} is refused",
+            Refusal.OVERRIDE,
         )
-    return [(b"host", authority), *((name, value) for name, value in request.headers if name != b"host")]
+    return kept
 
 
-def _named(headers: Sequence[Header], names: frozenset[bytes]) -> str:
-    """The first of ``names`` (in sorted order) among ``headers``, as the request wrote it; empty when none."""
-    found = sorted(name for name, _ in headers if name.lower().replace(b"_", b"-") in names)
-    return found[0].decode("ascii", "replace") if found else ""
+def _first(names: list[bytes]) -> str:
+    """The first of ``names`` in sorted order, as the request wrote it."""
+    return min(names).decode("ascii", "replace")
 
 
 def held_back(headers: Sequence[Header]) -> bool:

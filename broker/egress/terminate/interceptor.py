@@ -34,7 +34,7 @@ from broker.egress.injectors.interface import AnswersRevoked, Header, Injector, 
 from broker.egress.injectors.swap import AnswerGuard, HeaderSwap, Injection
 from broker.egress.operations import Answer, BodyCheck, Decision
 from broker.egress.terminate.ca import SessionCA
-from broker.egress.terminate.masking import Masker, Pair, spellings
+from broker.egress.terminate.masking import Masker, Pair, Spelled, spellings
 from broker.vocab.secret import AwsKeys, Secret
 
 if TYPE_CHECKING:  # graphql-core: for a session the operations limit only
@@ -65,6 +65,7 @@ class Interceptor:
         self._upstream: dict[Path | None, ssl.SSLContext] = {}
         self._replaced: dict[str, Injector] = {}  # each rotated credential's injector before its last rotation
         self._spelled: dict[Pair, tuple[Pair, ...]] = {}  # each secret's spellings, made once (``spell``)
+        self._masks: dict[tuple[Pair, ...], Spelled] = {}  # a host's secrets in all their spellings (``masker``)
         self._mutex = threading.Lock()
 
     # -- building (at issue) ------------------------------------------------------------------
@@ -209,6 +210,7 @@ class Interceptor:
         with self._mutex:
             replaced = list(self._replaced.values())
             self._spelled.clear()
+            self._masks.clear()
         for injector in [*self._injectors, *replaced]:
             injector.forget()
 
@@ -234,7 +236,8 @@ class Interceptor:
 
     def masker(self, host: str, port: int, sent: Sequence[Header] = (), swapped: Sequence[Header] = ()) -> Masker:
         """What turns the secrets of ``host``:``port`` back into their stand-ins in an answer, and each header
-        an injector changed (``sent`` became ``swapped``: a Basic pair is base64) back into what was sent."""
+        an injector changed (``sent`` became ``swapped``: a Basic pair is base64) back into what was sent. The same
+        secrets are searched for the same way from one answer to the next (``Spelled``, kept like ``spell``'s)."""
         pairs = [pair for injector in self.injectors(host, port) for pair in injector.mask_pairs()]
         if len(sent) == len(swapped):
             for (_, before), (_, after) in zip(sent, swapped, strict=True):
@@ -242,7 +245,17 @@ class Interceptor:
                     new, old = after.partition(b" ")[2].strip() or after, before.partition(b" ")[2].strip() or before
                     if len(new) == len(old):  # the stand-in keeps the answer's length (and its framing)
                         pairs.append((new, old))
-        return Masker(pairs, self.spell)
+        key = tuple(pairs)
+        with self._mutex:
+            found = self._masks.get(key)
+        if found is None:
+            found = Spelled(pairs, self.spell)
+            with self._mutex:
+                if len(self._masks) >= MAX_SPELLED:
+                    del self._masks[next(iter(self._masks))]
+                if not self.revoked:
+                    self._masks[key] = found
+        return Masker(found)
 
     def spell(self, secret: bytes, stand_in: bytes) -> tuple[Pair, ...]:
         """``spellings`` of a secret, made once for the session rather than for every answer (a renewed secret's

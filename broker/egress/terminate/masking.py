@@ -41,6 +41,7 @@ interceptor spells each secret once, not for each answer.
 from __future__ import annotations
 
 import base64
+import bisect
 import string
 from collections.abc import Callable, Sequence
 
@@ -96,24 +97,44 @@ def _base64(value: bytes, offset: int) -> bytes:
     return base64.b64encode(bytes(offset) + value)[_HEAD[offset] : 4 * (size // 3) + _TAIL[size % 3]]
 
 
-class Masker:
-    """Replaces each secret, in each of its spellings, by its stand-in in a body that arrives in pieces (a spelling
-    may span two). ``spell`` gives a pair's spellings (``spellings``; the session's interceptor hands one that
-    keeps them, so an answer does not spell its secrets again)."""
+class Spelled:
+    """Secrets in all their spellings, longest first (one secret's spelling may hold another's): what a ``Masker``
+    searches for, made once for a session's secrets rather than for every answer (``Interceptor.masker``)."""
 
     def __init__(self, pairs: Sequence[Pair], spell: Callable[[bytes, bytes], Sequence[Pair]] = spellings) -> None:
         forms = [form for secret, stand_in in pairs if secret for form in spell(secret, stand_in)]
-        self._forms = sorted(forms, key=lambda pair: -len(pair[0]))  # one secret's spelling may hold another's
-        self._keep = max((len(form) for form, _ in self._forms), default=1) - 1
+        self.forms = tuple(sorted(forms, key=lambda pair: -len(pair[0])))
+        self._lengths = [-len(form) for form, _ in self.forms]  # ascending, for ``bisect``
+        self.longest = len(self.forms[0][0]) if self.forms else 0
+        self.shortest = len(self.forms[-1][0]) if self.forms else 0
+
+    def fitting(self, size: int) -> Sequence[Pair]:
+        """The spellings no longer than ``size`` bytes (the only ones a value of that size can hold), longest
+        first."""
+        if size < self.shortest:
+            return ()
+        if size >= self.longest:
+            return self.forms
+        return self.forms[bisect.bisect_left(self._lengths, -size) :]
+
+
+class Masker:
+    """Replaces each secret, in each of its spellings, by its stand-in in a body that arrives in pieces (a spelling
+    may span two). ``spell`` gives a pair's spellings (``spellings``); a session's interceptor hands the
+    ``Spelled`` it keeps instead of the pairs, so an answer does not spell its secrets again."""
+
+    def __init__(
+        self, pairs: Sequence[Pair] | Spelled, spell: Callable[[bytes, bytes], Sequence[Pair]] = spellings
+    ) -> None:
+        self._spelled = pairs if isinstance(pairs, Spelled) else Spelled(pairs, spell)
+        self._keep = max(self._spelled.longest, 1) - 1
         self._carry = b""
 
     def feed(self, data: bytes) -> bytes:
         """What can go on now; up to the longest spelling's length less one byte waits for the next piece."""
-        if not self._forms:
+        if not self._spelled.forms:
             return data
-        buffer = self._carry + data
-        for form, replacement in self._forms:
-            buffer = buffer.replace(form, replacement)
+        buffer = self._replaced(self._carry + data if self._carry else data)
         cut = max(0, len(buffer) - self._keep)
         self._carry = buffer[cut:]
         return buffer[:cut]
@@ -123,12 +144,20 @@ class Masker:
         return rest
 
     @property
+    def spelled(self) -> Spelled:
+        """What it searches for (a session's interceptor hands the same one to each answer)."""
+        return self._spelled
+
+    @property
     def active(self) -> bool:
         """Whether there is a secret to mask (then a compressed body, which cannot be checked, is refused)."""
-        return bool(self._forms)
+        return bool(self._spelled.forms)
 
     def whole(self, value: bytes) -> bytes:
         """``value`` (a header value or reason, never in pieces) with each spelling replaced by its stand-in."""
-        for form, replacement in self._forms:
+        return self._replaced(value)
+
+    def _replaced(self, value: bytes) -> bytes:
+        for form, replacement in self._spelled.fitting(len(value)):
             value = value.replace(form, replacement)
         return value

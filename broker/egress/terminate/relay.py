@@ -17,6 +17,12 @@ Two checks may hold an answer back before the client gets any of it:
   streams, still screened, and a refusal then cuts it off (the client's
   connection is closed mid-body, so it never reads a complete answer).
 
+An answer whose request's operations decision asked for it goes through
+that decision's ``AnswerRewrite`` before the masker (MCP: a list answer
+without what the session may not use): its head (the body's length then
+framed by the proxy), and its body within the rewrite's own bound; what it
+cannot read is refused (502, or the answer cut off once it has begun).
+
 What is ready goes to the client in one write, before the proxy waits for
 more.
 """
@@ -34,6 +40,7 @@ from broker.egress.exchange.refusals import Refusal, Refused
 from broker.egress.exchange.streams import HOP_BY_HOP
 from broker.egress.injectors.interface import AnswerScreen
 from broker.egress.injectors.swap import AnswerGuard
+from broker.egress.operations.decision import AnswerRefused, AnswerRewrite
 from broker.egress.terminate.guards import HeldAnswer, held_back
 from broker.egress.terminate.masking import Masker
 
@@ -55,6 +62,7 @@ class Relay:
         keep: bool,
         guard: AnswerGuard | None = None,
         screen: AnswerScreen | None = None,
+        rewrite: AnswerRewrite | None = None,
     ) -> None:
         self.conn, self.writer = client
         self.evidence = evidence
@@ -63,6 +71,7 @@ class Relay:
         self.keep = keep
         self.guard = guard
         self.screen = screen
+        self.rewrite = rewrite
         self._out = bytearray()  # the answer's bytes for the client, written once the proxy would wait
         self._held: HeldAnswer | None = None  # a guarded answer, held whole
         self._pending: h11.Response | None = None  # a screened answer's head, held with the start of its body
@@ -94,8 +103,11 @@ class Relay:
                 answered = True
                 self._respond(event)
             elif isinstance(event, h11.Data):
-                self._body(self.masker.feed(event.data))
+                data = event.data if self.rewrite is None else _rewritten(self.rewrite, event.data)
+                self._body(self.masker.feed(data))
             elif isinstance(event, h11.EndOfMessage):
+                if self.rewrite is not None:
+                    self._body(self.masker.feed(_rewritten(self.rewrite, None)))
                 self._body(self.masker.flush(), final=True)
                 self._end()
                 await self.flush()
@@ -113,16 +125,22 @@ class Relay:
 
     def _respond(self, event: h11.Response) -> None:
         self.evidence.upstream_status = event.status_code
-        if self.masker.active and _compressed(event.headers):
+        received = list(event.headers)  # listed once
+        if self.masker.active and _compressed(received):
             raise Refused(502, "the upstream sent a compressed answer, which cannot be checked for the secret")
-        headers = [(k, self.masker.whole(v)) for k, v in event.headers if k not in HOP_BY_HOP]
+        headers = [(k, self.masker.whole(v)) for k, v in received if k not in HOP_BY_HOP]
+        if self.rewrite is not None:
+            try:
+                headers = self.rewrite.head(event.status_code, headers)
+            except AnswerRefused as refused:
+                raise Refused(502, str(refused), Refusal.UNCHECKED) from None
         if not self.keep:
             headers.append((b"connection", b"close"))
         response = h11.Response(status_code=event.status_code, headers=headers, reason=self.masker.whole(event.reason))
         if self.screen is not None:
             self.screen.head([value for _, value in headers] + [response.reason])
         guard = self.guard
-        if guard is not None and guard.refused_key is not None and held_back(event.headers):
+        if guard is not None and guard.refused_key is not None and held_back(received):
             self._held = HeldAnswer(response, self.limits.max_checked_answer, guard)
         elif self.screen is not None:
             self._pending = response
@@ -174,6 +192,14 @@ class Relay:
     def _send(self, data: bytes) -> None:
         self._out.extend(self.conn.send(h11.Data(data=data)) or b"")
         self.evidence.answer_bytes += len(data)
+
+
+def _rewritten(rewrite: AnswerRewrite, data: bytes | None) -> bytes:
+    """``data`` through ``rewrite`` (None: the body's end); what it cannot pass on is refused."""
+    try:
+        return rewrite.end() if data is None else rewrite.feed(data)
+    except AnswerRefused as refused:
+        raise Refused(502, str(refused), Refusal.UNCHECKED) from None
 
 
 def _compressed(headers: Iterable[tuple[bytes, bytes]]) -> bool:

@@ -14,7 +14,7 @@ import boto3
 import pytest
 
 from devstack.github_app import GitHubAppEmulator
-from providers.aws.deny import SOURCE_IDENTITY
+from providers.aws.deny_policy.layout import SOURCE_IDENTITY
 from tests.fixtures.aws import AwsRole, iam_client
 from tests.fixtures.brokerenv import BrokerEnv
 from tests.fixtures.openbao import OpenBao

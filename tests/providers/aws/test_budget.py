@@ -24,7 +24,14 @@ from broker.core.inputs.manifest import load_manifest
 from broker.core.issuing import issue
 from broker.core.revoking import revoke_session
 from broker.vocab.errors import PolicyDenied
-from providers.aws.deny import POLICY_NAME, ROLE_INLINE_BUDGET, SOURCE_IDENTITY, DenyList, entries_for, policy_size
+from providers.aws.deny_policy.layout import (
+    POLICY_NAME,
+    ROLE_INLINE_BUDGET,
+    SOURCE_IDENTITY,
+    DenyList,
+    entries_for,
+    policy_size,
+)
 from tests.fixtures.aws import ACCOUNT, REGION, ROLE_ARN, AwsRole, iam_client
 from tests.fixtures.brokerenv import BrokerEnv, make_env
 from tests.fixtures.gate import gate

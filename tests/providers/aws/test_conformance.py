@@ -14,7 +14,7 @@ import pytest
 
 from broker.vocab.secret import Secret
 from devstack.aws import REGION, ROLE_ARN
-from providers.aws.deny import POLICY_NAME
+from providers.aws.deny_policy.layout import POLICY_NAME
 from providers.aws.provider import AwsStsProvider
 from providers.base import MintedCredential
 from tests.fixtures.aws import AwsRole

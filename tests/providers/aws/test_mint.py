@@ -22,7 +22,7 @@ import pytest
 
 from broker.vocab.errors import BrokerError, ManifestError, ProviderError
 from broker.vocab.secret import Secret
-from providers.aws.deny import SOURCE_IDENTITY
+from providers.aws.deny_policy.layout import SOURCE_IDENTITY
 from providers.aws.names import role_session_name
 from providers.aws.provider import AwsStsProvider
 from providers.base import MintRejected, RevokeOutcome, RevokeTarget

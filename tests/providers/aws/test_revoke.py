@@ -17,7 +17,7 @@ import pytest
 
 from broker.vocab.errors import ProviderError
 from broker.vocab.secret import Secret
-from providers.aws.deny import POLICY_NAME, SOURCE_IDENTITY, USERID, DenyList, entries_for, policy_size
+from providers.aws.deny_policy.layout import POLICY_NAME, SOURCE_IDENTITY, USERID, DenyList, entries_for, policy_size
 from providers.aws.provider import AwsStsProvider
 from providers.base import MintedCredential, RevokeOutcome, RevokeTarget
 from tests.fixtures.aws import REGION, ROLE_ARN, AwsRole, iam_client, make_aws_provider

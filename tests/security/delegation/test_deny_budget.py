@@ -30,7 +30,7 @@ import pytest
 
 from devstack.aws import REGION
 from devstack.aws_iam import ROLE, ROLE_ARN, IamMoto, start_iam_moto
-from providers.aws.deny import POLICY_NAME, ROLE_INLINE_BUDGET, DenyList, entries_for, policy_size
+from providers.aws.deny_policy.layout import POLICY_NAME, ROLE_INLINE_BUDGET, DenyList, entries_for, policy_size
 from providers.aws.names import generation_names
 from tests.fixtures.brokerenv import BrokerEnv, make_env
 from tests.fixtures.delegating import SOCKET_CLIENT

@@ -24,7 +24,22 @@ CONFIG_TABLE: dict[str, Any] = {
         "vault": {"type": "vault", "addr": "http://127.0.0.1:8200", "token_file": "t"},
         "aws": {"type": "aws_sts", "region": "us-east-1"},
         "github": {"type": "github_app", "app_id": "1", "private_key_file": "k.pem"},
+        "oauth": {
+            "type": "oauth",
+            "token_url": "https://auth.example.com/token",
+            "client_id": "broker",
+            "refresh_token_file": "rt",
+            "proxy_hosts": ["mcp.example.com:443"],
+        },
+        "identity": {"type": "identity", "proxy_hosts": ["api.example.com:443"], "upstream_ca_file": "ca.pem"},
+        "modelx": {
+            "type": "token_exchange",
+            "token_endpoint": "https://auth.model.example/oauth/token",
+            "audience": "https://api.model.example",
+            "proxy_hosts": ["api.model.example:443"],
+        },
     },
+    "identity": {"issuer": "https://broker.example.com", "signing_key_file": "identity.key", "algorithm": "ES256"},
     "audit": {"witness": "s3://audit-witness/broker", "min_free": "1GiB"},
     "daemon": {"socket": "/run/broker/broker.sock", "socket_group": "broker", "sweep_interval": "60s"},
     "egress": {
@@ -40,6 +55,10 @@ CONFIG_TABLE: dict[str, Any] = {
         "ca_file": "gateway-ca.pem",
         "max_connections": 4096,
     },
+    "sandbox": {
+        "podman": {"runtime": "runc", "ulimits": ["nofile=4096:4096"], "extra_args": ["--log-driver=k8s-file"]},
+        "docker": {"runtime": "runc"},
+    },
 }
 
 
@@ -51,9 +70,12 @@ def read_keys(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, set[str]]]:
 
     def record(self: fields_module.Fields, key: str) -> None:
         path = re.sub(r"\[\d+\]", "[]", self._path)
-        if path.endswith("operations.http"):  # an http entry's key is its HOST:PORT
+        if path.endswith(".tools.arguments"):  # tool name -> argument globs: documented as the arguments key
+            return
+        if path.endswith(("operations.http", "operations.mcp")):  # an http or mcp entry's key is its HOST:PORT
             key = "HOST:PORT"
         path = re.sub(r"operations\.http\..+", "operations.http.HOST:PORT", path)
+        path = re.sub(r"operations\.mcp\..+?:[0-9]+(?=\.|$)", "operations.mcp.HOST:PORT", path)
         seen.setdefault(path, set()).add(key)
 
     def _get(self: fields_module.Fields, key: str, required: bool) -> Any:
@@ -105,11 +127,39 @@ credentials:
      hosts: ['api.openai.com:443'], header: 'Authorization: Bearer {}', env: OPENAI_API_KEY}
 """
 
+OAUTH_TASK = """
+version: 1
+task: fix-mcp-1
+network: {allow: ['mcp.example.com:443']}
+credentials:
+  - {name: mcp, provider: oauth, inject: proxy, scopes: ['issues:read'], hosts: ['mcp.example.com:443']}
+"""
+OAUTH_POLICY = """
+rules:
+  - id: mcp
+    tasks: ["fix-mcp-*"]
+    network: ["mcp.example.com:443"]
+    grants:
+      - {provider: oauth, scopes: ["issues:read", "pulls:write"]}
+"""
+
+
+IDENTITY_TASK = """
+version: 1
+task: fix-api-1
+network: {allow: ['api.model.example:443']}
+credentials:
+  - {name: api, provider: identity, audience: 'https://api.example.com'}
+  - {name: model, provider: modelx, inject: proxy, scopes: [inference]}
+"""
+
 
 OPERATIONS = """operations:
   git: {hosts: ['github.com:443'], push: ['refs/heads/agent/x'], delete: false}
   github_api: {hosts: ['github.com:443'], allow: ['GET *'], deny: [], reviews: {approve: false}, graphql_mutations: []}
-  http: {'pypi.org:443': {methods: [GET], paths: ['/x']}}"""
+  http: {'pypi.org:443': {methods: [GET], paths: ['/x']}}
+  mcp: {'api.githubcopilot.com:443': {tools: {allow: [get_*], deny: [], arguments: {get_issue: {owner: o}}},
+        resources: ['repo://o/*'], prompts: {allow: [], deny: []}}}"""
 
 
 def test_manifest_reference_lists_exactly_what_the_loader_reads(read_keys: dict[str, set[str]], tmp_path: Path) -> None:
@@ -117,11 +167,13 @@ def test_manifest_reference_lists_exactly_what_the_loader_reads(read_keys: dict[
     read_keys.clear()
     text = STACK_TASK.replace(  # every key of the manifest, operations included
         "sandbox: {",
-        f"network: {{allow: ['github.com:443', 'pypi.org:443']}}\n{OPERATIONS}\nsandbox: {{env: {{CI: 'true'}}, ",
+        f"network: {{allow: ['github.com:443', 'pypi.org:443', 'api.githubcopilot.com:443']}}\n{OPERATIONS}\nsandbox: {{env: {{CI: 'true'}}, limits: {{memory: 1GiB, cpus: 2, pids: 512}}, ",
     )
     parse_manifest(text.encode(), loaded)
     parse_manifest(DYNAMIC_TASK.encode(), loaded)
     parse_manifest(SECRET_TASK.encode(), loaded)
+    parse_manifest(OAUTH_TASK.encode(), loaded)
+    parse_manifest(IDENTITY_TASK.encode(), loaded)
     expected = documented(MANIFEST)
     assert read_keys == expected
 
@@ -130,6 +182,9 @@ def test_policy_reference_lists_exactly_what_the_loader_reads(read_keys: dict[st
     loaded = config(tmp_path)
     read_keys.clear()
     load_policy(ROOT / "policies", loaded)
+    (tmp_path / "oauth-policies").mkdir()
+    (tmp_path / "oauth-policies" / "mcp.yaml").write_text(OAUTH_POLICY)
+    load_policy(tmp_path / "oauth-policies", loaded)  # the example policy names no oauth instance
     assert read_keys == documented(POLICY)
 
 

@@ -67,11 +67,37 @@ class _Keys:
         return "_Keys(***)"
 
 
-class _Exact:
-    """Narrows botocore's signer to the request as signed: its named headers, its settled payload hash."""
+class SigningKeys:
+    """The SigV4 signing keys of one set of keys: for each date, region and service, "AWS4" + the secret HMAC'd
+    with each in turn and then "aws4_request", by botocore's own ``_sign``, as its ``signature`` does for every
+    signature; here once. Held by whoever signs with the keys (the verifier, a chunk chain), so the derived keys
+    go when the keys go."""
 
-    def __init__(self, keys: _Keys, signing: SigningInput) -> None:
-        super().__init__(keys, signing.scope.service, signing.scope.region)  # type: ignore[call-arg]
+    LIMIT = 64  # (date, region, service) kept; a long session's later dates replace the first ones
+
+    def __init__(self, keys: AwsKeys) -> None:
+        self.keys = keys
+        self._derived: dict[tuple[str, str, str], bytes] = {}
+
+    def key(self, auth: Any, date: str, region: str, service: str) -> bytes:
+        found = self._derived.get((date, region, service))
+        if found is None:
+            if len(self._derived) >= self.LIMIT:
+                self._derived.clear()
+            found = auth._sign(f"AWS4{self.keys.secret_access_key.reveal()}".encode(), date)
+            for part in (region, service, "aws4_request"):
+                found = auth._sign(found, part)
+            self._derived[date, region, service] = found
+        return bytes(found)
+
+
+class _Exact:
+    """Narrows botocore's signer to the request as signed: its named headers, its settled payload hash; and signs
+    with the signing key ``SigningKeys`` derived once, not for each signature."""
+
+    def __init__(self, keys: SigningKeys, signing: SigningInput) -> None:
+        super().__init__(_Keys(keys.keys), signing.scope.service, signing.scope.region)  # type: ignore[call-arg]
+        self._keys = keys
         signed = frozenset(signing.signed_headers)
         self._selected = HTTPHeaders()
         for name, value in signing.headers:
@@ -85,6 +111,11 @@ class _Exact:
     def payload(self, request: Any) -> str:
         return self._payload
 
+    def signature(self, string_to_sign: str, request: Any) -> str:
+        botocore: Any = self  # its signer's own members, which it has no type hints for
+        key = self._keys.key(botocore, request.context["timestamp"][0:8], botocore._region_name, botocore._service_name)
+        return str(botocore._sign(key, string_to_sign, hex=True))
+
 
 class _ExactV4(_Exact, SigV4Auth):  # type: ignore[misc]  # botocore has no type hints
     pass
@@ -94,9 +125,9 @@ class _ExactS3(_Exact, S3SigV4Auth):  # type: ignore[misc]
     pass
 
 
-def _signer(signing: SigningInput, keys: AwsKeys) -> tuple[Any, Any]:
+def _signer(signing: SigningInput, keys: AwsKeys | SigningKeys) -> tuple[Any, Any]:
     kind = _ExactS3 if signing.scope.service in S3_SERVICES else _ExactV4
-    auth = kind(_Keys(keys), signing)
+    auth = kind(keys if isinstance(keys, SigningKeys) else SigningKeys(keys), signing)
     # The request carries no headers of its own: the signer reads the signed ones from headers_to_sign and the
     # payload line from payload() (botocore would take an X-Amz-Content-SHA256 header first: the same value).
     request = AWSRequest(method=signing.method, url="https://host.invalid" + signing.path, params=list(signing.query))
@@ -104,8 +135,9 @@ def _signer(signing: SigningInput, keys: AwsKeys) -> tuple[Any, Any]:
     return auth, request
 
 
-def sign(signing: SigningInput, keys: AwsKeys) -> str:
-    """The hex signature of the request described by ``signing`` under ``keys``."""
+def sign(signing: SigningInput, keys: AwsKeys | SigningKeys) -> str:
+    """The hex signature of the request described by ``signing`` under ``keys`` (``SigningKeys``: their signing
+    keys kept from one signature to the next)."""
     auth, request = _signer(signing, keys)
     string_to_sign = auth.string_to_sign(request, auth.canonical_request(request))
     return str(auth.signature(string_to_sign, request))
@@ -115,7 +147,8 @@ class StringSigner:
     """Signs any string to sign under the key botocore derives for one scope and date (chunks, trailers)."""
 
     def __init__(self, keys: AwsKeys, scope: Scope, timestamp: str) -> None:
-        self._auth, self._request = _signer(SigningInput("GET", "/", (), (), (), "", scope, timestamp), keys)
+        signing = SigningInput("GET", "/", (), (), (), "", scope, timestamp)
+        self._auth, self._request = _signer(signing, SigningKeys(keys))  # one chunk chain: one derived key
 
     def sign(self, string_to_sign: str) -> str:
         return str(self._auth.signature(string_to_sign, self._request))

@@ -37,7 +37,7 @@ from urllib.parse import quote, unquote
 from broker.egress.injectors.sigv4 import checks
 from broker.egress.injectors.sigv4.actions import FORM_LIMIT, Actions
 from broker.egress.injectors.sigv4.bodies import Hashed, PassThrough, SignedChunks, UnsignedTrailer, spool_factory
-from broker.egress.injectors.sigv4.canonical import SigningInput, authorization, sign
+from broker.egress.injectors.sigv4.canonical import SigningInput, SigningKeys, authorization, sign
 from broker.egress.injectors.sigv4.chain import ChunkChain
 from broker.egress.injectors.sigv4.checksums import TrailerChecks, declared_trailers
 from broker.egress.injectors.sigv4.chunks import ChunkReader
@@ -141,6 +141,7 @@ class Verifier:
             raise ValueError("the placeholder and the real keys must both have a session token, or neither")
         self.placeholder = placeholder
         self.real = real
+        self._signing = SigningKeys(placeholder), SigningKeys(real)  # each signing key derived once, kept with them
         self.spool_dir = spool_dir
         self.spool = spool or SpoolLimits()
         self.clock = clock or (lambda: datetime.now(UTC))
@@ -192,7 +193,7 @@ class Verifier:
 
     def _verify(self, signing: SigningInput, signed: Signed) -> None:
         """``signing`` checks against the placeholder key (``SIGNATURE`` refused otherwise)."""
-        if not hmac.compare_digest(sign(signing, self.placeholder), signed.signature):
+        if not hmac.compare_digest(sign(signing, self._signing[0]), signed.signature):
             refuse(Reason.SIGNATURE, MISMATCH, signed.scope.service)
 
     def _signed(self, head: Head, target: Target, signed: Signed, signing: SigningInput) -> tuple[Head, str]:
@@ -204,10 +205,10 @@ class Verifier:
             if real_token is not None:
                 values[QUERY_TOKEN] = real_token
             ours = signing.with_query(values)
-            values[QUERY_SIGNATURE] = signature = sign(ours, self.real)
+            values[QUERY_SIGNATURE] = signature = sign(ours, self._signing[1])
             return Head(head.method, _requery(target, values).encode("ascii"), head.headers), signature
         ours = signing if real_token is None else signing.with_header("x-amz-security-token", real_token)
-        signature = sign(ours, self.real)
+        signature = sign(ours, self._signing[1])
         new_authorization = authorization(self.real, ours, signature).encode("ascii")
         headers: list[Header] = []
         for name, value in head.headers:

@@ -27,7 +27,7 @@ from broker.core.issuing import issue
 from broker.core.revoking import revoke_session
 from broker.core.sweeping import sweep
 from broker.vocab.errors import StoreError
-from providers.aws.deny import POLICY_NAME, SOURCE_IDENTITY, DenyList
+from providers.aws.deny_policy.layout import POLICY_NAME, SOURCE_IDENTITY, DenyList
 from providers.aws.provider import AwsStsProvider
 from tests.fixtures.aws import REGION, AwsRole, iam_client
 from tests.fixtures.brokerenv import BrokerEnv, make_env

@@ -247,7 +247,13 @@ def test_the_shipped_policy_files_lint(tmp_path: Path) -> None:
             "vault": {"type": "vault", "addr": "http://127.0.0.1:8200", "token_file": "t"},
             "aws": {"type": "aws_sts", "region": "us-east-1"},
             "github": {"type": "github_app", "app_id": "1", "private_key_file": "k.pem"},
+            "modelx": {
+                "type": "token_exchange",
+                "token_endpoint": "https://auth.model.example/oauth/token",
+                "audience": "https://api.model.example",
+            },
         },
+        "identity": {"issuer": "https://broker.example.com"},
     }
     config = parse_config(table, tmp_path / "broker.toml")
     policy = load_policy(shipped, config)

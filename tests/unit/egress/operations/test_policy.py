@@ -71,6 +71,7 @@ def test_the_spec_example_reads_and_explains_itself() -> None:
             }
         ],
         "http": [{"host": "pypi.org:443", "methods": ["GET", "HEAD"], "paths": ["*"]}],
+        "mcp": [],
     }
     assert [str(h) for h in operations.hosts()] == ["github.com:443", "api.github.com:443", "pypi.org:443"]
 

@@ -6,6 +6,9 @@ import base64
 from datetime import UTC, datetime, timedelta
 from urllib.parse import quote
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from broker.egress.injectors.swap import Injection
 from broker.egress.terminate.ca import SessionCA
 from broker.egress.terminate.interceptor import Interceptor
@@ -44,3 +47,42 @@ def test_a_session_spells_each_secret_once_and_forgets_them_when_revoked() -> No
     assert masker.feed(b"x" + quote(SECRET, safe="").encode()) + masker.flush() == b"x" + escaped
     interceptor.revoke()
     assert interceptor.spell(SECRET, STAND_IN) is not first and not interceptor.masker("api.test", 443).active
+
+
+def naive(pairs: list[tuple[bytes, bytes]], value: bytes) -> bytes:
+    """Every spelling of every secret replaced, longest first: what the masker promises, searched the long way."""
+    forms = sorted(
+        (form for secret, stand_in in pairs for form in spellings(secret, stand_in)), key=lambda f: -len(f[0])
+    )
+    for form, stand_in in forms:
+        value = value.replace(form, stand_in)
+    return value
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    secret=st.binary(min_size=1, max_size=48),
+    cut=st.integers(min_value=0, max_value=200),
+    around=st.lists(st.binary(max_size=30), min_size=1, max_size=5),
+)
+def test_skipping_the_spellings_longer_than_a_value_masks_it_as_searching_them_all(
+    secret: bytes, cut: int, around: list[bytes]
+) -> None:
+    """The masker leaves out the spellings that cannot fit in what it searches; a value of any length, holding any
+    spelling of the secret whole or cut short, comes out as every spelling searched would leave it."""
+    stand_in = bytes(b ^ 0x55 for b in secret)
+    pairs = [(secret, stand_in), (b"another-secret-of-more-length", b"ANOTHER-STAND-IN-OF-SAME-LEN")]
+    forms = [form for form, _ in spellings(secret, stand_in)]
+    value = b"".join(part + forms[i % len(forms)] for i, part in enumerate(around))[:cut]
+    assert Masker(pairs).whole(value) == naive(pairs, value)
+    masker = Masker(pairs)
+    assert masker.feed(value) + masker.flush() == naive(pairs, value)
+
+
+def test_a_session_keeps_how_it_searches_its_secrets_until_it_is_revoked() -> None:
+    interceptor = Interceptor(SessionCA(["api.test"], datetime.now(UTC) + timedelta(minutes=5)))
+    interceptor.add(Injection(frozenset({("api.test", 443)}), Secret("p" * 19), Secret(SECRET.decode())))
+    assert interceptor.masker("api.test", 443).spelled is interceptor.masker("api.test", 443).spelled
+    assert interceptor.masker("api.test", 443).whole(b"<" + SECRET + b">") == b"<" + b"p" * 19 + b">"
+    interceptor.revoke()
+    assert not interceptor.masker("api.test", 443).active

@@ -11,7 +11,7 @@ import pytest
 
 from broker.vocab.errors import ManifestError, ProviderError
 from broker.vocab.secret import Secret
-from providers.aws.deny import (
+from providers.aws.deny_policy.layout import (
     ROLE_INLINE_BUDGET,
     SOURCE_IDENTITY,
     USERID,

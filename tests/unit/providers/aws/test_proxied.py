@@ -19,8 +19,9 @@ from broker.vocab.errors import ConfigError, ProviderError
 from broker.vocab.fields import Fields
 from broker.vocab.secret import AwsKeys, Secret
 from providers.aws.files import CONFIG_LINES, config_file, credentials_file, placeholder_keys
-from providers.aws.provider import CREDENTIAL_ACTION, AwsStsProvider
+from providers.aws.provider import AwsStsProvider
 from providers.aws.session_policy import DENIED
+from providers.aws.settings import CREDENTIAL_ACTION
 from providers.base import MintedCredential
 from providers.capabilities import Placeholding
 from tests.fixtures.aws import ACCOUNT, ROLE_ARN

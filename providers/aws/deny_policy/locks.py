@@ -1,12 +1,12 @@
 """Who waits for whom on one role: the AWS provider's reservations and deny-policy writers.
 
-A role's deny budget (``providers.aws.budget``) is checked and spent under a
+A role's deny budget (``providers.aws.deny_policy.budget``) is checked and spent under a
 reservation lock: a re-entrant thread lock of this process and, beside it,
 a lock file in ``lock_dir`` shared by this host's brokers, or, in a fleet,
 the store's lock shared by every host. The thread locks and lock files are
 kept per process, whatever provider object asks: two objects for one role
 at one endpoint wait for each other, and a thread holding the lock may take
-it again. A role's deny policy (``providers.aws.revoke``) is written by one
+it again. A role's deny policy (``providers.aws.deny_policy.writes``) is written by one
 thread of this provider at a time (``writer``) and, with a ``lock_dir``, one
 broker of this host at a time (``host_writer``).
 """

@@ -8,7 +8,7 @@ back, and the whole read-modify-write is retried until the entries are seen.
 A writer that holds the role's host lock with no other hosts writing
 (``read_back = False``) skips both: nothing can have overwritten its write.
 The reads of one round go out together (``providers.overlap``).
-The document layout and its pruning live in ``providers.aws.deny``.
+The document layout and its pruning live in ``providers.aws.deny_policy.layout``.
 ``DenyPolicies``, which the provider holds, decides which writer runs:
 under the fleet's lock from the store's records, or under this host's.
 """
@@ -27,9 +27,9 @@ from urllib.parse import unquote
 
 from broker.vocab.errors import ProviderError
 from providers.aws.clients import AwsClients, aware
-from providers.aws.deny import POLICY_NAME, ROLE_INLINE_BUDGET, DenyEntry, DenyList, policy_size
+from providers.aws.deny_policy.layout import POLICY_NAME, ROLE_INLINE_BUDGET, DenyEntry, DenyList, policy_size
+from providers.aws.deny_policy.locks import RoleLocks
 from providers.aws.errors import AwsErrors, ProviderFacts
-from providers.aws.locks import RoleLocks
 from providers.capabilities import DenyRecord, FleetState
 from providers.overlap import together
 

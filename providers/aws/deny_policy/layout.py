@@ -24,7 +24,7 @@ credentials live at most 12 h, at most 14 buckets end after any given moment.
 A bucket costs 148 characters of the role's 10,240-character inline-policy
 budget, an entry 17: 200 revoked broker sessions need about 5,500 characters
 even spread over every bucket, and a role with no other inline policy holds
-about 470 (``providers.aws.budget`` reserves the room at issue). Every
+about 470 (``providers.aws.deny_policy.budget`` reserves the room at issue). Every
 rewrite drops the buckets that have ended. Statements the broker did not
 write (other Sids) are kept verbatim. This module is pure: the provider does
 the IAM calls, the budget check and the read-back.

@@ -9,7 +9,7 @@ already or not) plus the new session, next to the role's other inline
 policies; when that would not fit, the issue is denied and nothing is minted.
 Entries other writers left in the policy count as they stand; ended ones are
 pruned first. The check and the mint that follows hold a per-role lock (a
-thread lock and, with a lock dir, a host file lock: ``providers.aws.locks``),
+thread lock and, with a lock dir, a host file lock: ``providers.aws.deny_policy.locks``),
 so two issues on this host cannot both take the last room. Brokers on other
 hosts (with ``shared_role_writers``) are only seen through what they already
 revoked. ``Reservations``, which the provider holds, does both the
@@ -33,11 +33,11 @@ from typing import Any
 
 from broker.vocab.errors import BrokerError, PolicyDenied
 from providers.aws.clients import AwsClients
-from providers.aws.deny import ROLE_INLINE_BUDGET, DenyEntry, DenyList, entries_for, policy_size
-from providers.aws.locks import RoleLocks
+from providers.aws.deny_policy.layout import ROLE_INLINE_BUDGET, DenyEntry, DenyList, entries_for, policy_size
+from providers.aws.deny_policy.locks import RoleLocks
+from providers.aws.deny_policy.writes import DenyPolicyWriter
 from providers.aws.names import generation_names
 from providers.aws.request import AWS_MAX_TTL, AwsStsRequest
-from providers.aws.revoke import DenyPolicyWriter
 from providers.aws.roles import Roles
 from providers.base import MintContext, RevokeTarget
 from providers.capabilities import DenyBudget

@@ -1,0 +1,1 @@
+"""The local OAuth 2.1 stack: an authorisation server (authlib) and a resource server checking its tokens."""

@@ -1,0 +1,1 @@
+"""The ``oauth`` provider type: per-session OAuth 2 access tokens that only the egress proxy holds."""

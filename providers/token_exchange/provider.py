@@ -50,7 +50,7 @@ class TokenExchangeProvider(Provider[ExchangeRequest]):
     """Capabilities: ``UsesIssuer`` (the subject tokens), ``Narrowing`` (scopes), ``Placeholding``."""
 
     type_name = "token_exchange"
-    proxy = ProxyFacts(label="exchanged token", documented_as="token_exchange", proxy_only=True)
+    proxy = ProxyFacts(label="Exchanged", documented_as="token_exchange", proxy_only=True)
     issuer_needed = "type"
     narrower = staticmethod(exchange_narrower)
     placeholders = staticmethod(token_placeholders)

@@ -27,7 +27,7 @@ from broker.egress.evidence.budget import EvidenceBudget, read_evidence_budget
 from broker.host.containers.engine import EngineOptions, read_engines
 from broker.telemetry.settings import TelemetryConfig, parse_telemetry
 from broker.vocab.errors import ConfigError
-from broker.vocab.fields import Fields, shown
+from broker.vocab.fields import Fields
 from broker.vocab.files import read_regular_file, shown_path
 
 if TYPE_CHECKING:

@@ -134,7 +134,7 @@ def test_the_exchanged_token_stays_in_the_proxy_and_is_renewed_behind_its_placeh
 def test_an_exchanged_token_is_never_a_file(exchanging: Exchanging) -> None:
     result = exchanging.env.run_process("issue", "--task", str(exchanging.task(inject="file")))
     assert result.code == 2
-    assert "credentials[0].inject: a exchanged token goes only by the proxy: inject: proxy" in result.stderr
+    assert "credentials[0].inject: Exchanged tokens go only by the proxy (inject: proxy)" in result.stderr
     assert exchanging.endpoint.exchanges == []
 
 

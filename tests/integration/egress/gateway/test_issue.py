@@ -36,7 +36,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, openbao: OpenBao) -> Iterato
 
 
 def request(stack: GatewayStack, document: dict[str, object], path: str, placeholder: str) -> bytes:
-    tunnel = stack.tunnel(document)  # type: ignore[arg-type]
+    tunnel = stack.tunnel(document)
     try:
         tunnel.sendall(
             f"GET {path} HTTP/1.1\r\nHost: {stack.api_host}\r\nAuthorization: Bearer {placeholder}\r\n\r\n".encode()

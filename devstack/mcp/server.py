@@ -4,9 +4,13 @@
 with the ``ssl.SSLContext`` given) and takes only requests bearing a token
 its verifier accepts (``Authorization: Bearer``; the SDK's own bearer
 middleware answers 401 otherwise): by default a fixed set of tokens
-(``StaticTokens``); any ``TokenVerifier`` of the SDK instead (one that asks
-an authorisation server's introspection endpoint, say). Its tools, resources
-and prompts are a small GitHub-shaped set: read tools, ``create_pull_request``,
+(``StaticTokens``); any ``TokenVerifier`` of the SDK instead, such as
+``IntrospectedTokens``, which accepts what the local authorisation server
+(``devstack.oauth.server``) says, asked by introspection at each request,
+is an active token for this server. Such a verifier needs the server's
+origin before the server exists: the caller then binds the listening socket
+itself and hands it over (``listener``). Its tools, resources and prompts
+are a small GitHub-shaped set: read tools, ``create_pull_request``,
 ``merge_pull_request`` and ``delete_file``; a README of two organisations'
 repositories; two prompts. Every JSON-RPC message that reached it is recorded
 (``seen``: method, what it names, its arguments, the bearer token), so a test
@@ -36,6 +40,8 @@ from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
 
+from devstack.oauth.resource import Introspector
+
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
@@ -53,6 +59,29 @@ class StaticTokens:
         if any(hmac.compare_digest(token.encode(), known.encode()) for known in self.tokens):
             return AccessToken(token=token, client_id="broker", scopes=[])
         return None
+
+
+class IntrospectedTokens:
+    """A ``TokenVerifier`` accepting what the authorisation server says is an active token for ``resource`` (this
+    server's origin, RFC 8707) and, when given, for ``scope``; asked at each request, so a revoked token fails at
+    once."""
+
+    def __init__(self, introspector: Introspector, resource: str, scope: str | None = None) -> None:
+        self.introspector = introspector
+        self.resource = resource
+        self.scope = scope
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        facts = await asyncio.to_thread(self.introspector.check, token, self.resource, self.scope)
+        if facts is None:
+            return None
+        return AccessToken(
+            token=token,
+            client_id=facts.client_id,
+            scopes=list(facts.scopes),
+            resource=self.resource,
+            subject=facts.subject or None,
+        )
 
 
 @dataclass(frozen=True)
@@ -121,9 +150,15 @@ class McpServer:
     """The GitHub-shaped server on ``127.0.0.1:port`` (see the module docstring); a context manager."""
 
     def __init__(
-        self, context: ssl.SSLContext, verifier: TokenVerifier, host: str = "mcp.test", *, json_response: bool = False
+        self,
+        context: ssl.SSLContext,
+        verifier: TokenVerifier,
+        host: str = "mcp.test",
+        *,
+        json_response: bool = False,
+        listener: socket.socket | None = None,
     ) -> None:
-        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.listener = listener or socket.create_server(("127.0.0.1", 0))
         self.port = int(self.listener.getsockname()[1])
         self.url = f"https://{host}:{self.port}{PATH}"
         self.seen: list[Seen] = []

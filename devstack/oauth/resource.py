@@ -27,6 +27,7 @@ class Introspection:
     subject: str
     scopes: tuple[str, ...]
     audience: tuple[str, ...]
+    client_id: str  # the client the token was issued to
 
 
 class Introspector:
@@ -52,7 +53,7 @@ class Introspector:
         scopes = tuple(str(facts.get("scope") or "").split())
         if resource not in audience or (scope is not None and scope not in scopes):
             return None
-        return Introspection(str(facts.get("sub") or ""), scopes, tuple(audience))
+        return Introspection(str(facts.get("sub") or ""), scopes, tuple(audience), str(facts.get("client_id") or ""))
 
 
 @dataclass(frozen=True)

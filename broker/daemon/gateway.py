@@ -19,6 +19,7 @@ its listener where it is made here: ``self.gateway.route(path, answer)`` (``brok
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import resource
@@ -26,6 +27,9 @@ import threading
 from typing import Any
 
 from broker.core.broker import Broker
+from broker.core.identity.documents import path_prefix
+from broker.core.identity.issuer import Issuer
+from broker.core.identity.wellknown import PATHS, answer
 from broker.core.inputs.listening import GatewayConfig
 from broker.core.inputs.manifest import Manifest, parse_manifest
 from broker.core.revoking import RevokeReport
@@ -36,7 +40,7 @@ from broker.core.session_document import SessionDocument
 from broker.daemon.holds import approved_request
 from broker.daemon.peer import Peer
 from broker.egress.evidence.pump import EvidencePump
-from broker.egress.gateway.listener import Gateway, server_context
+from broker.egress.gateway.listener import Gateway, Page, server_context
 from broker.egress.gateway.passes import Address
 from broker.vocab.errors import BadInput, BrokerError, ConfigError
 from broker.vocab.files import read_bounded
@@ -77,7 +81,22 @@ class GatewayHolds:
         )
         self._held: dict[str, RunningSession] = {}
         self._mutex = threading.Lock()
+        if broker.issuer is not None:
+            self._publish(broker, broker.issuer)
         event(LOG, "gateway listening", listen=f"{settings.listen[0]}:{gateway.port}", tls=tls is not None)
+
+    def _publish(self, broker: Broker, issuer: Issuer) -> None:
+        """The issuer's documents at its URL's paths (``[identity] issuer`` naming the gateway: verifiers fetch its
+        keys from the host its sandboxes already reach), answered as the daemon's socket answers them."""
+        prefix = path_prefix(issuer)
+
+        def page(path: str) -> Page:
+            found = answer(issuer, broker.config.providers, broker.store, path, broker.clock())
+            assert found is not None  # one of the issuer's paths
+            return Page(found.status, found.content_type, found.body, found.cache_control)
+
+        for name in PATHS:
+            self.gateway.route(prefix + name, functools.partial(page, prefix + name))
 
     def get(self, session: str) -> RunningSession | None:
         with self._mutex:

@@ -72,11 +72,13 @@ IP_FREEBIND, IPV6_FREEBIND = 15, 78  # Linux: bind an address not (yet) on an in
 
 @dataclass(frozen=True)
 class Page:
-    """What one of the gateway's own routes answers: a status, a content type and a body."""
+    """What one of the gateway's own routes answers: a status, a content type, a body, and how long it may be cached
+    (``Cache-Control``; None: no such header)."""
 
     status: int
     content_type: str
     body: bytes
+    cache_control: str | None = None
 
 
 def server_context(cert_file: Path, key_file: Path) -> ssl.SSLContext:
@@ -325,7 +327,10 @@ class Gateway:
             _answer(conn, writer, 404, b"broker gateway: no such page\n")
             return
         page = answer()
-        _answer(conn, writer, page.status, page.body, [(b"content-type", page.content_type.encode())])
+        headers = [(b"content-type", page.content_type.encode())]
+        if page.cache_control is not None:
+            headers.append((b"cache-control", page.cache_control.encode()))
+        _answer(conn, writer, page.status, page.body, headers)
 
 
 def _answer(

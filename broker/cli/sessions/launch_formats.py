@@ -8,7 +8,9 @@ A session the gateway serves (its document names ``proxy_url``) has its proxy
 variables, secret included, in the file ``proxy/env`` of its directory: the
 container formats pass it with ``--env-file`` (the engine reads it), ``env``
 sources it (``set -a; . FILE; set +a``), so the secret never appears on
-standard output or on a command line.
+standard output or on a command line. A session with ``limits`` (the
+manifest's ``sandbox.limits`` within its rules') gets the engine's
+``--memory``, ``--cpus`` and ``--pids-limit`` in the container formats.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from broker.cli.render import issue_text
+from broker.host.limits import Limits, cpus_text
 from broker.vocab.errors import BadInput, OutputError
 from broker.vocab.files import write_all
 
@@ -92,13 +95,24 @@ def render(document: dict[str, Any], fmt: str) -> str:
             args += ["--env", f"{key}={value}"]
         if proxy_env is not None:
             args += ["--env-file", proxy_env]
-        return shlex.join(args)
+        return shlex.join(args + _limit_flags(Limits.from_json(document.get("limits"))))
     if fmt == "bwrap":
         args = ["--ro-bind", document["dir"], document["mount_path"]]
         for key, value in env.items():
             args += ["--setenv", key, value]
         return shlex.join(args)
     raise ValueError(f"unknown format {fmt}")
+
+
+def _limit_flags(limits: Limits) -> list[str]:
+    """The engine's flags for the session's ``sandbox.limits``: a container the launcher starts is held to what the
+    policy allowed, as one ``broker exec`` starts is."""
+    flags = [f"--memory={limits.memory}b"] if limits.memory is not None else []
+    if limits.cpus is not None:
+        flags.append(f"--cpus={cpus_text(limits.cpus)}")
+    if limits.pids is not None:
+        flags.append(f"--pids-limit={limits.pids}")
+    return flags
 
 
 class SessionFile:

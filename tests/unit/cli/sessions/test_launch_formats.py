@@ -103,3 +103,13 @@ def test_a_gateway_session_passes_its_proxy_variables_by_file_never_on_the_comma
     env = render(GATEWAY_DOCUMENT, "env").splitlines()
     assert env[-1] == "set -a; . /run/broker/s-4k2j9x7q3m1p/proxy/env; set +a"
     assert all("HTTPS_PROXY" not in line for line in env)
+
+
+def test_the_container_formats_carry_the_sessions_limits() -> None:
+    """A container the launcher starts is held to the limits the policy allowed: the engine's own flags."""
+    limited = dict(DOCUMENT, limits={"memory": 268435456, "cpus": 1.5, "pids": 128})
+    docker = shlex.split(render(limited, "docker"))
+    assert docker[-3:] == ["--memory=268435456b", "--cpus=1.5", "--pids-limit=128"]
+    assert render(limited, "podman") == render(limited, "docker")
+    assert "--cpus=2" in shlex.split(render(dict(DOCUMENT, limits={"cpus": 2}), "docker"))
+    assert "limit" not in render(limited, "bwrap") and "memory" not in render(limited, "env")

@@ -359,3 +359,13 @@ def test_doctor_checks_the_daemon(daemon: Daemon) -> None:
     daemon.socket.chmod(0o666)
     check = daemon_check()
     assert check["ok"] is False and "every local user" in check["detail"]
+
+
+def test_issue_gateway_on_a_daemon_without_a_gateway_is_refused_naming_the_key(daemon: Daemon) -> None:
+    daemon.start()
+    refused = daemon.client("issue", "--gateway", "--task", str(daemon.task()))
+    assert refused.code == 2
+    assert refused.stderr.strip() == (
+        "broker: error: issue --gateway: this daemon runs no gateway; set [gateway] listen in its config"
+    )
+    assert not [r for r in daemon.env.log_records() if r["event"] in ("session.issued", "credential.issued")]

@@ -1,11 +1,15 @@
-"""The ``clock`` check every provider's ``health`` makes from a response's ``Date`` header.
+"""Time as providers read it: the ``clock`` check every provider's ``health`` makes from a response's ``Date``
+header, and the times in a provider's answers.
 
 A credential's expiry is judged by this host's clock and the provider's:
-more skew than ``MAX_CLOCK_SKEW`` between them fails the check.
+more skew than ``MAX_CLOCK_SKEW`` between them fails the check. An expiry a
+provider answers with is read by ``parse_time`` (ISO 8601 with a zone, or
+nothing), and a time without a zone is taken as UTC by ``aware``.
 """
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 
 from broker.vocab.checks import Check
@@ -32,3 +36,19 @@ def clock_check(date_header: str | None, received: float, provider: str) -> Chec
         f"this host is {abs(skew)} s {side} {provider} (more than {MAX_CLOCK_SKEW} s)",
         "synchronise this host's clock (chrony, systemd-timesyncd)",
     )
+
+
+def aware(moment: datetime) -> datetime:
+    """``moment`` as UTC when it carries no zone (the store's and the tests' clocks may be naive)."""
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def parse_time(value: object) -> datetime | None:
+    """An ISO 8601 time with its zone, as a provider's answer gives an expiry; None for anything else."""
+    if not isinstance(value, str) or len(value) > 40:
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else None

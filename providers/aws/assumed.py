@@ -20,10 +20,10 @@ from typing import Any
 
 from broker.vocab.secret import Secret
 from providers.aws.clients import AwsClients
-from providers.aws.clients import aware as _aware
 from providers.aws.files import config_file, credentials_file
 from providers.aws.request import AwsStsRequest
 from providers.base import MintContext, MintedCredential, MintRejected
+from providers.clock import aware as _aware
 
 SECRET_TEXT = re.compile(r"[\x21-\x7e]{1,65536}", re.ASCII)  # no whitespace: nothing can break the INI file
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from providers.aws.errors import AwsErrors
@@ -27,11 +26,6 @@ def client_config(timeout: float) -> Any:
     from botocore.config import Config
 
     return Config(connect_timeout=timeout, read_timeout=timeout, retries={"mode": "standard", "max_attempts": 3})
-
-
-def aware(moment: datetime) -> datetime:
-    """``moment`` as UTC when it carries no zone (the store's and the tests' clocks may be naive)."""
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 class AwsClients:

@@ -43,7 +43,6 @@ from broker.vocab.errors import ProviderError
 from broker.vocab.fields import Fields
 from providers.aws.assumed import Asked, assumed_credential
 from providers.aws.clients import AwsClients
-from providers.aws.clients import aware as _aware
 from providers.aws.deny_policy.budget import Reservations
 from providers.aws.deny_policy.layout import entries_for
 from providers.aws.deny_policy.locks import RoleLocks
@@ -73,6 +72,7 @@ from providers.base import (
     RevokeTarget,
 )
 from providers.capabilities import DenyBudget, FleetState, TokenIssuer
+from providers.clock import aware as _aware
 from providers.warm import Sdk
 
 REGION = re.compile(r"[a-z]{2}(-[a-z0-9]+){1,3}", re.ASCII)

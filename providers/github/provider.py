@@ -40,7 +40,7 @@ from providers.base import (
     RevokeOutcome,
     RevokeTarget,
 )
-from providers.clock import clock_check
+from providers.clock import aware, clock_check, parse_time
 from providers.github.git import check_api_url, git_host, gitconfig
 from providers.github.http import ApiResponse, GitHubApi
 from providers.github.narrowing import github_narrower
@@ -155,7 +155,7 @@ class GitHubAppProvider(Provider[GitHubRequest]):
         now = datetime.fromtimestamp(self.clock(), UTC)
         latest = now + timedelta(seconds=self.fixed_lifetime)
         token_end = github_expiry or latest
-        expires_at = min(token_end, _aware(context.session_expires_at), now + timedelta(seconds=context.ttl))
+        expires_at = min(token_end, aware(context.session_expires_at), now + timedelta(seconds=context.ttl))
         minted = MintedCredential(
             reference={
                 "installation_id": installation,
@@ -288,7 +288,7 @@ class GitHubAppProvider(Provider[GitHubRequest]):
         raw = body.get("token")
         if not isinstance(raw, str) or not TOKEN.fullmatch(raw):
             raise ProviderError(f"github {self.name}: token create returned no usable token")
-        return Secret(raw), _parse_time(body.get("expires_at"))
+        return Secret(raw), parse_time(body.get("expires_at"))
 
     def _granted_problem(self, request: GitHubRequest, response: ApiResponse) -> str:
         """Why the token is not exactly what was asked (plus metadata: read), or "" when it is."""
@@ -319,7 +319,7 @@ class GitHubAppProvider(Provider[GitHubRequest]):
     def revoke(self, target: RevokeTarget, now: datetime) -> RevokeOutcome:
         if target.revoke_secret is None:  # the keep-safe was lost (a reboot): only GitHub's hour ends it
             ends = self._token_end(target)
-            if ends is not None and _aware(now) >= ends:
+            if ends is not None and aware(now) >= ends:
                 return RevokeOutcome.EXPIRED
             until = f"GitHub's one-hour expiry at {iso(ends)}" if ends else "GitHub's one-hour expiry"
             raise ProviderError(
@@ -331,7 +331,7 @@ class GitHubAppProvider(Provider[GitHubRequest]):
         if response.status == 204:  # it was live at GitHub until now, whatever our expires_at says
             return RevokeOutcome.REVOKED
         if response.status == 401:  # already revoked, or expired at GitHub
-            past = target.expires_at is not None and _aware(target.expires_at) <= _aware(now)
+            past = target.expires_at is not None and aware(target.expires_at) <= aware(now)
             return RevokeOutcome.EXPIRED if past else RevokeOutcome.REVOKED
         raise self._failure(response, f"token revoke for {target.name}", retryable=True)
 
@@ -341,12 +341,12 @@ class GitHubAppProvider(Provider[GitHubRequest]):
         (Credentials recorded before the broker kept GitHub's own expiry were minted before their
         ``expires_at``, so their hour is over an hour after it at the latest.)
         """
-        recorded = _parse_time(target.reference.get("token_expires_at"))
+        recorded = parse_time(target.reference.get("token_expires_at"))
         if recorded is not None:
             return recorded
         if target.expires_at is None:
             return None
-        return _aware(target.expires_at) + timedelta(seconds=self.fixed_lifetime or 0)
+        return aware(target.expires_at) + timedelta(seconds=self.fixed_lifetime or 0)
 
     def _failure(self, response: ApiResponse, action: str, *, retryable: bool = False) -> ProviderError:
         """A one-line error quoting GitHub's message; retryable for outages and rate limits."""
@@ -363,17 +363,3 @@ class GitHubAppProvider(Provider[GitHubRequest]):
 
     def close(self) -> None:
         self.api.close()
-
-
-def _aware(moment: datetime) -> datetime:
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
-
-
-def _parse_time(value: object) -> datetime | None:
-    if not isinstance(value, str) or len(value) > 40:
-        return None
-    try:
-        moment = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return moment if moment.tzinfo is not None else None

@@ -39,6 +39,7 @@ from providers.base import (
     RevokeTarget,
 )
 from providers.capabilities import FleetState
+from providers.clock import aware, parse_time
 from providers.oauth.endpoint import Endpoints, Refused, TokenAnswer
 from providers.oauth.flight import RefreshFlight
 from providers.oauth.grants import ClientCredentials, JwtBearer, NotKept, Obtaining, RefreshGrant
@@ -166,7 +167,7 @@ class OAuthProvider(Provider[OAuthRequest]):
         now = datetime.now(UTC)
         lived = answer.expires_in if answer.expires_in is not None and answer.expires_in > 0 else LIFETIME
         token_end = now + timedelta(seconds=lived)
-        expires_at = min(token_end, _aware(context.session_expires_at), now + timedelta(seconds=context.ttl))
+        expires_at = min(token_end, aware(context.session_expires_at), now + timedelta(seconds=context.ttl))
         token = answer.access_token
         return MintedCredential(
             reference={
@@ -184,7 +185,7 @@ class OAuthProvider(Provider[OAuthRequest]):
 
     def revoke(self, target: RevokeTarget, now: datetime) -> RevokeOutcome:
         end = self._token_end(target)
-        if end is not None and _aware(now) >= end:
+        if end is not None and aware(now) >= end:
             return RevokeOutcome.EXPIRED
         if self.settings.revocation_url is None:
             return RevokeOutcome.VALID_UNTIL_EXPIRY
@@ -206,12 +207,12 @@ class OAuthProvider(Provider[OAuthRequest]):
 
     def _token_end(self, target: RevokeTarget) -> datetime | None:
         """When the token ends at the server: as recorded at minting, else an hour after its ``expires_at``."""
-        recorded = _parse_time(target.reference.get("token_expires_at"))
+        recorded = parse_time(target.reference.get("token_expires_at"))
         if recorded is not None:
             return recorded
         if target.expires_at is None:
             return None
-        return _aware(target.expires_at) + timedelta(seconds=LIFETIME)
+        return aware(target.expires_at) + timedelta(seconds=LIFETIME)
 
     def health(self) -> list[Check]:
         return oauth_health(self.name, self.settings, self.endpoints, self.keep, self.grant, self.in_fleet)
@@ -237,17 +238,3 @@ def _problem(request: OAuthRequest, answer: TokenAnswer) -> str:
 def _resource(host: str) -> str:
     name, _, port = host.rpartition(":")
     return f"https://{name}" + ("" if port == "443" else f":{port}")
-
-
-def _aware(moment: datetime) -> datetime:
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
-
-
-def _parse_time(value: object) -> datetime | None:
-    if not isinstance(value, str) or len(value) > 40:
-        return None
-    try:
-        moment = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return moment if moment.tzinfo is not None else None

@@ -26,11 +26,12 @@ from typing import Any
 from urllib.parse import unquote
 
 from broker.vocab.errors import ProviderError
-from providers.aws.clients import AwsClients, aware
+from providers.aws.clients import AwsClients
 from providers.aws.deny_policy.layout import POLICY_NAME, ROLE_INLINE_BUDGET, DenyEntry, DenyList, policy_size
 from providers.aws.deny_policy.locks import RoleLocks
 from providers.aws.errors import AwsErrors, ProviderFacts
 from providers.capabilities import DenyRecord, FleetState
+from providers.clock import aware
 from providers.overlap import together
 
 

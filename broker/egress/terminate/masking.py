@@ -33,9 +33,14 @@ length and its framing. A spelling other than the raw bytes shorter than
 
 ``Masker`` replaces every spelling in a body that arrives in pieces, split
 anywhere: up to the longest spelling's length less one byte waits for the
-next piece. Each spelling is one search of every piece (``bytes.replace``:
-a long spelling is searched faster than a short one); the session's
-interceptor spells each secret once, not for each answer.
+next piece. Each spelling is one search of every piece (``bytes.replace``),
+while they are few; past ``ONE_PASS`` spellings (two secrets and more: three
+AWS keys have 37) a piece is first searched once for all of them together
+(RE2, whose automaton reads each byte once whatever their number, about
+650 MB/s here against 330 MB/s for 37 searches and 800 MB/s for one secret's
+14), and only a piece holding one is searched again for each. The session's
+interceptor spells each secret once, and compiles the search once, not for
+each answer.
 """
 
 from __future__ import annotations
@@ -43,10 +48,15 @@ from __future__ import annotations
 import base64
 import bisect
 import string
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import re2
 
 Pair = tuple[bytes, bytes]  # what must not come back, and what stands in its place (of the same length)
 MIN_SPELLING = 8
+#: Past this many spellings one RE2 search of a piece for all of them costs less than a search for each.
+ONE_PASS = 20
 UNRESERVED = frozenset((string.ascii_letters + string.digits + "-_.~").encode())
 LETTERS = (string.ascii_letters + string.digits).encode()
 URLSAFE = bytes.maketrans(b"+/", b"-_")
@@ -97,6 +107,14 @@ def _base64(value: bytes, offset: int) -> bytes:
     return base64.b64encode(bytes(offset) + value)[_HEAD[offset] : 4 * (size // 3) + _TAIL[size % 3]]
 
 
+def _search(forms: Iterable[bytes]) -> Any:
+    """One RE2 search for any of ``forms``, byte for byte (Latin-1: a secret may hold any byte)."""
+    options = re2.Options()
+    options.encoding = re2.Options.Encoding.LATIN1
+    options.never_capture = True
+    return re2.compile(b"|".join(re2.escape(form) for form in forms), options)
+
+
 class Spelled:
     """Secrets in all their spellings, longest first (one secret's spelling may hold another's): what a ``Masker``
     searches for, made once for a session's secrets rather than for every answer (``Interceptor.masker``)."""
@@ -107,6 +125,12 @@ class Spelled:
         self._lengths = [-len(form) for form, _ in self.forms]  # ascending, for ``bisect``
         self.longest = len(self.forms[0][0]) if self.forms else 0
         self.shortest = len(self.forms[-1][0]) if self.forms else 0
+        self._any = _search(form for form, _ in self.forms) if len(self.forms) > ONE_PASS else None
+
+    def absent_from(self, value: bytes) -> bool:
+        """True when ``value`` surely holds no spelling (one search for all of them, when there are many); False
+        when it may (then each is searched)."""
+        return len(value) < self.shortest or (self._any is not None and self._any.search(value) is None)
 
     def fitting(self, size: int) -> Sequence[Pair]:
         """The spellings no longer than ``size`` bytes (the only ones a value of that size can hold), longest
@@ -158,6 +182,8 @@ class Masker:
         return self._replaced(value)
 
     def _replaced(self, value: bytes) -> bytes:
+        if self._spelled.absent_from(value):  # nearly every piece, with many spellings: one search for all
+            return value
         for form, replacement in self._spelled.fitting(len(value)):
             value = value.replace(form, replacement)
         return value

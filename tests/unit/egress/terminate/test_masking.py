@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from broker.egress.injectors.swap import Injection
 from broker.egress.terminate.ca import SessionCA
 from broker.egress.terminate.interceptor import Interceptor
-from broker.egress.terminate.masking import Masker, spellings
+from broker.egress.terminate.masking import ONE_PASS, Masker, spellings
 from broker.vocab.secret import Secret
 
 SECRET, STAND_IN = b"ab+c/def==ghij~klmn", b"QWERTYUIOPasdfghjkl"
@@ -86,3 +86,26 @@ def test_a_session_keeps_how_it_searches_its_secrets_until_it_is_revoked() -> No
     assert interceptor.masker("api.test", 443).whole(b"<" + SECRET + b">") == b"<" + b"p" * 19 + b">"
     interceptor.revoke()
     assert not interceptor.masker("api.test", 443).active
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    secrets=st.lists(st.binary(min_size=8, max_size=64), min_size=3, max_size=4, unique=True),
+    cuts=st.lists(st.integers(min_value=1, max_value=400), max_size=6),
+    around=st.lists(st.binary(max_size=40), min_size=1, max_size=6),
+)
+def test_one_search_for_many_spellings_misses_none_in_a_body_cut_anywhere(
+    secrets: list[bytes], cuts: list[int], around: list[bytes]
+) -> None:
+    """With many spellings (several secrets: one automaton search of each piece first), a body holding any of them,
+    arriving in pieces cut anywhere, comes out as every spelling searched in the whole body would leave it."""
+    pairs = [(secret, bytes(b ^ 0x55 for b in secret)) for secret in secrets]
+    forms = [form for secret, stand_in in pairs for form, _ in spellings(secret, stand_in)]
+    assert len(forms) > ONE_PASS
+    body = b"".join(part + forms[(7 * i) % len(forms)] for i, part in enumerate(around))
+    masker, out, start = Masker(pairs), b"", 0
+    for cut in sorted(cuts):
+        out += masker.feed(body[start:cut])
+        start = max(start, cut)
+    out += masker.feed(body[start:]) + masker.flush()
+    assert out == naive(pairs, body)

@@ -108,11 +108,16 @@ def _base64(value: bytes, offset: int) -> bytes:
 
 
 def _search(forms: Iterable[bytes]) -> Any:
-    """One RE2 search for any of ``forms``, byte for byte (Latin-1: a secret may hold any byte)."""
+    """One RE2 search for any of ``forms``, byte for byte (Latin-1: a secret may hold any byte); None when RE2
+    cannot compile that many (then each is searched, as with few)."""
     options = re2.Options()
     options.encoding = re2.Options.Encoding.LATIN1
     options.never_capture = True
-    return re2.compile(b"|".join(re2.escape(form) for form in forms), options)
+    options.log_errors = False  # RE2 would print the pattern (the secrets) to stderr
+    try:
+        return re2.compile(b"|".join(re2.escape(form) for form in forms), options)
+    except re2.error:
+        return None
 
 
 class Spelled:

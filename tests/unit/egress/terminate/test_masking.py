@@ -6,6 +6,7 @@ import base64
 from datetime import UTC, datetime, timedelta
 from urllib.parse import quote
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -109,3 +110,16 @@ def test_one_search_for_many_spellings_misses_none_in_a_body_cut_anywhere(
         start = max(start, cut)
     out += masker.feed(body[start:]) + masker.flush()
     assert out == naive(pairs, body)
+
+
+def test_more_spellings_than_one_search_can_hold_are_each_searched_and_nothing_is_printed(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """Past what RE2 compiles (hundreds of long secrets) the masker searches each spelling, as with few, and RE2's
+    complaint, which would quote the pattern and so the secrets, is never written to stderr."""
+    pairs = [(b"%04d" % n * 90, b"%04d" % (n + 5000) * 90) for n in range(400)]
+    forms = spellings(*pairs[123])
+    body = b"<a>" + forms[3][0] + b"</a>" + pairs[7][0]
+    masker = Masker(pairs)
+    assert masker.feed(body) + masker.flush() == naive(pairs, body) != body
+    assert capfd.readouterr().err == ""

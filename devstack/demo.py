@@ -88,6 +88,20 @@ def main() -> int:
 MOTO_IDENTITY = {"aws_access_key_id": "demo", "aws_secret_access_key": "demo"}  # moto accepts any key
 
 
+def example_config(settings: dict[str, str], providers: dict[str, dict[str, str]]) -> str:
+    """The demo's ``broker.toml``: the stack's providers, and what ``policies/example.yaml``'s other grants name (the
+    broker's issuer and a model provider's token exchange, ``modelx``), which the demo asks nothing of, so neither
+    is reached."""
+    others = {
+        "modelx": {
+            "type": "token_exchange",
+            "token_endpoint": "https://models.example/oauth/token",
+            "audience": "https://models.example",
+        }
+    }
+    return config_text(settings, providers | others) + '\n[identity]\nissuer = "http://127.0.0.1:8443"\n'
+
+
 def run_demo(bao: OpenBao, aws_url: str, github: GitHubAppEmulator, private_pem: bytes) -> int:
     addr = bao.addr
     print(f"OpenBao {addr}   moto {aws_url}   GitHub emulator {github.api_url}")
@@ -126,7 +140,7 @@ def run_demo(bao: OpenBao, aws_url: str, github: GitHubAppEmulator, private_pem:
     }
     if os.geteuid() != 0:
         settings["mount_tmpfs"] = "never"
-    (DEMO / "broker.toml").write_text(config_text(settings, providers))
+    (DEMO / "broker.toml").write_text(example_config(settings, providers))
     (DEMO / "task.yaml").write_text(TASK)
     if os.geteuid() != 0:
         text = (policy_dir / "example.yaml").read_text()

@@ -73,7 +73,8 @@ class McpOAuth:
             f"{runs}"
             "echo '--- env'\nenv\n"
             "echo '--- files'\n"
-            "find /run /workspace /tmp -type f -exec cat {} + 2>&1 || true\n"  # all it has beside the host's /usr
+            # All it has beside the host's /usr and the test run's own Python (bound read-only, wherever it is).
+            f"find /run /workspace /tmp -path {VENV} -prune -o -type f -exec cat {{}} + 2>&1 || true\n"
         )
         _, prefix = python_runtime()
         options = ["--sandbox", "bwrap", "--network", "allowlist", "--ro-bind", prefix, "--ro-bind", str(VENV)]

@@ -8,13 +8,17 @@ the sandbox. Inside, the SDK's own client (the test's virtualenv bound
 read-only) talks to the server through the session's proxy with the hints
 alone, once opening a session (SSE answers) and once on MCP's 2026 protocol
 (JSON answers, ``Mcp-Method``/``Mcp-Name``); curl sends a call whose
-``Mcp-Method`` names another method. The rule is the README's example.
+``Mcp-Method`` names another method. The rule is the README's example. The
+same run goes through ``broker serve`` too: the daemon holds the session and
+its proxy, the thin client runs bubblewrap.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import sys
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.brokerenv import BrokerEnv, Result, make_env
+from tests.fixtures.daemon import Daemon
 from tests.fixtures.mcp_stage import AGENT, RULE_ID, Upstream, check_agent, mcp_upstream, rule_operations
 from tests.fixtures.openbao import ROOT_TOKEN, OpenBao
 from tests.fixtures.sandbox import python_runtime, sandbox_unavailable
@@ -161,3 +166,39 @@ def test_the_sdk_client_in_bubblewrap_is_held_to_the_rule_and_never_holds_the_to
     assert all(r["operations"] == "mcp" and r["rule"] == RULE_ID for r in records)
     assert all(len(r["arguments_sha256"]) == 64 for r in records if r.get("mcp_method") == "tools/call")
     assert session.env.run("audit", "verify").code == 0
+
+
+def test_through_the_daemon_the_held_exec_is_held_to_the_same_rule(session: Session) -> None:
+    """``broker exec`` as ``broker serve``'s thin client: the daemon holds the session and runs its proxy, the client
+    runs bubblewrap; the SDK's client inside gets the same answers, and the server sees only what the rule allows,
+    with the real token, which is in no output."""
+    shared = Path(tempfile.mkdtemp(prefix="broker-daemon-", dir="/tmp"))
+    shared.chmod(0o755)
+    session.env.tables["daemon"] = {"socket": str(shared / "broker.sock")}
+    session.env.write_config()
+    daemon = Daemon(session.env, shared).start()
+    try:
+        server = session.upstream.server
+        before = len(server.calls())
+        _, prefix = python_runtime()
+        options = ["--sandbox", "bwrap", "--network", "allowlist", "--ro-bind", prefix, "--ro-bind", str(VENV)]
+        task = str(session.task())
+        result = daemon.client("exec", "--task", task, *options, "--", "sh", "-c", session.script(), timeout=240)
+        assert result.code == 0, result.stdout + result.stderr
+        found = [json.loads(line) for line in result.stdout.splitlines() if line.startswith('{"tools"')]
+        assert len(found) == 2, result.stdout + result.stderr
+        for agent in found:
+            check_agent(agent)
+        reached = server.calls()[before:]
+        called = [(s.method, s.name) for s in reached if s.method in ("tools/call", "resources/read", "prompts/get")]
+        assert called == 2 * [
+            ("tools/call", "get_issue"),
+            ("tools/call", "create_pull_request"),
+            ("resources/read", "repo://octo-org/widgets/README.md"),
+            ("prompts/get", "review_pull_request"),
+        ]
+        assert {seen.bearer for seen in reached} == {session.upstream.token}
+        assert session.upstream.token not in result.stdout + result.stderr
+    finally:
+        daemon.stop()
+        shutil.rmtree(shared, ignore_errors=True)

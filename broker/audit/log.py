@@ -211,12 +211,17 @@ class IssuanceLog:
             raise StoreError(f"issuance log {self.path}: {exc.strerror}; the records were not written") from None
 
     def head(self) -> tuple[int, str]:
-        """The last record's ``seq`` and ``hash``; raises when the log could not take another record."""
-        fd = _open_log(self.path, os.O_RDONLY | os.O_CREAT)
+        """The last record's ``seq`` and ``hash``; raises when the log could not take another record. Read under
+        the lock, as a write is: a record being appended by another thread or process is not a torn one."""
         try:
-            return self._head(fd)
-        finally:
-            os.close(fd)
+            with self._lock:
+                fd = _open_log(self.path, os.O_RDONLY | os.O_CREAT)
+                try:
+                    return self._head(fd)
+                finally:
+                    os.close(fd)
+        except Timeout:
+            raise StoreError(f"issuance log {self.path} is locked by another process") from None
 
     def _head(self, fd: int) -> tuple[int, str]:
         size = os.fstat(fd).st_size

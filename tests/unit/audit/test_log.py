@@ -8,13 +8,15 @@ import base64
 import hashlib
 import os
 import stat
+import threading
+import time
 from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from broker.audit.keys import load_or_create_keys
-from broker.audit.log import IssuanceLog, checkpoint_message
+from broker.audit.log import Entry, IssuanceLog, checkpoint_message
 from broker.vocab.errors import ConfigError, LogVerificationError
 from broker.vocab.secret import Secret
 from tests.fixtures.logchain import assert_chain
@@ -99,3 +101,33 @@ def test_a_write_the_disk_cannot_take_whole_leaves_no_torn_record(
     monkeypatch.setattr(os, "write", real_write)
     log.append("session.revoked", session="s-1", task="t", requester="ci")
     assert [r["event"] for r in assert_chain(log.path)] == ["session.issued", "session.revoked"]
+
+
+def test_the_head_is_read_under_the_lock_so_a_write_under_way_is_never_taken_for_a_torn_record(
+    tmp_path: Path,
+) -> None:
+    """A new issue checks that the log can take records (``head``) while the daemon's other threads, or other
+    processes, append: it must see the log before or after a write, never half of one."""
+    log = IssuanceLog(tmp_path, load_or_create_keys(tmp_path / "audit.key", tmp_path / "fingerprint.key"))
+    log.append("session.issued", session=None, task=None, requester="uid:0")
+    big = [Entry("egress.request", None, None, "uid:0", {"pad": "x" * 200_000}) for _ in range(8)]
+    stop = threading.Event()
+    seen: list[BaseException] = []
+
+    def appending() -> None:
+        while not stop.is_set():
+            log.append_many(big)
+
+    writer = threading.Thread(target=appending)
+    writer.start()
+    try:
+        deadline = time.monotonic() + 1.5
+        while time.monotonic() < deadline and not seen:
+            try:
+                log.head()
+            except LogVerificationError as exc:
+                seen.append(exc)
+    finally:
+        stop.set()
+        writer.join()
+    assert seen == []

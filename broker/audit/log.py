@@ -211,17 +211,24 @@ class IssuanceLog:
             raise StoreError(f"issuance log {self.path}: {exc.strerror}; the records were not written") from None
 
     def head(self) -> tuple[int, str]:
-        """The last record's ``seq`` and ``hash``; raises when the log could not take another record. Read under
-        the lock, as a write is: a record being appended by another thread or process is not a torn one."""
+        """The last record's ``seq`` and ``hash``; raises when the log could not take another record. An end that
+        looks torn may be a record another thread or process is appending: it is read again under the lock, where
+        every write is whole, before it counts as torn (the lock is not waited for otherwise)."""
         try:
-            with self._lock:
-                fd = _open_log(self.path, os.O_RDONLY | os.O_CREAT)
-                try:
-                    return self._head(fd)
-                finally:
-                    os.close(fd)
-        except Timeout:
-            raise StoreError(f"issuance log {self.path} is locked by another process") from None
+            return self._read_head()
+        except LogVerificationError:
+            try:
+                with self._lock:
+                    return self._read_head()
+            except Timeout:
+                raise StoreError(f"issuance log {self.path} is locked by another process") from None
+
+    def _read_head(self) -> tuple[int, str]:
+        fd = _open_log(self.path, os.O_RDONLY | os.O_CREAT)
+        try:
+            return self._head(fd)
+        finally:
+            os.close(fd)
 
     def _head(self, fd: int) -> tuple[int, str]:
         size = os.fstat(fd).st_size

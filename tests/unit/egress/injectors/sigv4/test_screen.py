@@ -7,9 +7,10 @@ import pytest
 
 from broker.egress.injectors.interface import InjectionRefused
 from broker.egress.injectors.sigv4.screen import HOLD, KeyScreen
+from tests.fixtures.sigv4 import PUBLISHED_KEY_ID
 
 PLACEHOLDER = "ASIAPLACEHOLDER00001"
-FOREIGN = "AKIAIOSFODNN7EXAMPLE"  # AWS's documented example key id
+FOREIGN = PUBLISHED_KEY_ID  # AWS's documented example key id
 
 
 def screened(answer: bytes, split: int, service: str = "sts") -> InjectionRefused | None:

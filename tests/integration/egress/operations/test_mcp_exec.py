@@ -27,7 +27,7 @@ import pytest
 
 from tests.fixtures.brokerenv import BrokerEnv, Result, make_env
 from tests.fixtures.daemon import Daemon
-from tests.fixtures.mcp_stage import AGENT, RULE_ID, Upstream, check_agent, mcp_upstream, rule_operations
+from tests.fixtures.mcp_stage import AGENT, REACHED_CALLS, RULE_ID, Upstream, check_agent, mcp_upstream, rule_operations
 from tests.fixtures.openbao import ROOT_TOKEN, OpenBao
 from tests.fixtures.sandbox import python_runtime, sandbox_unavailable
 
@@ -139,12 +139,7 @@ def test_the_sdk_client_in_bubblewrap_is_held_to_the_rule_and_never_holds_the_to
     # The server saw only what the rule allows, every time with the real token.
     reached = server.calls()[before:]
     called = [(s.method, s.name) for s in reached if s.method in ("tools/call", "resources/read", "prompts/get")]
-    assert called == 2 * [
-        ("tools/call", "get_issue"),
-        ("tools/call", "create_pull_request"),
-        ("resources/read", "repo://octo-org/widgets/README.md"),
-        ("prompts/get", "review_pull_request"),
-    ]
+    assert called == 2 * REACHED_CALLS
     assert {seen.bearer for seen in reached} == {session.upstream.token}
     # The sandbox held a placeholder; the token is in no output and no record.
     placeholder = next(line.split("=", 1)[1] for line in result.stdout.splitlines() if line.startswith("placeholder="))
@@ -191,12 +186,7 @@ def test_through_the_daemon_the_held_exec_is_held_to_the_same_rule(session: Sess
             check_agent(agent)
         reached = server.calls()[before:]
         called = [(s.method, s.name) for s in reached if s.method in ("tools/call", "resources/read", "prompts/get")]
-        assert called == 2 * [
-            ("tools/call", "get_issue"),
-            ("tools/call", "create_pull_request"),
-            ("resources/read", "repo://octo-org/widgets/README.md"),
-            ("prompts/get", "review_pull_request"),
-        ]
+        assert called == 2 * REACHED_CALLS
         assert {seen.bearer for seen in reached} == {session.upstream.token}
         assert session.upstream.token not in result.stdout + result.stderr
     finally:
